@@ -1,0 +1,116 @@
+#include "strata/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  std::shared_ptr<void> allocate(size_t bytes) override {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) fail("out of host memory allocating ", bytes, " bytes");
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  void zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
+};
+
+CpuAllocator g_cpu_allocator;
+Allocator* g_allocators[2] = {&g_cpu_allocator, nullptr};
+
+Allocator& allocator_for(Device d) {
+  Allocator* a = g_allocators[int(d)];
+  if (!a) fail("no allocator for device ", d == Device::kCuda ? "cuda" : "cpu",
+               " (was strata built with CUDA and a GPU found?)");
+  return *a;
+}
+
+}  // namespace
+
+void set_allocator(Device device, Allocator* allocator) { g_allocators[int(device)] = allocator; }
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  for (int64_t d : shape) STRATA_CHECK(d >= 0, "Tensor::empty: negative dimension in ", shape_str(shape));
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.data_ = allocator_for(device).allocate(t.nbytes());
+  return t;
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
+  allocator_for(device).zero(t.raw(), t.nbytes());
+  return t;
+}
+
+Tensor Tensor::view_of(std::shared_ptr<void> owner, void* ptr, Shape shape, DType dtype,
+                       Device device) {
+  Tensor t;
+  t.data_ = std::shared_ptr<void>(std::move(owner), ptr);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  return t;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      STRATA_CHECK(infer < 0, "reshape: more than one -1 in ", shape_str(shape));
+      infer = int(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    STRATA_CHECK(known > 0 && numel() % known == 0, "reshape: cannot view ", describe(), " as ",
+                 shape_str(shape));
+    shape[infer] = numel() / known;
+  }
+  STRATA_CHECK(shape_numel(shape) == numel(), "reshape: cannot view ", describe(), " as ",
+               shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  STRATA_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
+               "rows: [", begin, ", ", end, ") out of range for ", describe());
+  size_t row_bytes = size_t(shape_numel(Shape(shape_.begin() + 1, shape_.end()))) * dtype_size(dtype_);
+  Tensor t = *this;
+  t.shape_[0] = end - begin;
+  t.data_ = std::shared_ptr<void>(data_, static_cast<char*>(data_.get()) + begin * row_bytes);
+  return t;
+}
+
+Tensor Tensor::to_f32() const {
+  STRATA_CHECK(device_ == Device::kCpu, "to_f32: tensor is not on the CPU");
+  Tensor out = empty(shape_, DType::kF32);
+  strata::to_f32(dtype_, raw(), out.data<float>(), size_t(numel()));
+  return out;
+}
+
+std::string Tensor::describe() const { return cat(dtype_name(dtype_), shape_str(shape_)); }
+
+}  // namespace strata
