@@ -14,23 +14,31 @@ namespace strata {
 
 class Checkpoint {
  public:
-  // Opens DIR: reads DIR/config.json, then DIR/model.safetensors.index.json (sharded) or every
-  // DIR/*.safetensors. Every weight_map entry must point at an existing shard that holds that
-  // tensor. Throws Error naming the file at fault.
+  // Opens DIR: reads DIR/config.json, then DIR/model.safetensors.index.json (sharded) or, when
+  // there is no index, every DIR/*.safetensors (a tensor in two files is an error). With an
+  // index, only its weight_map names are exposed, and each must point at an existing shard that
+  // holds it (so stray files such as Mistral's consolidated.safetensors are ignored). Each file
+  // is mapped once. Throws Error naming the file at fault (and the shard and tensor).
   static Checkpoint open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }  // config.json as written
+  // DIR/config.json, the origin for ConfigView error messages.
+  const std::string& config_path() const { return config_path_; }
 
   bool has(const std::string& name) const;
-  const TensorInfo& info(const std::string& name) const;  // throws "missing tensor NAME in DIR"
+  const TensorInfo& info(const std::string& name) const;  // throws "DIR: missing tensor 'NAME'"
   Tensor get(const std::string& name) const;              // zero-copy view, any dtype
   std::vector<std::string> names() const;                 // sorted
-  // The file that holds `name` (for error messages).
+  // The file that holds `name` (for error messages); throws like info().
   const std::string& file_of(const std::string& name) const;
+  const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
 
  private:
+  size_t file_index(const std::string& name) const;
+
   std::string dir_;
+  std::string config_path_;
   nlohmann::json config_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, size_t> where_;  // tensor name -> index into files_
