@@ -1,0 +1,35 @@
+// strata logits: float32 logits for every position of a token sequence, as .npy.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "strata/cli/command.h"
+#include "strata/cli/common.h"
+#include "strata/engine/single_sequence.h"
+#include "strata/io/npy.h"
+
+namespace strata::cli {
+namespace {
+
+int run(int argc, char** argv) {
+  CLI::App app{"Write float32 logits [T, vocab] for every position of --ids as a .npy file", "strata logits"};
+  std::string model_dir, ids_text, out, mode = "full", device = "cpu";
+  app.add_option("--model", model_dir, "checkpoint folder")->required();
+  app.add_option("--ids", ids_text, "comma-separated token ids")->required();
+  app.add_option("--out", out, "output .npy path")->required();
+  app.add_option("--mode", mode, "full | stepwise | chunked:N");
+  app.add_option("--device", device, "cpu | cuda");
+  CLI11_PARSE(app, argc, argv);
+  const std::vector<int32_t> ids = parse_ids(ids_text, "--ids");
+  auto model = load_model(model_dir, parse_device(device));
+  Tensor logits = sequence_logits(*model, ids, mode);
+  write_npy(out, logits);
+  std::fprintf(stderr, "wrote %s: [%zu, %lld] (%s)\n", out.c_str(), ids.size(),
+               (long long)model->info().vocab_size, mode.c_str());
+  return 0;
+}
+
+const bool kRegistered = register_command({"logits", "write logits for every position as .npy", run});
+
+}  // namespace
+}  // namespace strata::cli

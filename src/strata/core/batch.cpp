@@ -1,0 +1,31 @@
+#include "strata/core/batch.h"
+
+#include "strata/core/error.h"
+
+namespace strata {
+
+void ForwardBatch::validate(int block_size, int num_blocks, int num_slots) const {
+  STRATA_CHECK(positions.size() == token_ids.size(), "batch: ", token_ids.size(), " tokens but ",
+               positions.size(), " positions");
+  int32_t row = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SeqInBatch& q = seqs[s];
+    STRATA_CHECK(q.q_start == row && q.q_len > 0 && q.ctx_len >= 0,
+                 "batch: sequence ", s, " rows [", q.q_start, ", +", q.q_len, ") do not follow row ", row);
+    row += q.q_len;
+    int64_t need = (int64_t(q.ctx_len) + q.q_len + block_size - 1) / block_size;
+    STRATA_CHECK(int64_t(q.block_table.size()) >= need, "batch: sequence ", s, " has ",
+                 q.block_table.size(), " pages for ", q.ctx_len + q.q_len, " tokens");
+    for (int32_t b : q.block_table) {
+      STRATA_CHECK(b >= 0 && b < num_blocks, "batch: sequence ", s, " page ", b, " out of range");
+    }
+    STRATA_CHECK(q.state_slot < num_slots, "batch: sequence ", s, " state slot ", q.state_slot,
+                 " out of range");
+  }
+  STRATA_CHECK(row == num_tokens(), "batch: sequences cover ", row, " of ", num_tokens(), " rows");
+  for (int32_t r : logit_rows) {
+    STRATA_CHECK(r >= 0 && r < num_tokens(), "batch: logit row ", r, " out of range");
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,33 @@
+// ForwardBatch: the layout of one engine step, shared by the ops, the models and the engine.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace strata {
+
+// One sequence's part of a batch.
+struct SeqInBatch {
+  int32_t q_start = 0;  // first row of this sequence in the flattened batch
+  int32_t q_len = 0;    // new tokens this step
+  int32_t ctx_len = 0;  // tokens already in the caches before this step
+  // Physical page of each logical page; covers at least ctx_len + q_len tokens.
+  std::vector<int32_t> block_table;
+  // Recurrent-state slot; its state is read as the initial state (zeros when ctx_len == 0)
+  // and holds the state after the last new token on return.
+  int32_t state_slot = -1;
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;  // [T], the new tokens of every sequence, concatenated
+  std::vector<int32_t> positions;  // [T], position of each token in its sequence
+  std::vector<SeqInBatch> seqs;
+  std::vector<int32_t> logit_rows;  // rows of the batch whose logits are wanted, in order
+
+  int32_t num_tokens() const { return int32_t(token_ids.size()); }
+  // Checks the batch is consistent (rows tile [0, T), pages cover every token, slots and
+  // blocks in range); throws Error on a malformed batch.
+  void validate(int block_size, int num_blocks, int num_slots) const;
+};
+
+}  // namespace strata

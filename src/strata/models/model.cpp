@@ -1,0 +1,48 @@
+#include "strata/models/model.h"
+
+#include "strata/core/error.h"
+
+namespace strata {
+
+size_t CacheSpec::bytes_per_token() const {
+  size_t b = 0;
+  for (const LayerCacheSpec& l : layers) {
+    for (const PagedCacheSpec& p : l.paged) b += size_t(shape_numel(p.per_token)) * dtype_size(p.dtype);
+  }
+  return b;
+}
+
+size_t CacheSpec::bytes_per_slot() const {
+  size_t b = 0;
+  for (const LayerCacheSpec& l : layers) {
+    for (const SlotCacheSpec& s : l.slots) b += size_t(shape_numel(s.shape)) * dtype_size(s.dtype);
+  }
+  return b;
+}
+
+Caches Caches::allocate(const CacheSpec& spec, int num_blocks, int block_size, int num_slots,
+                        Device device) {
+  STRATA_CHECK(num_blocks >= 0 && block_size > 0 && num_slots >= 0, "caches: bad sizes ",
+               num_blocks, " blocks of ", block_size, ", ", num_slots, " slots");
+  Caches c;
+  c.block_size = block_size;
+  c.num_blocks = num_blocks;
+  c.num_slots = num_slots;
+  for (const LayerCacheSpec& l : spec.layers) {
+    LayerCaches lc;
+    for (const PagedCacheSpec& p : l.paged) {
+      Shape s{num_blocks, block_size};
+      s.insert(s.end(), p.per_token.begin(), p.per_token.end());
+      lc.paged.push_back(Tensor::zeros(s, p.dtype, device));
+    }
+    for (const SlotCacheSpec& sl : l.slots) {
+      Shape s{num_slots};
+      s.insert(s.end(), sl.shape.begin(), sl.shape.end());
+      lc.slots.push_back(Tensor::zeros(s, sl.dtype, device));
+    }
+    c.layers.push_back(std::move(lc));
+  }
+  return c;
+}
+
+}  // namespace strata

@@ -1,0 +1,83 @@
+// The model contract: what a family declares (ModelInfo, CacheSpec) and how it runs
+// (Model::forward over a ForwardBatch and the engine's cache pools).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/core/batch.h"
+#include "strata/core/tensor.h"
+
+namespace strata {
+
+// One cache tensor that grows with the sequence: stored in pages of `block_size` tokens,
+// as a pool tensor [num_blocks, block_size, ...per_token].
+struct PagedCacheSpec {
+  std::string name;  // "k", "v", ...
+  Shape per_token;   // e.g. [kv_heads, head_dim]
+  DType dtype = DType::kF32;
+};
+
+// One fixed-size per-sequence cache tensor (recurrent state, conv state, ...): a pool tensor
+// [num_slots, ...shape].
+struct SlotCacheSpec {
+  std::string name;  // "ssm", "conv", ...
+  Shape shape;
+  DType dtype = DType::kF32;
+};
+
+struct LayerCacheSpec {
+  std::vector<PagedCacheSpec> paged;
+  std::vector<SlotCacheSpec> slots;
+};
+
+struct CacheSpec {
+  std::vector<LayerCacheSpec> layers;
+  size_t bytes_per_token() const;  // all paged tensors of all layers
+  size_t bytes_per_slot() const;   // all slot tensors of all layers
+};
+
+// The pools the engine owns and the model reads and writes.
+struct LayerCaches {
+  std::vector<Tensor> paged;  // [num_blocks, block_size, ...per_token], same order as the spec
+  std::vector<Tensor> slots;  // [num_slots, ...shape]
+};
+
+struct Caches {
+  int block_size = 16;
+  int num_blocks = 0;
+  int num_slots = 0;
+  std::vector<LayerCaches> layers;
+
+  static Caches allocate(const CacheSpec& spec, int num_blocks, int block_size, int num_slots,
+                         Device device);
+};
+
+struct ModelInfo {
+  std::string model_type;  // the HF model_type of the language model
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t max_position_embeddings = 0;
+  std::vector<int64_t> eos_token_ids;
+  int64_t bos_token_id = -1;
+  CacheSpec cache;
+  size_t weight_bytes = 0;  // as loaded on the device
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual Device device() const = 0;
+  // Runs the batch; writes float32 logits [batch.logit_rows.size(), vocab] into `logits`
+  // (allocated by the model when undefined or of the wrong shape).
+  virtual void forward(const ForwardBatch& batch, Caches& caches, Tensor& logits) = 0;
+};
+
+// Loads a checkpoint folder, picking the family from config.json (models/registry.cpp).
+std::unique_ptr<Model> load_model(const std::string& dir, Device device = Device::kCpu);
+
+}  // namespace strata

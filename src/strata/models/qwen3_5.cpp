@@ -1,0 +1,441 @@
+// The Qwen3.5 family: qwen3_next, qwen3_5 and qwen3_5_moe (text part of the multimodal
+// wrappers too). Reads like HF's modeling_qwen3_5*.py: decoder layers of Gated DeltaNet
+// ("linear_attention") or gated full attention, each followed by a dense SwiGLU MLP or a
+// softmax-routed MoE with a sigmoid-gated shared expert; zero-centred (1 + w) RMSNorms.
+#include "strata/models/qwen3_5.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "strata/core/error.h"
+#include "strata/io/config.h"
+#include "strata/models/weights.h"
+#include "strata/ops/ops.h"
+
+namespace strata {
+namespace {
+
+using ops::RopeSpec;
+
+struct Qwen35Config {
+  std::string model_type;
+  int64_t vocab = 0, hidden = 0, layers = 0, inter = 0;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, conv_kernel = 0;
+  int64_t experts = 0, top_k = 0, moe_inter = 0, shared_inter = 0, sparse_step = 1;
+  bool norm_topk = true;
+  std::vector<int64_t> mlp_only_layers;
+  std::vector<std::string> layer_types;
+  double eps = 1e-6;
+  bool tie_embeddings = false;
+  RopeSpec rope;
+  int64_t max_pos = 0;
+  std::vector<int64_t> eos;
+  int64_t bos = -1;
+
+  bool is_moe_layer(int64_t i) const {
+    for (int64_t m : mlp_only_layers) {
+      if (m == i) return false;
+    }
+    return experts > 0 && (i + 1) % sparse_step == 0;
+  }
+};
+
+RopeSpec make_rope(const ConfigView& text, int64_t head_dim) {
+  // rope_parameters (transformers 5) or the legacy rope_theta / partial_rotary_factor fields.
+  double theta = text.get_float("rope_theta", 10000.0);
+  double partial = text.get_float("partial_rotary_factor", 1.0);
+  std::string type = "default";
+  RopeSpec spec;
+  if (text.has("rope_parameters")) {
+    ConfigView rp = text.child("rope_parameters");
+    theta = rp.get_float("rope_theta", theta);
+    partial = rp.get_float("partial_rotary_factor", partial);
+    type = rp.get_string("rope_type", type);
+    if (rp.has("mrope_section")) {
+      for (int64_t s : rp.get_int_list("mrope_section")) spec.mrope_section.push_back(int(s));
+    }
+  }
+  if (type != "default") text.fail_field("rope_parameters.rope_type", "only 'default' is supported, got '" + type + "'");
+  spec.rotary_dim = int(double(head_dim) * partial);
+  if (spec.rotary_dim % 2 || spec.rotary_dim <= 0 || spec.rotary_dim > head_dim) {
+    text.fail_field("partial_rotary_factor", "gives a rotary dimension of " + std::to_string(spec.rotary_dim));
+  }
+  for (int i = 0; i < spec.rotary_dim / 2; ++i) {
+    // As HF: 1 / theta^(arange(0, dim, 2) / dim), in float32.
+    const float expo = float(2 * i) / float(spec.rotary_dim);
+    spec.inv_freq.push_back(1.0f / std::pow(float(theta), expo));
+  }
+  return spec;
+}
+
+Qwen35Config parse_config(const nlohmann::json& root, const std::string& origin) {
+  ConfigView text = ConfigView::text_config(root, origin);
+  ConfigView top(&root, origin);
+  Qwen35Config c;
+  c.model_type = text.get_string("model_type", top.get_string("model_type", ""));
+  c.vocab = text.get_int("vocab_size");
+  c.hidden = text.get_int("hidden_size");
+  c.layers = text.get_int("num_hidden_layers");
+  c.heads = text.get_int("num_attention_heads");
+  c.kv_heads = text.get_int("num_key_value_heads");
+  c.head_dim = text.get_int("head_dim", c.hidden / c.heads);
+  c.inter = text.get_int("intermediate_size", 0);
+  c.lin_k_heads = text.get_int("linear_num_key_heads");
+  c.lin_v_heads = text.get_int("linear_num_value_heads");
+  c.lin_k_dim = text.get_int("linear_key_head_dim");
+  c.lin_v_dim = text.get_int("linear_value_head_dim");
+  c.conv_kernel = text.get_int("linear_conv_kernel_dim");
+  c.experts = text.get_int("num_experts", 0);
+  if (c.experts > 0) {
+    c.top_k = text.get_int("num_experts_per_tok");
+    c.moe_inter = text.get_int("moe_intermediate_size");
+    c.shared_inter = text.get_int("shared_expert_intermediate_size", 0);
+    c.sparse_step = text.get_int("decoder_sparse_step", 1);
+    // Qwen3.5-MoE always renormalises the top-k weights; Qwen3-Next has the flag.
+    c.norm_topk = text.get_bool("norm_topk_prob", true);
+    if (text.has("mlp_only_layers")) c.mlp_only_layers = text.get_int_list("mlp_only_layers");
+  }
+  c.eps = text.get_float("rms_norm_eps", 1e-6);
+  c.tie_embeddings = text.get_bool("tie_word_embeddings", top.get_bool("tie_word_embeddings", false));
+  if (top.has("tie_word_embeddings")) c.tie_embeddings = top.get_bool("tie_word_embeddings", false);
+  c.max_pos = text.get_int("max_position_embeddings", 32768);
+  c.eos = text.get_int_or_list("eos_token_id");
+  if (c.eos.empty()) c.eos = top.get_int_or_list("eos_token_id");
+  c.bos = text.has("bos_token_id") && !text.json().at("bos_token_id").is_null()
+              ? text.get_int("bos_token_id") : -1;
+  if (text.has("layer_types")) {
+    c.layer_types = text.get_string_list("layer_types");
+  } else {
+    // HF's default: every full_attention_interval-th layer is full attention.
+    int64_t every = text.get_int("full_attention_interval", 4);
+    for (int64_t i = 0; i < c.layers; ++i) {
+      c.layer_types.push_back((i + 1) % every == 0 ? "full_attention" : "linear_attention");
+    }
+  }
+  if (int64_t(c.layer_types.size()) != c.layers) {
+    text.fail_field("layer_types", cat("has ", c.layer_types.size(), " entries for ", c.layers, " layers"));
+  }
+  for (const std::string& t : c.layer_types) {
+    if (t != "full_attention" && t != "linear_attention") text.fail_field("layer_types", "unknown layer type '" + t + "'");
+  }
+  if (c.heads % c.kv_heads) text.fail_field("num_key_value_heads", "must divide num_attention_heads");
+  if (c.lin_v_heads % c.lin_k_heads) text.fail_field("linear_num_key_heads", "must divide linear_num_value_heads");
+  c.rope = make_rope(text, c.head_dim);
+  return c;
+}
+
+struct Mlp {
+  Tensor gate_up, down;  // [2I, H], [H, I]
+};
+
+struct Layer {
+  bool linear = false;
+  Tensor input_norm, post_norm;
+  // Gated DeltaNet
+  Tensor in_qkv, in_z, in_b, in_a, conv_w, a_log, dt_bias, gdn_norm, out_proj;
+  // attention
+  Tensor q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
+  // feed-forward
+  bool moe = false;
+  Mlp mlp;
+  Tensor router, experts_gate_up, experts_down, shared_gate;
+  Mlp shared;
+};
+
+// Concatenates CPU float32 tensors along dimension 0.
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.dim(0);
+  Shape shape = parts[0].shape();
+  shape[0] = rows;
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+class Qwen35Model final : public Model {
+ public:
+  Qwen35Model(const Checkpoint& ckpt, Device device) : device_(device) {
+    const std::string origin = ckpt.dir() + "/config.json";
+    cfg_ = parse_config(ckpt.config(), origin);
+    WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device);
+    load(w);
+    auto unused = w.unused({"model.visual.", "mtp.", "model.mtp.", "visual."});
+    STRATA_CHECK(unused.empty(), ckpt.dir(), ": unexpected tensor '", unused.empty() ? "" : unused[0],
+                 "' (", unused.size(), " unused in all) for ", cfg_.model_type);
+    info_.model_type = cfg_.model_type;
+    info_.vocab_size = cfg_.vocab;
+    info_.hidden_size = cfg_.hidden;
+    info_.num_layers = cfg_.layers;
+    info_.max_position_embeddings = cfg_.max_pos;
+    info_.eos_token_ids = cfg_.eos;
+    info_.bos_token_id = cfg_.bos;
+    info_.weight_bytes = w.bytes_loaded();
+    for (const Layer& l : layers_) {
+      LayerCacheSpec s;
+      if (l.linear) {
+        const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
+        s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, DType::kF32});
+        s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
+      } else {
+        s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+        s.paged.push_back({"v", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+      }
+      info_.cache.layers.push_back(std::move(s));
+    }
+  }
+
+  const ModelInfo& info() const override { return info_; }
+  Device device() const override { return device_; }
+
+  void forward(const ForwardBatch& batch, Caches& caches, Tensor& logits) override {
+    batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
+    STRATA_CHECK(caches.layers.size() == layers_.size(), "forward: caches for ", caches.layers.size(),
+                 " layers, model has ", layers_.size());
+    const int64_t t = batch.num_tokens();
+    Tensor h = act({t, cfg_.hidden});
+    ops::embedding(embed_, batch.token_ids, h);
+    Tensor x = act({t, cfg_.hidden}), y = act({t, cfg_.hidden});
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const Layer& l = layers_[i];
+      ops::rms_norm(h, l.input_norm, float(cfg_.eps), true, x);
+      if (l.linear) {
+        gated_delta_net(l, x, batch, caches.layers[i], y);
+      } else {
+        attention(l, x, batch, caches.layers[i], y);
+      }
+      ops::add(h, y, h);
+      ops::rms_norm(h, l.post_norm, float(cfg_.eps), true, x);
+      if (l.moe) {
+        moe(l, x, y);
+      } else {
+        mlp(l.mlp, x, y);
+      }
+      ops::add(h, y, h);
+    }
+    const int64_t n = int64_t(batch.logit_rows.size());
+    Tensor last = act({n, cfg_.hidden}), normed = act({n, cfg_.hidden});
+    ops::gather_rows(h, batch.logit_rows, last);
+    ops::rms_norm(last, final_norm_, float(cfg_.eps), true, normed);
+    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
+      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
+    }
+    ops::linear(normed, lm_head_, logits);
+  }
+
+ private:
+  DType act_dtype() const { return DType::kF32; }
+  Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
+
+  void load(WeightLoader& w) {
+    const int64_t hsz = cfg_.hidden;
+    embed_ = w.get("embed_tokens.weight", {cfg_.vocab, hsz});
+    final_norm_ = w.get("norm.weight", {hsz});
+    if (w.has_top("lm_head.weight")) {
+      lm_head_ = w.get_top("lm_head.weight", {cfg_.vocab, hsz});
+    } else if (cfg_.tie_embeddings) {
+      lm_head_ = embed_;
+    } else {
+      fail(w.checkpoint().dir(), ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
+    }
+    for (int64_t i = 0; i < cfg_.layers; ++i) {
+      const std::string p = cat("layers.", i, ".");
+      Layer l;
+      l.input_norm = w.get(p + "input_layernorm.weight", {hsz});
+      l.post_norm = w.get(p + "post_attention_layernorm.weight", {hsz});
+      l.linear = cfg_.layer_types[i] == "linear_attention";
+      if (l.linear) {
+        load_gdn(w, p + "linear_attn.", l);
+      } else {
+        load_attention(w, p + "self_attn.", l);
+      }
+      l.moe = cfg_.is_moe_layer(i);
+      if (l.moe) {
+        load_moe(w, p + "mlp.", l);
+      } else {
+        l.mlp = load_mlp(w, p + "mlp.", cfg_.inter);
+      }
+      layers_.push_back(std::move(l));
+    }
+  }
+
+  Mlp load_mlp(WeightLoader& w, const std::string& p, int64_t inter) {
+    STRATA_CHECK(inter > 0, w.checkpoint().dir(), "/config.json: intermediate size of ", p, " is 0");
+    Tensor gate = w.raw(w.prefix() + p + "gate_proj.weight", {inter, cfg_.hidden}).to_f32();
+    Tensor up = w.raw(w.prefix() + p + "up_proj.weight", {inter, cfg_.hidden}).to_f32();
+    Mlp m;
+    m.gate_up = w.to_device(concat_rows({gate, up}));
+    m.down = w.get(p + "down_proj.weight", {cfg_.hidden, inter});
+    return m;
+  }
+
+  void load_moe(WeightLoader& w, const std::string& p, Layer& l) {
+    const int64_t e = cfg_.experts, inter = cfg_.moe_inter, hsz = cfg_.hidden;
+    l.router = w.get(p + "gate.weight", {e, hsz});
+    if (w.has(p + "experts.gate_up_proj")) {
+      l.experts_gate_up = w.get(p + "experts.gate_up_proj", {e, 2 * inter, hsz});
+      l.experts_down = w.get(p + "experts.down_proj", {e, hsz, inter});
+    } else {
+      // Per-expert tensors, fused here into [E, 2I, H] and [E, H, I].
+      std::vector<Tensor> gu, down;
+      for (int64_t j = 0; j < e; ++j) {
+        const std::string q = w.prefix() + p + cat("experts.", j, ".");
+        gu.push_back(w.raw(q + "gate_proj.weight", {inter, hsz}).to_f32());
+        gu.push_back(w.raw(q + "up_proj.weight", {inter, hsz}).to_f32());
+        down.push_back(w.raw(q + "down_proj.weight", {hsz, inter}).to_f32());
+      }
+      l.experts_gate_up = w.to_device(concat_rows(gu).reshape({e, 2 * inter, hsz}));
+      l.experts_down = w.to_device(concat_rows(down).reshape({e, hsz, inter}));
+    }
+    if (cfg_.shared_inter > 0) {
+      l.shared = load_mlp(w, p + "shared_expert.", cfg_.shared_inter);
+      l.shared_gate = w.get(p + "shared_expert_gate.weight", {1, hsz});
+    }
+  }
+
+  void load_attention(WeightLoader& w, const std::string& p, Layer& l) {
+    const int64_t d = cfg_.head_dim, hsz = cfg_.hidden;
+    l.q_proj = w.get(p + "q_proj.weight", {cfg_.heads * d * 2, hsz});
+    l.k_proj = w.get(p + "k_proj.weight", {cfg_.kv_heads * d, hsz});
+    l.v_proj = w.get(p + "v_proj.weight", {cfg_.kv_heads * d, hsz});
+    l.o_proj = w.get(p + "o_proj.weight", {hsz, cfg_.heads * d});
+    l.q_norm = w.get(p + "q_norm.weight", {d});
+    l.k_norm = w.get(p + "k_norm.weight", {d});
+  }
+
+  void load_gdn(WeightLoader& w, const std::string& p, Layer& l) {
+    const int64_t hk = cfg_.lin_k_heads, hv = cfg_.lin_v_heads, dk = cfg_.lin_k_dim,
+                  dv = cfg_.lin_v_dim, hsz = cfg_.hidden, r = hv / hk;
+    const int64_t conv_dim = 2 * hk * dk + hv * dv;
+    if (w.has(p + "in_proj_qkvz.weight")) {
+      // Qwen3-Next groups the rows per key head: [q (dk), k (dk), v (r*dv), z (r*dv)] and
+      // [b (r), a (r)]. Regroup into Qwen3.5's split layout.
+      Tensor qkvz = w.raw(w.prefix() + p + "in_proj_qkvz.weight", {hk * (2 * dk + 2 * r * dv), hsz}).to_f32();
+      Tensor ba = w.raw(w.prefix() + p + "in_proj_ba.weight", {hk * 2 * r, hsz}).to_f32();
+      const int64_t group = 2 * dk + 2 * r * dv;
+      std::vector<Tensor> q, k, v, z, b, a;
+      for (int64_t g = 0; g < hk; ++g) {
+        const int64_t base = g * group;
+        q.push_back(qkvz.rows(base, base + dk));
+        k.push_back(qkvz.rows(base + dk, base + 2 * dk));
+        v.push_back(qkvz.rows(base + 2 * dk, base + 2 * dk + r * dv));
+        z.push_back(qkvz.rows(base + 2 * dk + r * dv, base + group));
+        b.push_back(ba.rows(g * 2 * r, g * 2 * r + r));
+        a.push_back(ba.rows(g * 2 * r + r, (g + 1) * 2 * r));
+      }
+      std::vector<Tensor> qkv = q;
+      qkv.insert(qkv.end(), k.begin(), k.end());
+      qkv.insert(qkv.end(), v.begin(), v.end());
+      l.in_qkv = w.to_device(concat_rows(qkv));
+      l.in_z = w.to_device(concat_rows(z));
+      l.in_b = w.to_device(concat_rows(b));
+      l.in_a = w.to_device(concat_rows(a));
+    } else {
+      l.in_qkv = w.get(p + "in_proj_qkv.weight", {conv_dim, hsz});
+      l.in_z = w.get(p + "in_proj_z.weight", {hv * dv, hsz});
+      l.in_b = w.get(p + "in_proj_b.weight", {hv, hsz});
+      l.in_a = w.get(p + "in_proj_a.weight", {hv, hsz});
+    }
+    l.conv_w = w.get(p + "conv1d.weight", {conv_dim, 1, cfg_.conv_kernel}).reshape({conv_dim, cfg_.conv_kernel});
+    l.a_log = w.get(p + "A_log", {hv});
+    l.dt_bias = w.get(p + "dt_bias", {hv});
+    l.gdn_norm = w.get(p + "norm.weight", {dv});
+    l.out_proj = w.get(p + "out_proj.weight", {hsz, hv * dv});
+  }
+
+  void mlp(const Mlp& m, const Tensor& x, Tensor& y) {
+    const int64_t t = x.dim(0), inter = m.down.dim(1);
+    Tensor gu = act({t, 2 * inter}), a = act({t, inter});
+    ops::linear(x, m.gate_up, gu);
+    ops::silu_mul(gu, a);
+    ops::linear(a, m.down, y);
+  }
+
+  void moe(const Layer& l, const Tensor& x, Tensor& y) {
+    const int64_t t = x.dim(0);
+    Tensor logits = act({t, cfg_.experts});
+    ops::linear(x, l.router, logits);
+    Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
+    Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
+    ops::moe_route_softmax(logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights);
+    ops::moe_experts(x, l.experts_gate_up, l.experts_down, ids, weights, y);
+    if (l.shared_gate.defined()) {
+      Tensor shared = act({t, cfg_.hidden}), gate = act({t, 1});
+      mlp(l.shared, x, shared);
+      ops::linear(x, l.shared_gate, gate);
+      ops::mul_sigmoid(shared, gate);
+      ops::add(y, shared, y);
+    }
+  }
+
+  void attention(const Layer& l, const Tensor& x, const ForwardBatch& batch, LayerCaches& cache,
+                 Tensor& y) {
+    const int64_t t = x.dim(0), d = cfg_.head_dim, hq = cfg_.heads, hkv = cfg_.kv_heads;
+    // q_proj gives per head [query (d) | gate (d)].
+    Tensor qg = act({t, hq * 2 * d});
+    ops::linear(x, l.q_proj, qg);
+    Tensor q = act({t, hq, d}), gate = act({t, hq * d});
+    ops::copy_columns(qg.reshape({t * hq, 2 * d}), 0, q.reshape({t * hq, d}));
+    Tensor gate_rows = gate.reshape({t * hq, d});
+    ops::copy_columns(qg.reshape({t * hq, 2 * d}), d, gate_rows);
+    Tensor k = act({t, hkv, d}), v = act({t, hkv, d});
+    Tensor k2 = k.reshape({t, hkv * d}), v2 = v.reshape({t, hkv * d});
+    ops::linear(x, l.k_proj, k2);
+    ops::linear(x, l.v_proj, v2);
+    ops::rms_norm(q, l.q_norm, float(cfg_.eps), true, q);
+    ops::rms_norm(k, l.k_norm, float(cfg_.eps), true, k);
+    ops::rope(q, batch.positions, cfg_.rope);
+    ops::rope(k, batch.positions, cfg_.rope);
+    Tensor o = act({t, hq, d});
+    ops::paged_attention(q, k, v, cache.paged[0], cache.paged[1], batch, 1.f / std::sqrt(float(d)), o);
+    Tensor o2 = o.reshape({t, hq * d});
+    ops::mul_sigmoid(o2, gate);
+    ops::linear(o2, l.o_proj, y);
+  }
+
+  void gated_delta_net(const Layer& l, const Tensor& x, const ForwardBatch& batch,
+                       LayerCaches& cache, Tensor& y) {
+    const int64_t t = x.dim(0), hk = cfg_.lin_k_heads, hv = cfg_.lin_v_heads,
+                  dk = cfg_.lin_k_dim, dv = cfg_.lin_v_dim;
+    const int64_t conv_dim = 2 * hk * dk + hv * dv;
+    Tensor qkv = act({t, conv_dim}), z = act({t, hv, dv}), b = act({t, hv}), a = act({t, hv});
+    ops::linear(x, l.in_qkv, qkv);
+    Tensor z2 = z.reshape({t, hv * dv});
+    ops::linear(x, l.in_z, z2);
+    ops::linear(x, l.in_b, b);
+    ops::linear(x, l.in_a, a);
+    Tensor mixed = act({t, conv_dim});
+    ops::causal_conv1d(qkv, l.conv_w, cache.slots[1], batch, mixed);
+    Tensor q = act({t, hk, dk}), k = act({t, hk, dk}), v = act({t, hv, dv});
+    Tensor q2 = q.reshape({t, hk * dk}), k2 = k.reshape({t, hk * dk}), v2 = v.reshape({t, hv * dv});
+    ops::copy_columns(mixed, 0, q2);
+    ops::copy_columns(mixed, hk * dk, k2);
+    ops::copy_columns(mixed, 2 * hk * dk, v2);
+    Tensor g = Tensor::empty({t, hv}, DType::kF32, device_), beta = Tensor::empty({t, hv}, DType::kF32, device_);
+    ops::gdn_gates(a, b, l.a_log, l.dt_bias, g, beta);
+    Tensor core = act({t, hv, dv});
+    ops::gated_delta_rule(q, k, v, g, beta, cache.slots[0], batch, core);
+    Tensor normed = act({t, hv, dv});
+    ops::rms_norm_gated(core, z, l.gdn_norm, float(cfg_.eps), normed);
+    ops::linear(normed.reshape({t, hv * dv}), l.out_proj, y);
+  }
+
+  Device device_;
+  Qwen35Config cfg_;
+  ModelInfo info_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device) {
+  return std::make_unique<Qwen35Model>(ckpt, device);
+}
+
+}  // namespace strata

@@ -1,0 +1,46 @@
+// Maps config.json's model_type to the family that runs it.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/core/error.h"
+#include "strata/io/checkpoint.h"
+#include "strata/models/model.h"
+#include "strata/models/qwen3_5.h"
+
+namespace strata {
+namespace {
+
+struct Family {
+  std::vector<std::string> model_types;
+  std::function<std::unique_ptr<Model>(const Checkpoint&, Device)> load;
+};
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> kFamilies = {
+      {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, load_qwen3_5},
+  };
+  return kFamilies;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& dir, Device device) {
+  Checkpoint ckpt = Checkpoint::open(dir);
+  const nlohmann::json& cfg = ckpt.config();
+  STRATA_CHECK(cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string(),
+               dir, "/config.json: field 'model_type' missing or not a string");
+  const std::string type = cfg["model_type"].get<std::string>();
+  for (const Family& f : families()) {
+    for (const std::string& t : f.model_types) {
+      if (t == type) return f.load(ckpt, device);
+    }
+  }
+  std::string known;
+  for (const Family& f : families()) {
+    for (const std::string& t : f.model_types) known += (known.empty() ? "" : ", ") + t;
+  }
+  fail(dir, "/config.json: field 'model_type': unsupported model type '", type, "' (supported: ", known, ")");
+}
+
+}  // namespace strata

@@ -1,0 +1,49 @@
+// Reading a family's weights out of a Checkpoint: names under the language-model prefix,
+// expected shapes checked, converted to the compute dtype of the target device.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "strata/core/tensor.h"
+#include "strata/io/checkpoint.h"
+
+namespace strata {
+
+class WeightLoader {
+ public:
+  // `prefix` is where the language model's weights live: "model." for the *ForCausalLM
+  // checkpoints, "model.language_model." for the multimodal wrappers (detected by
+  // detect_prefix).
+  WeightLoader(const Checkpoint& ckpt, std::string prefix, Device device);
+
+  static std::string detect_prefix(const Checkpoint& ckpt);
+
+  const Checkpoint& checkpoint() const { return ckpt_; }
+  const std::string& prefix() const { return prefix_; }
+  bool has(const std::string& name) const { return ckpt_.has(prefix_ + name); }
+  bool has_top(const std::string& full_name) const { return ckpt_.has(full_name); }
+
+  // prefix + name, checked against `shape`, in the device's compute dtype.
+  Tensor get(const std::string& name, const Shape& shape);
+  // A top-level tensor (e.g. "lm_head.weight"), checked against `shape`.
+  Tensor get_top(const std::string& full_name, const Shape& shape);
+  // As stored (any dtype, CPU view), checked against `shape`; marks it used.
+  Tensor raw(const std::string& full_name, const Shape& shape);
+  // Moves a CPU float32 tensor to the device's compute dtype.
+  Tensor to_device(const Tensor& cpu_f32) const;
+
+  // Tensors of the checkpoint never read, minus the prefixes recognised as not ours
+  // (e.g. "model.visual.", "mtp."). A non-empty result is an error for strict loading.
+  std::vector<std::string> unused(const std::vector<std::string>& ignored_prefixes) const;
+  size_t bytes_loaded() const { return bytes_; }
+
+ private:
+  const Checkpoint& ckpt_;
+  std::string prefix_;
+  Device device_;
+  std::set<std::string> used_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace strata

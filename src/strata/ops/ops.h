@@ -1,0 +1,96 @@
+// The op vocabulary. Every model forward is written over these functions; each dispatches on
+// the device of its tensors to the CPU reference (ops/cpu, fp32 math) or to CUDA (ops/cuda).
+//
+// Tensors are handles: outputs are passed as const Tensor& and written through.
+// Conventions: activations are row-major [T, ...] with T the batch's flattened tokens. Outputs
+// are preallocated by the caller with the documented shape. On the CPU every activation is F32.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "strata/core/batch.h"
+#include "strata/core/tensor.h"
+
+namespace strata::ops {
+
+// ---- dense ----
+
+// y[T, N] = x[T, K] · w[N, K]^T
+void linear(const Tensor& x, const Tensor& w, const Tensor& y);
+// out[i, :] = table[ids[i], :]; ids are checked against the table's rows.
+void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& out);
+// out[i, :] = x[rows[i], :]
+void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, const Tensor& out);
+// out[T, n] = x[T, col0 : col0 + n] (x viewed as [T, C])
+void copy_columns(const Tensor& x, int64_t col0, const Tensor& out);
+// out = a + b (same shapes)
+void add(const Tensor& a, const Tensor& b, const Tensor& out);
+// x *= sigmoid(gate): elementwise when the sizes match, or one gate per row of x when gate
+// has one element per row.
+void mul_sigmoid(const Tensor& x, const Tensor& gate);
+// out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]
+void silu_mul(const Tensor& gate_up, const Tensor& out);
+
+// ---- norms ----
+
+// Over the last dimension: out = x * rsqrt(mean(x^2) + eps) * (zero_centered ? 1 + w : w).
+void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out);
+// Gated RMSNorm (norm before gate): out = rms_norm(x) * w * silu(z), over the last dimension.
+void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& out);
+
+// ---- rotary ----
+
+struct RopeSpec {
+  int rotary_dim = 0;            // leading dims of each head that rotate (partial rotary)
+  std::vector<float> inv_freq;   // [rotary_dim / 2]
+  float attention_scaling = 1.f; // multiplies cos and sin
+  // Interleaved mRoPE sections (T, H, W). With text positions all three position rows are
+  // equal and mRoPE reduces to plain RoPE; the layout is kept for multimodal positions.
+  std::vector<int> mrope_section;
+};
+// In place on x [T, H, D]: NeoX (rotate-half) rotation of x[..., :rotary_dim] at positions[t].
+void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec& spec);
+
+// ---- attention ----
+
+// Writes the new k, v [T, Hkv, D] into the paged caches [num_blocks, block_size, Hkv, D] at each
+// token's position, then computes causal GQA attention of q [T, Hq, D] over the sequence's
+// ctx_len + i + 1 visible tokens. out is [T, Hq, D].
+void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                     const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out);
+
+// ---- linear attention (Gated DeltaNet) ----
+
+// Causal depthwise conv1d with SiLU over each sequence, continuing from the sequence's conv
+// state (zeros when ctx_len == 0). x [T, C], w [C, K], conv_state pool [slots, K - 1, C]
+// (updated to the last K - 1 inputs). out [T, C].
+void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state,
+                   const ForwardBatch& batch, const Tensor& out);
+
+// The GDN gates from the projections a, b [T, Hv]: g = -exp(A_log) * softplus(a + dt_bias)
+// (the log decay) and beta = sigmoid(b).
+void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
+               const Tensor& g, const Tensor& beta);
+
+// The gated delta rule per sequence, from the slot's state (zeros when ctx_len == 0):
+// q, k [T, Hk, Dk] are l2-normalised inside (eps 1e-6) and q is scaled by Dk^-1/2;
+// value head h reads key head h / (Hv / Hk). g [T, Hv] is the log decay, beta [T, Hv].
+// state pool [slots, Hv, Dk, Dv] is updated; out [T, Hv, Dv].
+// Spans longer than one token use the chunked form (chunk 64); single tokens the recurrence.
+void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                      const Tensor& beta, const Tensor& state, const ForwardBatch& batch, const Tensor& out);
+
+// ---- mixture of experts ----
+
+// Softmax routing: probs = softmax(logits [T, E]); the top_k experts per row (the lower index
+// wins a tie), weights renormalised to sum 1 when norm_topk. ids [T, top_k] I32, weights
+// [T, top_k] F32.
+void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids,
+                       const Tensor& weights);
+// out[T, H] = sum_j weights[t, j] * down[e] · (silu(gate) * up), (gate; up) = gate_up[e] · x[t],
+// with e = ids[t, j]; gate_up [E, 2I, H], down [E, H, I].
+void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                 const Tensor& weights, const Tensor& out);
+
+}  // namespace strata::ops
