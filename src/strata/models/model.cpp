@@ -4,10 +4,12 @@
 
 namespace strata {
 
-size_t CacheSpec::bytes_per_token() const {
+size_t CacheSpec::bytes_per_block(int block_size) const {
   size_t b = 0;
   for (const LayerCacheSpec& l : layers) {
-    for (const PagedCacheSpec& p : l.paged) b += size_t(shape_numel(p.per_token)) * dtype_size(p.dtype);
+    for (const PagedCacheSpec& p : l.paged) {
+      b += size_t(p.entries_per_block(block_size)) * size_t(shape_numel(p.per_entry)) * dtype_size(p.dtype);
+    }
   }
   return b;
 }
@@ -31,8 +33,12 @@ Caches Caches::allocate(const CacheSpec& spec, int num_blocks, int block_size, i
   for (const LayerCacheSpec& l : spec.layers) {
     LayerCaches lc;
     for (const PagedCacheSpec& p : l.paged) {
-      Shape s{num_blocks, block_size};
-      s.insert(s.end(), p.per_token.begin(), p.per_token.end());
+      STRATA_CHECK(p.tokens_per_entry > 0 && (p.tokens_per_entry >= block_size ?
+                   p.tokens_per_entry % block_size == 0 : block_size % p.tokens_per_entry == 0),
+                   "caches: block size ", block_size, " and cache '", p.name, "' with ",
+                   p.tokens_per_entry, " tokens per entry do not tile");
+      Shape s{num_blocks, p.entries_per_block(block_size)};
+      s.insert(s.end(), p.per_entry.begin(), p.per_entry.end());
       lc.paged.push_back(Tensor::zeros(s, p.dtype, device));
     }
     for (const SlotCacheSpec& sl : l.slots) {

@@ -12,12 +12,19 @@
 
 namespace strata {
 
-// One cache tensor that grows with the sequence: stored in pages of `block_size` tokens,
-// as a pool tensor [num_blocks, block_size, ...per_token].
+// One cache tensor that grows with the sequence, stored in the pages of the sequence's block
+// table. An entry covers `tokens_per_entry` tokens (1 for plain KV, 4 or 128 for compressed KV).
+// Pool tensor: [num_blocks, entries_per_block(block_size), ...per_entry]. Entry e of a sequence
+// lives in page block_table[e * tokens_per_entry / block_size] at row
+// (e * tokens_per_entry % block_size) / tokens_per_entry (row 0 when an entry spans pages).
 struct PagedCacheSpec {
   std::string name;  // "k", "v", ...
-  Shape per_token;   // e.g. [kv_heads, head_dim]
+  Shape per_entry;   // e.g. [kv_heads, head_dim]
   DType dtype = DType::kF32;
+  int tokens_per_entry = 1;
+  int entries_per_block(int block_size) const {
+    return tokens_per_entry >= block_size ? 1 : block_size / tokens_per_entry;
+  }
 };
 
 // One fixed-size per-sequence cache tensor (recurrent state, conv state, ...): a pool tensor
@@ -35,7 +42,7 @@ struct LayerCacheSpec {
 
 struct CacheSpec {
   std::vector<LayerCacheSpec> layers;
-  size_t bytes_per_token() const;  // all paged tensors of all layers
+  size_t bytes_per_block(int block_size) const;  // all paged tensors of all layers
   size_t bytes_per_slot() const;   // all slot tensors of all layers
 };
 

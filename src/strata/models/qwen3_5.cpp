@@ -419,7 +419,10 @@ class Qwen35Model final : public Model {
     Tensor g = Tensor::empty({t, hv}, DType::kF32, device_), beta = Tensor::empty({t, hv}, DType::kF32, device_);
     ops::gdn_gates(a, b, l.a_log, l.dt_bias, g, beta);
     Tensor core = act({t, hv, dv});
-    ops::gated_delta_rule(q, k, v, g, beta, cache.slots[0], batch, core);
+    // The CPU reference runs the recurrence so that results never depend on how the engine
+    // split the sequence into steps; the GPU takes the chunked form for speed.
+    const auto algorithm = device_ == Device::kCpu ? ops::GdnAlgorithm::kRecurrent : ops::GdnAlgorithm::kChunked;
+    ops::gated_delta_rule(q, k, v, g, beta, cache.slots[0], batch, core, algorithm);
     Tensor normed = act({t, hv, dv});
     ops::rms_norm_gated(core, z, l.gdn_norm, float(cfg_.eps), normed);
     ops::linear(normed.reshape({t, hv * dv}), l.out_proj, y);

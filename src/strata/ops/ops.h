@@ -73,13 +73,23 @@ void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state,
 void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
                const Tensor& g, const Tensor& beta);
 
+enum class GdnAlgorithm {
+  // Chunks of 64 condensed by a UT solve (HF's torch_chunk_gated_delta_rule): fast for long
+  // spans. Its rounding depends on where spans start, so results vary with prefill chunking.
+  kChunked,
+  // Token by token: each token's result is independent of how the sequence was split into
+  // steps (the CPU path's batch and chunk invariance rests on this).
+  kRecurrent,
+};
+
 // The gated delta rule per sequence, from the slot's state (zeros when ctx_len == 0):
 // q, k [T, Hk, Dk] are l2-normalised inside (eps 1e-6) and q is scaled by Dk^-1/2;
 // value head h reads key head h / (Hv / Hk). g [T, Hv] is the log decay, beta [T, Hv].
 // state pool [slots, Hv, Dk, Dv] is updated; out [T, Hv, Dv].
-// Spans longer than one token use the chunked form (chunk 64); single tokens the recurrence.
+// kChunked applies to spans of more than one token; single tokens always use the recurrence.
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                      const Tensor& beta, const Tensor& state, const ForwardBatch& batch, const Tensor& out);
+                      const Tensor& beta, const Tensor& state, const ForwardBatch& batch,
+                      const Tensor& out, GdnAlgorithm algorithm = GdnAlgorithm::kChunked);
 
 // ---- mixture of experts ----
 

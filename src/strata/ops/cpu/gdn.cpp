@@ -188,7 +188,8 @@ void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tens
 }
 
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                      const Tensor& beta, const Tensor& state, const ForwardBatch& batch, const Tensor& out) {
+                      const Tensor& beta, const Tensor& state, const ForwardBatch& batch,
+                      const Tensor& out, GdnAlgorithm algorithm) {
   expect_cpu_f32(q, "gated_delta_rule", "q");
   expect_cpu_f32(state, "gated_delta_rule", "state");
   const int64_t t = q.dim(0), hk = q.dim(1), dk = q.dim(2), hv = v.dim(1), dv = v.dim(2);
@@ -222,7 +223,7 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
       float* st = state.data<float>() + (int64_t(s.state_slot) * hv + h) * dk * dv;
       if (s.ctx_len == 0) std::fill(st, st + dk * dv, 0.f);
       HeadSpan span{len, dk, dv, qh.data(), kh.data(), vh.data(), gh.data(), bh.data(), st, oh.data()};
-      if (len == 1) {
+      if (len == 1 || algorithm == GdnAlgorithm::kRecurrent) {
         recurrent(span);
       } else {
         chunked(span);
