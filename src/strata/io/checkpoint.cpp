@@ -105,6 +105,17 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   return ck;
 }
 
+Checkpoint Checkpoint::open_config_only(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(dir, ": not a directory (expected a folder with config.json)");
+  Checkpoint ck;
+  ck.dir_ = dir;
+  ck.config_path_ = (fs::path(dir) / "config.json").string();
+  ck.config_ = read_json_file(ck.config_path_);
+  ck.weightless_ = true;
+  return ck;
+}
+
 size_t Checkpoint::file_index(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) fail(dir_, ": missing tensor '", name, "'");

@@ -20,6 +20,10 @@ class Checkpoint {
   // holds it (so stray files such as Mistral's consolidated.safetensors are ignored). Each file
   // is mapped once. Throws Error naming the file at fault (and the shard and tensor).
   static Checkpoint open(const std::string& dir);
+  // DIR/config.json alone, with no tensors: for --load-format dummy, whose weights are made up
+  // at the shapes the config implies. weightless() tells such a checkpoint apart.
+  static Checkpoint open_config_only(const std::string& dir);
+  bool weightless() const { return weightless_; }
 
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }  // config.json as written
@@ -42,6 +46,7 @@ class Checkpoint {
   nlohmann::json config_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, size_t> where_;  // tensor name -> index into files_
+  bool weightless_ = false;
 };
 
 }  // namespace strata

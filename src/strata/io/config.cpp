@@ -89,6 +89,10 @@ class DuplicateKeyCheck {
 
 nlohmann::json parse_json(std::string_view text, const std::string& origin,
                           DuplicateKeys duplicates) {
+  // nlohmann's lexer takes a NUL byte for the end of input and ignores what follows, so
+  // "{}\0{...}" would parse; JSON allows NUL nowhere unescaped.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos)
+    fail(origin, ": invalid JSON: NUL byte at byte ", nul);
   try {
     if (duplicates == DuplicateKeys::kKeepLast) return Json::parse(text.begin(), text.end());
     DuplicateKeyCheck check(origin);

@@ -234,10 +234,18 @@ Tensor SafetensorsFile::get(const std::string& name) const {
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
+  // Data goes in order of element size, largest first (as the reference writer orders it):
+  // with the 8-byte-aligned data section every tensor is then aligned, and there are no holes.
+  std::vector<const std::pair<std::string, Tensor>*> order;
+  for (const auto& entry : tensors) order.push_back(&entry);
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return dtype_size(a->second.dtype()) > dtype_size(b->second.dtype());
+  });
   Json header = Json::object();
   std::set<std::string> seen;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const auto* item : order) {
+    const auto& [name, t] = *item;
     STRATA_CHECK(name != "__metadata__", path, ": '__metadata__' cannot name a tensor");
     STRATA_CHECK(seen.insert(name).second, path, ": duplicate tensor name '", name, "'");
     STRATA_CHECK(t.device() == Device::kCpu, path, ": tensor '", name, "' is not on the CPU");
@@ -262,7 +270,8 @@ void write_safetensors(const std::string& path,
   for (int i = 0; i < 8; ++i) len[i] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
   out.write(len, 8);
   out.write(text.data(), std::streamsize(text.size()));
-  for (const auto& [name, t] : tensors) {
+  for (const auto* item : order) {
+    const Tensor& t = item->second;
     if (t.nbytes() > 0) out.write(static_cast<const char*>(t.raw()), std::streamsize(t.nbytes()));
   }
   out.close();

@@ -105,8 +105,8 @@ class SafetensorsFile {
   std::shared_ptr<MappedFile> mapping_;
 };
 
-// Writes CPU tensors as a safetensors file (header padded to 8 bytes, data in the given order);
-// used by tests and tools. Throws Error naming the path and tensor on a duplicate or reserved
+// Writes CPU tensors as a safetensors file; used by tests and tools. The header is padded to
+// 8 bytes and the data ordered by element size, largest first, so every tensor is aligned. Throws Error naming the path and tensor on a duplicate or reserved
 // name, a non-CPU tensor, a dtype safetensors cannot spell, or an I/O failure.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,

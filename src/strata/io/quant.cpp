@@ -1,0 +1,90 @@
+#include "strata/io/quant.h"
+
+#include <cmath>
+#include <vector>
+
+#include "strata/core/error.h"
+#include "strata/core/parallel.h"
+
+namespace strata {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Scale tensors as float32 (their dtype checked by the caller).
+std::vector<float> scales_f32(const Tensor& scale) {
+  std::vector<float> out(size_t(scale.numel()));
+  to_f32(scale.dtype(), scale.raw(), out.data(), out.size());
+  return out;
+}
+
+}  // namespace
+
+Tensor dequant_fp8_block(const Tensor& w, const Tensor& scale, int block_rows, int block_cols,
+                         const std::string& name) {
+  STRATA_CHECK(w.device() == Device::kCpu && scale.device() == Device::kCpu, name,
+               ": FP8 dequantisation reads CPU tensors");
+  STRATA_CHECK(w.dtype() == DType::kF8E4M3 && w.ndim() == 2, name, ": expected an F8_E4M3 matrix, got ",
+               w.describe());
+  STRATA_CHECK(block_rows > 0 && block_cols > 0, name, ": bad FP8 block size ", block_rows, "x",
+               block_cols);
+  const DType st = scale.dtype();
+  STRATA_CHECK(st == DType::kUE8M0 || st == DType::kF32 || st == DType::kBF16 || st == DType::kF16,
+               name, ": FP8 block scale must be F8_E8M0, F32, BF16 or F16, got ", dtype_name(st));
+  const int64_t n = w.dim(0), k = w.dim(1);
+  const Shape want{ceil_div(n, block_rows), ceil_div(k, block_cols)};
+  STRATA_CHECK(scale.shape() == want, name, ": FP8 block scale for ", w.describe(), " in ",
+               block_rows, "x", block_cols, " blocks must be ", shape_str(want), ", got ",
+               scale.describe());
+  const std::vector<float> s = scales_f32(scale);
+  for (size_t i = 0; i < s.size(); ++i) {
+    STRATA_CHECK(std::isfinite(s[i]), name, ": FP8 block scale ", i, " is not finite");
+  }
+  const uint8_t* codes = w.data<uint8_t>();
+  for (int64_t i = 0; i < n * k; ++i) {
+    STRATA_CHECK((codes[i] & 0x7f) != 0x7f, name, ": FP8 weight element ", i / k, ",", i % k,
+                 " is NaN (code 0x", std::hex, int(codes[i]), ")");
+  }
+  Tensor out = Tensor::empty({n, k}, DType::kF32);
+  float* o = out.data<float>();
+  const int64_t scale_cols = want[1];
+  parallel_for(n, [&](int64_t r) {
+    const float* srow = s.data() + (r / block_rows) * scale_cols;
+    for (int64_t c = 0; c < k; ++c) o[r * k + c] = f8e4m3_to_f32(codes[r * k + c]) * srow[c / block_cols];
+  });
+  return out;
+}
+
+Tensor dequant_mxfp4(const Tensor& packed, const Tensor& scale, const std::string& name) {
+  STRATA_CHECK(packed.device() == Device::kCpu && scale.device() == Device::kCpu, name,
+               ": MXFP4 dequantisation reads CPU tensors");
+  STRATA_CHECK((packed.dtype() == DType::kU8 || packed.dtype() == DType::kI8) && packed.ndim() == 2,
+               name, ": expected MXFP4 weights packed as a U8 or I8 matrix, got ", packed.describe());
+  STRATA_CHECK(scale.dtype() == DType::kUE8M0 || scale.dtype() == DType::kU8, name,
+               ": MXFP4 scale must be F8_E8M0 (or U8), got ", dtype_name(scale.dtype()));
+  const int64_t n = packed.dim(0), k = packed.dim(1) * 2;
+  STRATA_CHECK(k % kMxfp4Group == 0, name, ": MXFP4 rows of ", k, " elements are not a multiple of ",
+               kMxfp4Group);
+  const Shape want{n, k / kMxfp4Group};
+  STRATA_CHECK(scale.shape() == want, name, ": MXFP4 scale for ", k, "-element rows must be ",
+               shape_str(want), ", got ", scale.describe());
+  const uint8_t* sb = scale.data<uint8_t>();
+  for (int64_t i = 0; i < scale.numel(); ++i) {
+    STRATA_CHECK(sb[i] != 0xff, name, ": MXFP4 scale ", i / want[1], ",", i % want[1],
+                 " is NaN (0xff)");
+  }
+  const uint8_t* b = packed.data<uint8_t>();
+  Tensor out = Tensor::empty({n, k}, DType::kF32);
+  float* o = out.data<float>();
+  parallel_for(n, [&](int64_t r) {
+    for (int64_t c = 0; c < k; c += 2) {
+      const uint8_t byte = b[r * (k / 2) + c / 2];
+      const float s = ue8m0_to_f32(sb[r * want[1] + c / kMxfp4Group]);
+      o[r * k + c] = f4e2m1_to_f32(byte & 0xf) * s;
+      o[r * k + c + 1] = f4e2m1_to_f32(byte >> 4) * s;
+    }
+  });
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,27 @@
+// Dequantisation of the published quantised weight formats to float32 (CPU):
+//   FP8 block:  e4m3 weights [N, K] with one scale per block of block_rows x block_cols
+//               (DeepSeek: 128 x 128), the scales ue8m0 (F8_E8M0) or float (F32/BF16/F16).
+//   MXFP4:      e2m1 pairs packed in U8/I8 [N, K/2], low nibble first (element 2j in bits 0-3),
+//               one ue8m0 scale per 32 consecutive elements of a row [N, K/32].
+// Every error names the tensor (`name`) and what is wrong; nothing is thrown inside the loops.
+#pragma once
+
+#include <string>
+
+#include "strata/core/tensor.h"
+
+namespace strata {
+
+inline constexpr int kMxfp4Group = 32;
+
+// w: F8_E4M3 [N, K]; scale: [ceil(N / block_rows), ceil(K / block_cols)] of UE8M0, F32, BF16
+// or F16. Returns F32 [N, K] with w[i, j] = e4m3(w[i, j]) * scale[i / block_rows, j / block_cols]
+// (one float32 multiply, as torch does). A NaN weight code or scale is an error.
+Tensor dequant_fp8_block(const Tensor& w, const Tensor& scale, int block_rows, int block_cols,
+                         const std::string& name);
+
+// packed: U8 or I8 [N, K / 2]; scale: UE8M0 or U8 [N, K / 32]. Returns F32 [N, K] with
+// w[i, j] = e2m1(nibble j of row i) * 2^(scale[i, j / 32] - 127). A NaN scale (0xff) is an error.
+Tensor dequant_mxfp4(const Tensor& packed, const Tensor& scale, const std::string& name);
+
+}  // namespace strata
