@@ -109,6 +109,8 @@ std::string format_field(const Value& v, const std::string& spec) {
   int64_t width = 0;
   while (k < rest.size() && isdigit(static_cast<unsigned char>(rest[k])) && width < 100000)
     width = width * 10 + (rest[k++] - '0');
+  char grouping = 0;
+  if (k < rest.size() && (rest[k] == ',' || rest[k] == '_')) grouping = rest[k++];
   int precision = -1;
   if (k < rest.size() && rest[k] == '.') {
     precision = 0;
@@ -157,6 +159,19 @@ std::string format_field(const Value& v, const std::string& spec) {
     body = std::string(buf) + (type == '%' ? "%" : "");
   } else {
     fault(cat("ValueError: Unknown format code '", type, "'"));
+  }
+  if (grouping) {  // thousands separators in the integer part
+    size_t b = body.find_first_of("0123456789");
+    size_t e = body.find_first_not_of("0123456789", b == std::string::npos ? body.size() : b);
+    if (b != std::string::npos && (type == 'd' || type == 0 || std::string_view("fFeEgG%").find(type) != std::string_view::npos)) {
+      if (e == std::string::npos) e = body.size();
+      std::string digits = body.substr(b, e - b), grouped;
+      for (size_t i = 0; i < digits.size(); ++i) {
+        if (i && (digits.size() - i) % 3 == 0) grouped.push_back(grouping);
+        grouped.push_back(digits[i]);
+      }
+      body = body.substr(0, b) + grouped + body.substr(e);
+    }
   }
   if (align == '=') {
     size_t sign_len = (!body.empty() && (body[0] == '-' || body[0] == '+' || body[0] == ' ')) ? 1 : 0;

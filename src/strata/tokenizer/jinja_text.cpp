@@ -47,11 +47,61 @@ size_t utf8_seq_len(std::string_view s, size_t i, char32_t* cp) {
   return n;
 }
 
-bool is_ascii_lower(char32_t c) { return c >= 'a' && c <= 'z'; }
-bool is_ascii_upper(char32_t c) { return c >= 'A' && c <= 'Z'; }
-char32_t to_upper(char32_t c) { return is_ascii_lower(c) ? c - 32 : c; }
-char32_t to_lower(char32_t c) { return is_ascii_upper(c) ? c + 32 : c; }
-bool is_cased(char32_t c) { return is_ascii_lower(c) || is_ascii_upper(c); }
+// Simple case mapping for ASCII, Latin-1, Latin Extended-A, Greek, Cyrillic and fullwidth
+// Latin (Python's full Unicode tables are not reproduced; other scripts are left unchanged).
+char32_t to_lower(char32_t c) {
+  if ((c >= 'A' && c <= 'Z') || (c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 32;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x130) return 'i';
+    if (c == 0x178) return 0xFF;
+    bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17F) return c;
+    return (c % 2 == (odd_upper ? 1u : 0u)) ? c + 1 : c;
+  }
+  if ((c >= 0x391 && c <= 0x3A9 && c != 0x3A2) || (c >= 0x410 && c <= 0x42F)) return c + 32;
+  if (c == 0x386) return 0x3AC;
+  if (c >= 0x388 && c <= 0x38A) return c + 37;
+  if (c == 0x38C) return 0x3CC;
+  if (c == 0x38E || c == 0x38F) return c + 63;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  if (c >= 0xFF21 && c <= 0xFF3A) return c + 32;
+  return c;
+}
+
+char32_t to_upper(char32_t c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
+  if (c == 0xFF) return 0x178;
+  if (c == 0xB5) return 0x39C;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x131) return 'I';
+    if (c == 0x17F) return 'S';
+    if (c == 0x130 || c == 0x138 || c == 0x149 || c == 0x178) return c;
+    bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    return (c % 2 == (odd_upper ? 0u : 1u)) ? c - 1 : c;
+  }
+  if ((c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) || (c >= 0x430 && c <= 0x44F)) return c - 32;
+  if (c == 0x3C2) return 0x3A3;
+  if (c == 0x3AC) return 0x386;
+  if (c >= 0x3AD && c <= 0x3AF) return c - 37;
+  if (c == 0x3CC) return 0x38C;
+  if (c == 0x3CD || c == 0x3CE) return c - 63;
+  if (c >= 0x450 && c <= 0x45F) return c - 80;
+  if (c >= 0xFF41 && c <= 0xFF5A) return c - 32;
+  return c;
+}
+
+bool is_lower_cased(char32_t c) { return to_upper(c) != c || c == 0xDF; }
+bool is_upper_cased(char32_t c) { return to_lower(c) != c; }
+bool is_cased(char32_t c) { return is_lower_cased(c) || is_upper_cased(c); }
+
+// Appends the upper case of c (U+00DF sharp s becomes "SS", as in Python).
+void append_upper(std::u32string& out, char32_t c) {
+  if (c == 0xDF) {
+    out += U"SS";
+  } else {
+    out.push_back(to_upper(c));
+  }
+}
 
 std::u32string chars_of(const std::optional<std::string>& chars) {
   return chars ? decode_utf8(*chars) : std::u32string();
@@ -289,61 +339,71 @@ int64_t py_count(std::string_view s, std::string_view sub) {
 }
 
 std::string py_upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'a' && c <= 'z') c = char(c - 32);
-  return out;
+  std::u32string out;
+  for (char32_t c : decode_utf8(s)) append_upper(out, c);
+  return encode_utf8(out);
 }
 
 std::string py_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = char(c + 32);
-  return out;
+  std::u32string u = decode_utf8(s);
+  for (char32_t& c : u) c = to_lower(c);
+  return encode_utf8(u);
 }
 
 std::string py_title(std::string_view s) {
-  std::u32string u = decode_utf8(s);
+  std::u32string out;
   bool prev_cased = false;
-  for (char32_t& c : u) {
-    c = prev_cased ? to_lower(c) : to_upper(c);
+  for (char32_t c : decode_utf8(s)) {
+    if (prev_cased) {
+      out.push_back(to_lower(c));
+    } else {
+      append_upper(out, c);
+    }
     prev_cased = is_cased(c);
   }
-  return encode_utf8(u);
+  return encode_utf8(out);
 }
 
 std::string py_capitalize(std::string_view s) {
-  std::u32string u = decode_utf8(s);
-  for (size_t i = 0; i < u.size(); ++i) u[i] = i == 0 ? to_upper(u[i]) : to_lower(u[i]);
-  return encode_utf8(u);
+  std::u32string u = decode_utf8(s), out;
+  for (size_t i = 0; i < u.size(); ++i) {
+    if (i == 0) {
+      append_upper(out, u[i]);
+    } else {
+      out.push_back(to_lower(u[i]));
+    }
+  }
+  return encode_utf8(out);
 }
 
 std::string py_swapcase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'a' && c <= 'z') {
-      c = char(c - 32);
-    } else if (c >= 'A' && c <= 'Z') {
-      c = char(c + 32);
+  std::u32string out;
+  for (char32_t c : decode_utf8(s)) {
+    if (is_upper_cased(c)) {
+      out.push_back(to_lower(c));
+    } else if (is_lower_cased(c)) {
+      append_upper(out, c);
+    } else {
+      out.push_back(c);
     }
   }
-  return out;
+  return encode_utf8(out);
 }
 
 bool py_islower(std::string_view s) {
   bool cased = false;
-  for (char c : s) {
-    if (c >= 'A' && c <= 'Z') return false;
-    if (c >= 'a' && c <= 'z') cased = true;
+  for (char32_t c : decode_utf8(s)) {
+    if (is_upper_cased(c)) return false;
+    cased |= is_lower_cased(c);
   }
   return cased;
 }
 
 bool py_isupper(std::string_view s) {
   bool cased = false;
-  for (char c : s) {
-    if (c >= 'a' && c <= 'z') return false;
-    if (c >= 'A' && c <= 'Z') cased = true;
+  for (char32_t c : decode_utf8(s)) {
+    if (is_lower_cased(c)) return false;
+    cased |= is_upper_cased(c);
   }
   return cased;
 }

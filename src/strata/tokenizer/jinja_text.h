@@ -1,5 +1,5 @@
 // Text helpers with Python str semantics over UTF-8: code-point indexing, whitespace, strip,
-// split, case mapping (ASCII only), repr() quoting and float repr().
+// split, case mapping (ASCII, Latin, Greek, Cyrillic), repr() quoting and float repr().
 #pragma once
 
 #include <cstdint>
