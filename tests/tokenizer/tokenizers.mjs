@@ -6,5 +6,7 @@ export function tokenizer_paths(here) {
   return {
     qwen3: path.join(nm, 'tokenizer-qwen3', 'models', 'tokenizer.json'),
     deepseek_v3: path.join(nm, 'tokenizer-deepseek_v3', 'models', 'tokenizer.json'),
+    synth_bytelevel: path.join(here, 'data', 'synth_bytelevel', 'tokenizer.json'),
+    synth_fallback: path.join(here, 'data', 'synth_fallback', 'tokenizer.json'),
   };
 }
