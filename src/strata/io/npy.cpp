@@ -194,7 +194,10 @@ Tensor decode_npy(std::string_view bytes, const std::string& origin) {
     fail(origin, ": Fortran-order .npy arrays are not supported");
   uint64_t numel = 1, need = 0;
   bool overflow = false;
-  for (int64_t d : h.shape) overflow |= __builtin_mul_overflow(numel, uint64_t(d), &numel);
+  // Every partial product must fit int64 (shape_numel's type), even when a later dim is 0.
+  for (int64_t d : h.shape)
+    overflow |= __builtin_mul_overflow(numel, uint64_t(d), &numel) ||
+                numel > uint64_t(std::numeric_limits<int64_t>::max());
   overflow |= __builtin_mul_overflow(numel, uint64_t(item), &need);
   size_t have = bytes.size() - data_start;
   if (overflow || need != have)

@@ -13,7 +13,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Scale tensors as float32 (their dtype checked by the caller).
 std::vector<float> scales_f32(const Tensor& scale) {
-  std::vector<float> out(size_t(scale.numel()));
+  std::vector<float> out(static_cast<size_t>(scale.numel()));
   to_f32(scale.dtype(), scale.raw(), out.data(), out.size());
   return out;
 }

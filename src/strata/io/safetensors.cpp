@@ -82,7 +82,9 @@ TensorInfo parse_entry(const std::string& name, const Json& entry, size_t data_s
     if (u > uint64_t(std::numeric_limits<int64_t>::max()))
       bad("dimension ", u, " in 'shape' is too large");
     info.shape.push_back(int64_t(u));
-    numel_overflow |= __builtin_mul_overflow(numel, u, &numel);
+    // Every partial product must fit int64 (shape_numel's type), even when a later dim is 0.
+    numel_overflow |= __builtin_mul_overflow(numel, u, &numel) ||
+                      numel > uint64_t(std::numeric_limits<int64_t>::max());
   }
 
   const Json& offsets = require(entry, "data_offsets", origin, name);
