@@ -12,7 +12,7 @@ namespace {
 // Makes the limits visible to the value helpers for the duration of a compile or render.
 class ActiveLimits {
  public:
-  explicit ActiveLimits(const Limits& l) : prev_(set_active_limits(&l)) {}
+  explicit ActiveLimits(const Limits& l) : prev_(set_active_limits(&l)) { reset_steps(); }
   ~ActiveLimits() { set_active_limits(prev_); }
   ActiveLimits(const ActiveLimits&) = delete;
   ActiveLimits& operator=(const ActiveLimits&) = delete;

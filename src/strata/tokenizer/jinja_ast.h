@@ -50,6 +50,7 @@ struct Expr {
   ExprPtr dyn_kwargs;  // f(**x)
   std::vector<std::string> ops;
   bool negated = false;  // kTest: "is not"
+  int height = 1;        // of this subtree (bounded by the parser: evaluation recurses on it)
 };
 
 // An assignment target: name, (a, b) tuple, or ns.attr.

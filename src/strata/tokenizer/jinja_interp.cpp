@@ -75,14 +75,13 @@ Interpreter::~Interpreter() {
 }
 
 std::string Interpreter::run() {
+  reset_steps();
   std::string out;
   exec_body(program_.body, root_, out);
   return out;
 }
 
-void Interpreter::step() {
-  if (++steps_ > limits_.max_steps) fault("render step limit exceeded");
-}
+void Interpreter::step() { charge_steps(1); }
 
 void Interpreter::append(std::string& out, std::string_view s) {
   if (out.size() + s.size() > limits_.max_string_bytes) fault("output exceeds the render limit");

@@ -78,7 +78,6 @@ class Interpreter {
   const Program& program_;
   const Limits& limits_;
   const Dict& context_;
-  int64_t steps_ = 0;
   int call_depth_ = 0;
   ScopePtr root_;
   // Scopes holding macros and all namespaces: cleared after the render to break the reference

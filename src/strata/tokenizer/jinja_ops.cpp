@@ -302,6 +302,8 @@ List iterate(const Value& v) {
     }
     case Value::Kind::kString: {
       List chars;
+      check_list_size(count_code_points(v.str()));
+      charge_steps(int64_t(v.str().size() >> 4));
       for (char32_t c : decode_utf8(v.str())) chars.push_back(Value::string(encode_utf8({&c, 1})));
       return chars;
     }

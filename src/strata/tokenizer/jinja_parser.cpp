@@ -101,6 +101,20 @@ class Parser {
     return s;
   }
 
+  // Records the subtree height of a finished node; chains built by loops (a + b + c ...,
+  // x.a.b.c ..., x|f|g ...) would otherwise make evaluation and destruction recurse unboundedly.
+  ExprPtr fin(ExprPtr e) {
+    int h = 0;
+    for (const auto& a : e->args)
+      if (a) h = std::max(h, a->height);
+    for (const auto& [k, v] : e->kwargs) h = std::max(h, v->height);
+    if (e->dyn_args) h = std::max(h, e->dyn_args->height);
+    if (e->dyn_kwargs) h = std::max(h, e->dyn_kwargs->height);
+    e->height = h + 1;
+    if (e->height > max_depth_) syntax_error(e->line, e->col, "expression is nested too deeply");
+    return e;
+  }
+
   // --- statements ---------------------------------------------------------------------------
   // Parses template data and statements until a block tag named in `ends` (returned in *found,
   // with the stream just after the tag name) or the end of the template.
@@ -373,7 +387,7 @@ class Parser {
     }
     auto e = expr_at(ExprKind::kTuple, start);
     e->args = std::move(args);
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
@@ -382,6 +396,7 @@ class Parser {
   }
 
   ExprPtr parse_condexpr() {
+    DepthGuard guard(this);
     const Token& start = cur();
     ExprPtr expr1 = parse_or();
     while (skip_name("if")) {
@@ -391,7 +406,7 @@ class Parser {
       e->args.push_back(std::move(cond));
       e->args.push_back(std::move(expr1));
       e->args.push_back(std::move(other));
-      expr1 = std::move(e);
+      expr1 = fin(std::move(e));
     }
     return expr1;
   }
@@ -402,7 +417,7 @@ class Parser {
     e->name = std::move(op);
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -431,7 +446,7 @@ class Parser {
       auto e = expr_at(ExprKind::kNot, cur());
       next();
       e->args.push_back(parse_not());
-      return e;
+      return fin(std::move(e));
     }
     return parse_compare();
   }
@@ -463,7 +478,7 @@ class Parser {
     e->args.push_back(std::move(expr));
     for (auto& o : operands) e->args.push_back(std::move(o));
     e->ops = std::move(ops);
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_math1() {
@@ -483,7 +498,7 @@ class Parser {
     auto e = expr_at(ExprKind::kConcat, start);
     e->args.push_back(std::move(first));
     while (skip_op("~")) e->args.push_back(parse_math2());
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_math2() {
@@ -514,7 +529,7 @@ class Parser {
       e->name = cur().text;
       next();
       e->args.push_back(parse_unary(false));
-      node = std::move(e);
+      node = fin(std::move(e));
     } else {
       node = parse_primary();
     }
@@ -578,7 +593,7 @@ class Parser {
         e->args.push_back(parse_expression(true));
       }
       expect_op("]");
-      return e;
+      return fin(std::move(e));
     }
     if (is_op("{")) {
       auto e = expr_at(ExprKind::kDict, t);
@@ -591,7 +606,7 @@ class Parser {
         e->args.push_back(parse_expression(true));
       }
       expect_op("}");
-      return e;
+      return fin(std::move(e));
     }
     fail_here(cat("unexpected '", describe(t), "'"));
   }
@@ -621,7 +636,7 @@ class Parser {
           e->args.push_back(std::move(node));
           for (auto& a : f.args) e->args.push_back(std::move(a));
           e->kwargs = std::move(f.kwargs);
-          node = std::move(e);
+          node = fin(std::move(e));
         }
       } else if (is_name("is")) {
         node = parse_test(std::move(node));
@@ -642,7 +657,7 @@ class Parser {
         e->name = attr.text;
         e->args.push_back(std::move(node));
         next();
-        return e;
+        return fin(std::move(e));
       }
       if (attr.type != Tok::kInt) fail_here("expected name or number");
       auto idx = expr_at(ExprKind::kConst, attr);
@@ -675,7 +690,7 @@ class Parser {
     if (slice) {
       if (count != 1) syntax_error(at.line, at.col, "multi-dimensional slices are not supported");
       slice->args[0] = std::move(node);
-      return slice;
+      return fin(std::move(slice));
     }
     if (parts.empty()) syntax_error(at.line, at.col, "Expected an expression, got ']'");
     ExprPtr index;
@@ -684,6 +699,7 @@ class Parser {
     } else {
       index = expr_at(ExprKind::kTuple, at);
       index->args = std::move(parts);
+      index = fin(std::move(index));
     }
     return binary(ExprKind::kGetitem, at, std::move(node), std::move(index));
   }
@@ -726,7 +742,7 @@ class Parser {
     auto e = expr_at(ExprKind::kCall, cur());
     e->args.push_back(std::move(node));
     parse_call_args(e.get());
-    return e;
+    return fin(std::move(e));
   }
 
   FilterCall parse_filter_call() {
@@ -765,7 +781,7 @@ class Parser {
       if (is_name("is")) fail_here("You cannot chain multiple tests with is");
       e->args.push_back(parse_postfix(parse_primary()));
     }
-    return e;
+    return fin(std::move(e));
   }
 
   std::vector<Token> toks_;

@@ -11,6 +11,7 @@ namespace strata::jinja {
 namespace {
 
 thread_local const Limits* g_limits = nullptr;
+thread_local int64_t g_steps = 0;
 const Limits kDefaultLimits;
 constexpr int kMaxNesting = 256;  // repr / json / comparison depth (cycles, deep data)
 
@@ -160,6 +161,13 @@ void check_list_size(size_t items) {
   if (items > limits().max_list_items) fault("MemoryError: list exceeds the render limit");
 }
 
+void charge_steps(int64_t steps) {
+  g_steps += steps;
+  if (g_steps > limits().max_steps) fault("render step limit exceeded");
+}
+
+void reset_steps() { g_steps = 0; }
+
 const Limits* set_active_limits(const Limits* l) {
   const Limits* prev = g_limits;
   g_limits = l;
@@ -201,6 +209,7 @@ Value Value::number(double d) {
 
 Value Value::string(std::string s, bool markup) {
   check_string_size(s.size());
+  if (s.size() >= 1024) charge_steps(int64_t(s.size() >> 10));
   Value v;
   v.kind_ = Kind::kString;
   v.markup_ = markup;
@@ -215,6 +224,7 @@ Value Value::tuple(List items) {
 
 Value Value::list_ptr(ListPtr items, bool tuple) {
   check_list_size(items->size());
+  if (items->size() >= 16) charge_steps(int64_t(items->size() >> 4));
   Value v;
   v.kind_ = tuple ? Kind::kTuple : Kind::kList;
   v.data_ = std::move(items);

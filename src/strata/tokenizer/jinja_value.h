@@ -149,13 +149,17 @@ std::string to_json(const Value& v, const JsonOptions& opts);
 struct Limits {
   size_t max_string_bytes = size_t(64) << 20;  // any one string, including the output
   size_t max_list_items = size_t(1) << 24;
-  int64_t max_steps = 50'000'000;  // loop iterations + macro calls + output statements
+  // Loop iterations, macro calls and output statements, plus one step per KiB of string and per
+  // 16 list items built.
+  int64_t max_steps = 50'000'000;
   int max_call_depth = 400;        // macro recursion
   int max_parse_depth = 200;       // expression / block nesting
 };
 
 void check_string_size(size_t bytes);  // faults above the active limit
 void check_list_size(size_t items);
+void charge_steps(int64_t steps);  // faults when the render's step budget is spent
+void reset_steps();
 // Per thread, for the helpers above; returns the previous setting.
 const Limits* set_active_limits(const Limits* limits);
 
