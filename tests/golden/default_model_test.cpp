@@ -1,0 +1,110 @@
+// strata's embedded default model (models/default, trained by tools/train/run_on_device.sh)
+// against the fp32 transformers reference saved with it in models/default/reference/: logits
+// in full and stepwise modes, the 16 greedy ids, and the tokenizer's ids for the prompt text.
+// A missing model is a failure, not a skip: the default model ships with strata.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "golden_util.h"
+#include "strata/engine/single_sequence.h"
+#include "strata/models/model.h"
+#include "strata/tokenizer/tokenizer.h"
+
+namespace strata::testing {
+namespace {
+
+const std::string& default_dir() {
+  static const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/default";
+  return dir;
+}
+
+// Empty when everything the tests read is there, else what is missing.
+std::string missing_files() {
+  std::string missing;
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json",
+                        "reference/reference.json", "reference/logits.npy"}) {
+    if (!std::filesystem::exists(default_dir() + "/" + f)) missing += std::string(" ") + f;
+  }
+  if (missing.empty()) return "";
+  return default_dir() + " lacks" + missing +
+         ": the default model is made by tools/train/run_on_device.sh on the GPU machine "
+         "(see tools/train/README.md)";
+}
+
+struct Reference {
+  std::vector<int32_t> prompt, greedy;
+  std::string prompt_text;
+  Tensor logits;  // [T, vocab]
+  double tolerance = 0;
+};
+
+Reference load_reference() {
+  Reference r;
+  const std::string ref_dir = default_dir() + "/reference";
+  nlohmann::json j = read_json_file(ref_dir + "/reference.json");
+  r.prompt = j.at("prompt_ids").get<std::vector<int32_t>>();
+  r.greedy = j.at("greedy_ids").get<std::vector<int32_t>>();
+  r.prompt_text = j.value("prompt_text", "");
+  r.logits = read_npy(ref_dir + "/logits.npy");
+  // as the HF fixtures: max|d| <= 2e-3 * max(1, std(reference))
+  const float* p = r.logits.data<float>();
+  const int64_t n = r.logits.numel();
+  double mean = 0, sq = 0;
+  for (int64_t i = 0; i < n; ++i) mean += p[i];
+  mean /= double(n);
+  for (int64_t i = 0; i < n; ++i) sq += (p[i] - mean) * (p[i] - mean);
+  r.tolerance = 2e-3 * std::max(1.0, std::sqrt(sq / double(n)));
+  return r;
+}
+
+TEST(DefaultModel, LogitsMatchReferenceFullAndStepwise) {
+  const std::string missing = missing_files();
+  ASSERT_TRUE(missing.empty()) << missing;
+  Reference ref = load_reference();
+  auto model = load_model(default_dir());
+  ASSERT_EQ(ref.logits.dim(0), int64_t(ref.prompt.size()));
+  ASSERT_EQ(ref.logits.dim(1), model->info().vocab_size);
+  for (const std::string mode : {"full", "stepwise"}) {
+    Tensor logits = sequence_logits(*model, ref.prompt, mode);
+    const double d = max_abs_diff(logits, ref.logits);
+    std::printf("  default model %-8s max|d| = %.3g (tolerance %.3g)\n", mode.c_str(), d,
+                ref.tolerance);
+    EXPECT_LE(d, ref.tolerance) << "mode " << mode;
+  }
+}
+
+TEST(DefaultModel, GreedyIdsMatchReference) {
+  const std::string missing = missing_files();
+  ASSERT_TRUE(missing.empty()) << missing;
+  Reference ref = load_reference();
+  auto model = load_model(default_dir());
+  SingleSequence seq(*model, int64_t(ref.prompt.size() + ref.greedy.size()));
+  Tensor logits = seq.append(ref.prompt, false);
+  std::vector<int32_t> got;
+  const int64_t vocab = model->info().vocab_size;
+  while (got.size() < ref.greedy.size()) {
+    const float* l = logits.data<float>();
+    got.push_back(int32_t(std::max_element(l, l + vocab) - l));
+    logits = seq.append({got.back()}, false);
+  }
+  EXPECT_EQ(got, ref.greedy);
+}
+
+TEST(DefaultModel, TokenizerGivesTheReferencePromptIds) {
+  const std::string missing = missing_files();
+  ASSERT_TRUE(missing.empty()) << missing;
+  Reference ref = load_reference();
+  ASSERT_FALSE(ref.prompt_text.empty()) << "reference.json has no prompt_text";
+  Tokenizer tok = Tokenizer::load(default_dir());
+  std::vector<int32_t> ids = tok.encode(ref.prompt_text);
+  // the reference keeps at most the first 100 tokens of the text
+  if (ids.size() > ref.prompt.size()) ids.resize(ref.prompt.size());
+  EXPECT_EQ(ids, ref.prompt);
+}
+
+}  // namespace
+}  // namespace strata::testing
