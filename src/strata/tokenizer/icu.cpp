@@ -148,6 +148,14 @@ void from_utf16(const UChar* p, size_t n, std::string* out) {
 
 void icu_require(const std::string& what) { checked(what.c_str()); }
 
+namespace {
+
+bool stable_at(const QuickTable& t, NormForm form, uint32_t cp) {
+  return cp < kTableLimit ? (t.bits[cp >> 6] >> (cp & 63)) & 1 : stable_char(api(), form, cp);
+}
+
+}  // namespace
+
 bool icu_is_normalized_quick(NormForm form, std::string_view in) {
   const auto* p = reinterpret_cast<const uint8_t*>(in.data());
   size_t n = in.size(), i = 0;
@@ -161,11 +169,45 @@ bool icu_is_normalized_quick(NormForm form, std::string_view in) {
     int len;
     uint32_t cp = utf8_decode(in.data() + i, &len);
     i += size_t(len);
-    bool stable = cp < kTableLimit ? (t->bits[cp >> 6] >> (cp & 63)) & 1
-                                   : stable_char(api(), form, cp);
-    if (!stable) return false;
+    if (!stable_at(*t, form, cp)) return false;
   }
   return true;
+}
+
+// A stable character (quick check YES, combining class 0) is a normalization boundary: text on
+// either side of it normalizes independently. Only the stretches around unstable characters,
+// from the last boundary before them to the next one after, go through ICU.
+void icu_normalize_regions(NormForm form, std::string_view in, std::string* out) {
+  const auto* p = reinterpret_cast<const uint8_t*>(in.data());
+  const QuickTable& t = quick_table(form);
+  size_t n = in.size(), i = 0, copied = 0, boundary = 0;
+  std::string region;
+  out->clear();
+  while (i < n) {
+    if (p[i] < 0x80) {
+      boundary = i++;
+      continue;
+    }
+    int len;
+    uint32_t cp = utf8_decode(in.data() + i, &len);
+    if (stable_at(t, form, cp)) {
+      boundary = i;
+      i += size_t(len);
+      continue;
+    }
+    size_t j = i + size_t(len);
+    while (j < n) {
+      if (p[j] < 0x80) break;
+      uint32_t c2 = utf8_decode(in.data() + j, &len);
+      if (stable_at(t, form, c2)) break;
+      j += size_t(len);
+    }
+    out->append(in.data() + copied, boundary - copied);
+    icu_normalize(form, in.substr(boundary, j - boundary), &region);
+    out->append(region);
+    copied = i = boundary = j;
+  }
+  out->append(in.data() + copied, n - copied);
 }
 
 void icu_normalize(NormForm form, std::string_view in, std::string* out) {

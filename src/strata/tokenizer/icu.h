@@ -15,6 +15,9 @@ enum class NormForm : uint8_t { kNfc, kNfd, kNfkc, kNfkd };
 // ICU cannot be loaded.
 void icu_normalize(NormForm form, std::string_view in, std::string* out);
 
+// Same result as icu_normalize, sending only the parts around unstable characters to ICU.
+void icu_normalize_regions(NormForm form, std::string_view in, std::string* out);
+
 // True when `in` is certainly unchanged by `form` (a quick check; false means "maybe").
 bool icu_is_normalized_quick(NormForm form, std::string_view in);
 

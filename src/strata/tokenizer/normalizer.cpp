@@ -40,7 +40,7 @@ std::string_view Normalizer::apply(std::string_view in, std::string* buf) const 
   std::string tmp;
   for (NormForm f : forms_) {
     if (icu_is_normalized_quick(f, cur)) continue;
-    icu_normalize(f, cur, &tmp);
+    icu_normalize_regions(f, cur, &tmp);
     buf->swap(tmp);
     cur = *buf;
   }
