@@ -32,6 +32,8 @@ void WordCache::store(std::string_view word, const int32_t* ids, size_t n) {
 
 namespace {
 
+constexpr int64_t kMaxId = 1 << 24;  // far above any real vocabulary
+
 std::string byte_token(uint8_t b) {
   static const char* hex = "0123456789ABCDEF";
   std::string s = "<0x";
@@ -80,7 +82,7 @@ BpeModel::BpeModel(const json& model, const std::string& where, bool byte_level)
   for (auto& [tok, idv] : vit->items()) {
     if (!idv.is_number_integer()) fail(where, ".vocab[\"", tok, "\"]: expected an integer id");
     int64_t id = idv.get<int64_t>();
-    if (id < 0 || id > INT32_MAX / 2) fail(where, ".vocab[\"", tok, "\"]: id ", id, " out of range");
+    if (id < 0 || id >= kMaxId) fail(where, ".vocab[\"", tok, "\"]: id ", id, " out of range");
     vocab_.put(tok, int32_t(id));
     max_id = std::max(max_id, id);
   }
