@@ -1,0 +1,218 @@
+// DeepSeek-V4 (model_type deepseek_v4). Reads like HF's modeling_deepseek_v4.py: the residual is
+// hc_mult parallel streams mixed in and out of every sublayer by manifold-constrained
+// hyper-connections; attention is shared-KV MQA (head_dim 512, [nope | rope] with interleaved
+// RoPE on the tail) over a sliding window plus, per layer, nothing, the indexer's top-k of
+// ratio-4 compressed entries, or every ratio-128 compressed entry, with per-head sinks and a
+// grouped low-rank output projection; the MoE routes by a token-id hash in the first layers
+// and by sqrt-softplus scores with a selection bias after, through clamped SwiGLU experts plus
+// a shared expert. MTP layers are not part of this forward.
+#include "strata/models/deepseek_v4.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "strata/core/error.h"
+#include "strata/models/deepseek_v4_config.h"
+#include "strata/models/deepseek_v4_weights.h"
+#include "strata/models/weights.h"
+#include "strata/ops/deepseek_v4_ops.h"
+#include "strata/ops/ops.h"
+
+namespace strata {
+namespace {
+
+// Cache tensors of a layer, in the order of deepseek_v4_cache_spec.
+enum PagedIndex { kWindowKv = 0, kCompressedKv = 1, kIndexK = 2 };
+enum SlotIndex { kCompressorKv = 0, kCompressorGate = 1, kIndexerKv = 2, kIndexerGate = 3 };
+
+class DeepseekV4Model final : public Model {
+ public:
+  DeepseekV4Model(const Checkpoint& ckpt, Device device) : device_(device) {
+    STRATA_CHECK(device == Device::kCpu, ckpt.dir(), ": deepseek_v4 runs on the CPU reference path only so far");
+    cfg_ = parse_deepseek_v4_config(ckpt.config(), ckpt.config_path());
+    WeightLoader loader(ckpt, "", device);
+    w_ = load_deepseek_v4_weights(ckpt, cfg_, loader);
+    hyper_ = {int(cfg_.hc_mult), int(cfg_.hc_iters), float(cfg_.hc_eps), float(cfg_.rms_eps)};
+    info_.model_type = "deepseek_v4";
+    info_.vocab_size = cfg_.vocab;
+    info_.hidden_size = cfg_.hidden;
+    info_.num_layers = cfg_.layers;
+    info_.max_position_embeddings = cfg_.max_pos;
+    info_.eos_token_ids = cfg_.eos;
+    info_.bos_token_id = cfg_.bos;
+    info_.cache = deepseek_v4_cache_spec(cfg_);
+    info_.weight_bytes = loader.bytes_loaded();
+  }
+
+  const ModelInfo& info() const override { return info_; }
+  Device device() const override { return device_; }
+
+  void forward(const ForwardBatch& batch, Caches& caches, Tensor& logits) override {
+    check_batch(batch, caches);
+    const int64_t t = batch.num_tokens(), h = cfg_.hidden, s = cfg_.hc_mult;
+    // The residual: hc_mult copies of the embedding.
+    Tensor embedded = act({t, h});
+    ops::embedding(w_.embed, batch.token_ids, embedded);
+    Tensor streams = act({t, s, h});
+    broadcast_streams(embedded, streams);
+    Tensor collapsed = act({t, h}), normed = act({t, h}), out = act({t, h});
+    Tensor post = act({t, s}), comb = act({t, s, s});
+    for (size_t i = 0; i < w_.layers.size(); ++i) {
+      const Dsv4Layer& l = w_.layers[i];
+      ops::hyper_pre(streams, l.hc_attn_fn, l.hc_attn_base, l.hc_attn_scale, hyper_, collapsed, post, comb);
+      ops::rms_norm(collapsed, l.attn_norm, eps(), false, normed);
+      attention(l, int64_t(i), normed, batch, caches, out);
+      ops::hyper_post(streams, out, post, comb, streams);
+      ops::hyper_pre(streams, l.hc_ffn_fn, l.hc_ffn_base, l.hc_ffn_scale, hyper_, collapsed, post, comb);
+      ops::rms_norm(collapsed, l.ffn_norm, eps(), false, normed);
+      moe(l, normed, batch.token_ids, out);
+      ops::hyper_post(streams, out, post, comb, streams);
+    }
+    const int64_t n = int64_t(batch.logit_rows.size());
+    Tensor last = act({n, s * h}), head_in = act({n, h}), final_normed = act({n, h});
+    ops::gather_rows(streams.reshape({t, s * h}), batch.logit_rows, last);
+    ops::hyper_head(last.reshape({n, s, h}), w_.hc_head_fn, w_.hc_head_base, w_.hc_head_scale, hyper_, head_in);
+    ops::rms_norm(head_in, w_.norm, eps(), false, final_normed);
+    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
+      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
+    }
+    ops::linear(final_normed, w_.head, logits);
+  }
+
+ private:
+  float eps() const { return float(cfg_.rms_eps); }
+  Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), DType::kF32, device_); }
+
+  void check_batch(const ForwardBatch& batch, const Caches& caches) const {
+    batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
+    STRATA_CHECK(caches.layers.size() == w_.layers.size(), "deepseek_v4 forward: caches for ",
+                 caches.layers.size(), " layers, model has ", w_.layers.size());
+    for (size_t i = 0; i < caches.layers.size(); ++i) {
+      const LayerCacheSpec& spec = info_.cache.layers[i];
+      STRATA_CHECK(caches.layers[i].paged.size() == spec.paged.size() &&
+                       caches.layers[i].slots.size() == spec.slots.size(),
+                   "deepseek_v4 forward: layer ", i, " caches do not follow the model's CacheSpec");
+    }
+    for (size_t si = 0; si < batch.seqs.size(); ++si) {
+      const SeqInBatch& q = batch.seqs[si];
+      for (int32_t j = 0; j < q.q_len; ++j) {
+        STRATA_CHECK(batch.positions[size_t(q.q_start + j)] == q.ctx_len + j, "deepseek_v4 forward: row ",
+                     q.q_start + j, " of sequence ", si, " has position ", batch.positions[size_t(q.q_start + j)],
+                     ", expected ", q.ctx_len + j, " (the compressors need consecutive positions)");
+      }
+    }
+  }
+
+  static void broadcast_streams(const Tensor& embedded, const Tensor& streams) {
+    const int64_t t = streams.dim(0), s = streams.dim(1), h = streams.dim(2);
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t k = 0; k < s; ++k) {
+        std::copy_n(embedded.data<float>() + i * h, h, streams.data<float>() + (i * s + k) * h);
+      }
+    }
+  }
+
+  // Projects, pools, normalises, rotates (at each window's first position) and stores the
+  // entries that this step's tokens close, and keeps the open windows in the rings.
+  void compress(const Dsv4Compressor& c, const Tensor& x, const ForwardBatch& batch,
+                const Tensor& ring_kv, const Tensor& ring_gate, const Tensor& pool, int block_size) {
+    const int64_t t = x.dim(0), width = c.spec.width(), d = c.spec.head_dim;
+    Tensor kv = act({t, width}), gate = act({t, width});
+    ops::linear(x, c.kv, kv);
+    ops::linear(x, c.gate, gate);
+    const std::vector<ops::CompressedEntry> entries = ops::closed_entries(batch, c.spec.ratio);
+    const int64_t n = int64_t(entries.size());
+    Tensor pooled = act({n, d});
+    ops::compressor_pool(kv, gate, c.ape, ring_kv, ring_gate, batch, c.spec, entries, pooled);
+    if (n == 0) return;
+    ops::rms_norm(pooled, c.norm, eps(), false, pooled);
+    std::vector<int32_t> positions;
+    for (const ops::CompressedEntry& e : entries) positions.push_back(e.index * c.spec.ratio);
+    ops::rope_interleaved_tail(pooled.reshape({n, 1, d}), positions, cfg_.rope_compress, false);
+    ops::store_compressed(pooled, pool, batch, block_size, c.spec.ratio, entries);
+  }
+
+  void attention(const Dsv4Layer& l, int64_t layer, const Tensor& x, const ForwardBatch& batch,
+                 Caches& caches, const Tensor& y) {
+    const int64_t t = x.dim(0), heads = cfg_.heads, d = cfg_.head_dim;
+    const ops::TailRope& rope = l.attention == Dsv4Attention::kSliding ? cfg_.rope_main : cfg_.rope_compress;
+    LayerCaches& cache = caches.layers[size_t(layer)];
+    // q from the q-LoRA latent, normalised per head; K = V is one normalised latent.
+    Tensor q_latent = act({t, cfg_.q_lora_rank});
+    ops::linear(x, l.wq_a, q_latent);
+    ops::rms_norm(q_latent, l.q_norm, eps(), false, q_latent);
+    Tensor q = act({t, heads, d});
+    ops::linear(q_latent, l.wq_b, q.reshape({t, heads * d}));
+    ops::rms_norm_unweighted(q, eps(), q);
+    ops::rope_interleaved_tail(q, batch.positions, rope, false);
+    Tensor kv = act({t, d});
+    ops::linear(x, l.wkv, kv);
+    ops::rms_norm(kv, l.kv_norm, eps(), false, kv);
+    ops::rope_interleaved_tail(kv.reshape({t, 1, d}), batch.positions, rope, false);
+    // Compressed entries: every visible one (ratio 128), or the lightning indexer's top-k (4).
+    Tensor compressed, selected;
+    int ratio = 1;
+    if (l.attention != Dsv4Attention::kSliding) {
+      ratio = l.compressor.spec.ratio;
+      compress(l.compressor, x, batch, cache.slots[kCompressorKv], cache.slots[kCompressorGate],
+               cache.paged[kCompressedKv], caches.block_size);
+      compressed = cache.paged[kCompressedKv];
+    }
+    if (l.attention == Dsv4Attention::kCompressedSparse) {
+      compress(l.indexer, x, batch, cache.slots[kIndexerKv], cache.slots[kIndexerGate],
+               cache.paged[kIndexK], caches.block_size);
+      const int64_t ih = cfg_.index_heads, id = cfg_.index_head_dim;
+      Tensor iq = act({t, ih, id});
+      ops::linear(q_latent, l.index_wq_b, iq.reshape({t, ih * id}));
+      ops::rope_interleaved_tail(iq, batch.positions, cfg_.rope_compress, false);
+      Tensor iw = act({t, ih});
+      ops::linear(x, l.index_weights, iw);
+      selected = Tensor::empty({t, cfg_.index_topk}, DType::kI32, device_);
+      ops::indexer_top_k(iq, iw, cache.paged[kIndexK], batch, caches.block_size, ratio,
+                         1.f / std::sqrt(float(id)), 1.f / std::sqrt(float(ih)), selected);
+    }
+    Tensor o = act({t, heads, d});
+    ops::sparse_attention(q, kv, cache.paged[kWindowKv], compressed, ratio, selected, l.sinks, batch,
+                          int(cfg_.window), 1.f / std::sqrt(float(d)), o);
+    // K = V carried the rotation: undo it on the output's rope slice at the query position.
+    ops::rope_interleaved_tail(o, batch.positions, rope, true);
+    Tensor grouped = act({t, cfg_.o_groups * cfg_.o_lora_rank});
+    ops::grouped_linear(o.reshape({t, heads * d}), l.wo_a, int(cfg_.o_groups), grouped);
+    ops::linear(grouped, l.wo_b, y);
+  }
+
+  void moe(const Dsv4Layer& l, const Tensor& x, const std::vector<int32_t>& token_ids, const Tensor& y) {
+    const int64_t t = x.dim(0), k = cfg_.top_k;
+    Tensor logits = act({t, cfg_.experts});
+    ops::linear(x, l.router, logits);
+    Tensor ids = Tensor::empty({t, k}, DType::kI32, device_), weights = act({t, k});
+    if (l.mlp == Dsv4Mlp::kHash) {
+      ops::moe_route_hash(logits, l.tid2eid, token_ids, float(cfg_.routed_scaling), ids, weights);
+    } else {
+      ops::moe_route_sqrt_softplus(logits, l.router_bias, int(k), float(cfg_.routed_scaling), ids, weights);
+    }
+    const float limit = float(cfg_.swiglu_limit);
+    ops::moe_experts_clamped(x, l.experts_gate_up, l.experts_down, ids, weights, limit, y);
+    if (!l.shared_down.defined()) return;
+    const int64_t inter = l.shared_down.dim(1);
+    Tensor gate_up = act({t, 2 * inter}), a = act({t, inter}), shared = act({t, cfg_.hidden});
+    ops::linear(x, l.shared_gate_up, gate_up);
+    ops::silu_mul_clamped(gate_up, limit, a);
+    ops::linear(a, l.shared_down, shared);
+    ops::add(y, shared, y);
+  }
+
+  Device device_;
+  DeepseekV4Config cfg_;
+  Dsv4Weights w_;
+  ops::HyperSpec hyper_;
+  ModelInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device) {
+  return std::make_unique<DeepseekV4Model>(ckpt, device);
+}
+
+}  // namespace strata

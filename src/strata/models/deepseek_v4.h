@@ -1,0 +1,13 @@
+// The DeepSeek-V4 family (model_type deepseek_v4).
+#pragma once
+
+#include <memory>
+
+#include "strata/io/checkpoint.h"
+#include "strata/models/model.h"
+
+namespace strata {
+
+std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device);
+
+}  // namespace strata

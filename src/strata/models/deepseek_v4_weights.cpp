@@ -1,0 +1,259 @@
+#include "strata/models/deepseek_v4_weights.h"
+
+#include <cstring>
+#include <map>
+
+#include "strata/core/error.h"
+#include "strata/io/quant.h"
+
+namespace strata {
+namespace {
+
+// Published layer suffix -> HF module suffix (transformers' deepseek_v4 conversion mapping).
+const std::map<std::string, std::string>& hf_layer_names() {
+  static const std::map<std::string, std::string> kNames = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"hc_attn_fn", "attn_hc.fn"},
+      {"hc_attn_base", "attn_hc.base"},
+      {"hc_attn_scale", "attn_hc.scale"},
+      {"hc_ffn_fn", "ffn_hc.fn"},
+      {"hc_ffn_base", "ffn_hc.base"},
+      {"hc_ffn_scale", "ffn_hc.scale"},
+      {"attn.attn_sink", "self_attn.sinks"},
+      {"attn.wq_a.weight", "self_attn.q_a_proj.weight"},
+      {"attn.q_norm.weight", "self_attn.q_a_norm.weight"},
+      {"attn.wq_b.weight", "self_attn.q_b_proj.weight"},
+      {"attn.wkv.weight", "self_attn.kv_proj.weight"},
+      {"attn.kv_norm.weight", "self_attn.kv_norm.weight"},
+      {"attn.wo_a.weight", "self_attn.o_a_proj.weight"},
+      {"attn.wo_b.weight", "self_attn.o_b_proj.weight"},
+      {"attn.compressor.wkv.weight", "self_attn.compressor.kv_proj.weight"},
+      {"attn.compressor.wgate.weight", "self_attn.compressor.gate_proj.weight"},
+      {"attn.compressor.ape", "self_attn.compressor.position_bias"},
+      {"attn.compressor.norm.weight", "self_attn.compressor.kv_norm.weight"},
+      {"attn.indexer.compressor.wkv.weight", "self_attn.compressor.indexer.kv_proj.weight"},
+      {"attn.indexer.compressor.wgate.weight", "self_attn.compressor.indexer.gate_proj.weight"},
+      {"attn.indexer.compressor.ape", "self_attn.compressor.indexer.position_bias"},
+      {"attn.indexer.compressor.norm.weight", "self_attn.compressor.indexer.kv_norm.weight"},
+      {"attn.indexer.wq_b.weight", "self_attn.compressor.indexer.q_b_proj.weight"},
+      {"attn.indexer.weights_proj.weight", "self_attn.compressor.indexer.scorer.weights_proj.weight"},
+      {"ffn.gate.weight", "mlp.gate.weight"},
+      {"ffn.gate.bias", "mlp.gate.e_score_correction_bias"},
+      {"ffn.gate.tid2eid", "mlp.gate.tid2eid"},
+      {"ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+      {"ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
+      {"ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+  };
+  return kNames;
+}
+
+const std::map<std::string, std::string>& hf_top_names() {
+  static const std::map<std::string, std::string> kNames = {
+      {"embed.weight", "model.embed_tokens.weight"}, {"head.weight", "lm_head.weight"},
+      {"norm.weight", "model.norm.weight"},          {"hc_head_fn", "model.hc_head.hc_fn"},
+      {"hc_head_base", "model.hc_head.hc_base"},     {"hc_head_scale", "model.hc_head.hc_scale"},
+  };
+  return kNames;
+}
+
+class Reader {
+ public:
+  Reader(const Checkpoint& ckpt, const DeepseekV4Config& c, WeightLoader& w, bool published)
+      : ckpt_(ckpt), c_(c), w_(w), published_(published) {}
+
+  std::string top(const std::string& pub) const { return published_ ? pub : hf_top_names().at(pub); }
+  std::string layer(int64_t i, const std::string& pub) const {
+    return published_ ? cat("layers.", i, ".", pub) : cat("model.layers.", i, ".", hf_layer_names().at(pub));
+  }
+  bool has(const std::string& name) const { return ckpt_.has(name); }
+
+  // A float tensor (norms, biases, hyper-connection weights, ...).
+  Tensor vec(const std::string& name, const Shape& shape) { return w_.get_top(name, shape); }
+
+  // A weight matrix [N, K]: float, FP8 with block scales, or MXFP4.
+  Tensor matrix(const std::string& name, const Shape& shape) {
+    const DType t = ckpt_.info(name).dtype;
+    if (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16) return w_.get_top(name, shape);
+    const std::string base = name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+    if (t == DType::kF8E4M3) {
+      Tensor q = w_.raw(name, shape);
+      const std::string scale_name = find_scale(name, {base + ".scale", name + "_scale_inv", name + "_scale"});
+      const Shape scale_shape{(shape[0] + c_.fp8_block_rows - 1) / c_.fp8_block_rows,
+                              (shape[1] + c_.fp8_block_cols - 1) / c_.fp8_block_cols};
+      Tensor s = w_.raw(scale_name, scale_shape);
+      return w_.to_device(dequant_fp8_block(q, s, c_.fp8_block_rows, c_.fp8_block_cols,
+                                            ckpt_.file_of(name) + ": tensor '" + name + "'"));
+    }
+    if (t == DType::kU8 || t == DType::kI8) {
+      STRATA_CHECK(shape[1] % kMxfp4Group == 0, ckpt_.file_of(name), ": tensor '", name,
+                   "': MXFP4 rows of ", shape[1], " are not a multiple of ", kMxfp4Group);
+      Tensor packed = w_.raw(name, {shape[0], shape[1] / 2});
+      const std::string scale_name = find_scale(name, {base + ".scale", name + "_scale"});
+      Tensor s = w_.raw(scale_name, {shape[0], shape[1] / kMxfp4Group});
+      return w_.to_device(dequant_mxfp4(packed, s, ckpt_.file_of(name) + ": tensor '" + name + "'"));
+    }
+    fail(ckpt_.file_of(name), ": tensor '", name, "': dtype ", dtype_name(t),
+         " is not a weight format for ", shape_str(shape), " (BF16/F16/F32, F8_E4M3 + block scale, "
+         "or MXFP4 packed in U8/I8 + F8_E8M0 scale)");
+  }
+
+  // tid2eid: an integer table [vocab, top_k] as I32, its entries checked against the experts.
+  Tensor expert_table(const std::string& name, const Shape& shape) {
+    Tensor raw = w_.raw(name, shape);
+    const DType t = raw.dtype();
+    STRATA_CHECK(t == DType::kI64 || t == DType::kI32, ckpt_.file_of(name), ": tensor '", name,
+                 "': expected I64 or I32, got ", dtype_name(t));
+    Tensor out = Tensor::empty(shape, DType::kI32);
+    for (int64_t i = 0; i < raw.numel(); ++i) {
+      int64_t v;
+      if (t == DType::kI64) {
+        std::memcpy(&v, static_cast<const char*>(raw.raw()) + 8 * i, 8);
+      } else {
+        int32_t v32;
+        std::memcpy(&v32, static_cast<const char*>(raw.raw()) + 4 * i, 4);
+        v = v32;
+      }
+      STRATA_CHECK(v >= 0 && v < c_.experts, ckpt_.file_of(name), ": tensor '", name, "': token ",
+                   i / shape[1], " routes to expert ", v, " of ", c_.experts);
+      out.data<int32_t>()[i] = int32_t(v);
+    }
+    return out;
+  }
+
+  WeightLoader& loader() { return w_; }
+
+ private:
+  std::string find_scale(const std::string& name, const std::vector<std::string>& candidates) const {
+    for (const std::string& s : candidates) {
+      if (ckpt_.has(s)) return s;
+    }
+    fail(ckpt_.dir(), ": quantised tensor '", name, "' has no scale (looked for '", candidates[0],
+         "' and '", candidates[1], "')");
+  }
+
+  const Checkpoint& ckpt_;
+  const DeepseekV4Config& c_;
+  WeightLoader& w_;
+  bool published_;
+};
+
+// Copies a [rows, cols] float32 matrix into dst at row offset `row0`.
+void put_rows(const Tensor& dst, int64_t row0, const Tensor& src) {
+  std::memcpy(dst.data<float>() + row0 * src.dim(1), src.data<float>(), src.nbytes());
+}
+
+Dsv4Compressor load_compressor(Reader& r, int64_t i, const std::string& prefix,
+                               const ops::CompressorSpec& spec, int64_t hidden) {
+  Dsv4Compressor comp;
+  comp.spec = spec;
+  const int64_t width = spec.width();
+  comp.kv = r.matrix(r.layer(i, prefix + "wkv.weight"), {width, hidden});
+  comp.gate = r.matrix(r.layer(i, prefix + "wgate.weight"), {width, hidden});
+  comp.ape = r.vec(r.layer(i, prefix + "ape"), {spec.ratio, width});
+  comp.norm = r.vec(r.layer(i, prefix + "norm.weight"), {spec.head_dim});
+  return comp;
+}
+
+void load_attention(Reader& r, const DeepseekV4Config& c, int64_t i, Dsv4Layer& l) {
+  const int64_t h = c.hidden, d = c.head_dim, q = c.q_lora_rank;
+  l.wq_a = r.matrix(r.layer(i, "attn.wq_a.weight"), {q, h});
+  l.q_norm = r.vec(r.layer(i, "attn.q_norm.weight"), {q});
+  l.wq_b = r.matrix(r.layer(i, "attn.wq_b.weight"), {c.heads * d, q});
+  l.wkv = r.matrix(r.layer(i, "attn.wkv.weight"), {d, h});
+  l.kv_norm = r.vec(r.layer(i, "attn.kv_norm.weight"), {d});
+  l.wo_a = r.matrix(r.layer(i, "attn.wo_a.weight"), {c.o_groups * c.o_lora_rank, c.heads * d / c.o_groups});
+  l.wo_b = r.matrix(r.layer(i, "attn.wo_b.weight"), {h, c.o_groups * c.o_lora_rank});
+  l.sinks = r.vec(r.layer(i, "attn.attn_sink"), {c.heads});
+  if (l.attention == Dsv4Attention::kSliding) return;
+  const bool csa = l.attention == Dsv4Attention::kCompressedSparse;
+  l.compressor = load_compressor(r, i, "attn.compressor.", {int(c.ratio_of(i)), int(d), csa}, h);
+  if (!csa) return;
+  l.indexer = load_compressor(r, i, "attn.indexer.compressor.", {int(c.csa_ratio), int(c.index_head_dim), true}, h);
+  l.index_wq_b = r.matrix(r.layer(i, "attn.indexer.wq_b.weight"), {c.index_heads * c.index_head_dim, q});
+  l.index_weights = r.matrix(r.layer(i, "attn.indexer.weights_proj.weight"), {c.index_heads, h});
+}
+
+void load_moe(Reader& r, const DeepseekV4Config& c, int64_t i, bool published, Dsv4Layer& l) {
+  const int64_t h = c.hidden, e = c.experts, inter = c.moe_inter;
+  l.router = r.matrix(r.layer(i, "ffn.gate.weight"), {e, h});
+  if (l.mlp == Dsv4Mlp::kHash) {
+    l.tid2eid = r.expert_table(r.layer(i, "ffn.gate.tid2eid"), {c.vocab, c.top_k});
+  } else {
+    l.router_bias = r.vec(r.layer(i, "ffn.gate.bias"), {e});
+  }
+  if (published) {
+    l.experts_gate_up = Tensor::empty({e, 2 * inter, h}, DType::kF32);
+    l.experts_down = Tensor::empty({e, h, inter}, DType::kF32);
+    for (int64_t j = 0; j < e; ++j) {
+      const std::string p = cat("ffn.experts.", j, ".");
+      const std::string base = cat("layers.", i, ".", p);
+      put_rows(l.experts_gate_up, j * 2 * inter, r.matrix(base + "w1.weight", {inter, h}));
+      put_rows(l.experts_gate_up, j * 2 * inter + inter, r.matrix(base + "w3.weight", {inter, h}));
+      put_rows(l.experts_down, j * h, r.matrix(base + "w2.weight", {h, inter}));
+    }
+  } else {
+    const std::string base = cat("model.layers.", i, ".mlp.experts.");
+    l.experts_gate_up = r.vec(base + "gate_up_proj", {e, 2 * inter, h});
+    l.experts_down = r.vec(base + "down_proj", {e, h, inter});
+  }
+  const int64_t shared = inter * c.shared_experts;
+  if (shared == 0) return;
+  l.shared_gate_up = Tensor::empty({2 * shared, h}, DType::kF32);
+  put_rows(l.shared_gate_up, 0, r.matrix(r.layer(i, "ffn.shared_experts.w1.weight"), {shared, h}));
+  put_rows(l.shared_gate_up, shared, r.matrix(r.layer(i, "ffn.shared_experts.w3.weight"), {shared, h}));
+  l.shared_down = r.matrix(r.layer(i, "ffn.shared_experts.w2.weight"), {h, shared});
+}
+
+}  // namespace
+
+Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Config& c,
+                                     WeightLoader& loader) {
+  Dsv4Weights w;
+  if (ckpt.has("embed.weight")) {
+    w.published_names = true;
+  } else if (ckpt.has("model.embed_tokens.weight")) {
+    w.published_names = false;
+  } else {
+    fail(ckpt.dir(), ": missing tensor 'embed.weight' (DeepSeek's published names; also looked for ",
+         "HF's 'model.embed_tokens.weight')");
+  }
+  Reader r(ckpt, c, loader, w.published_names);
+  const int64_t h = c.hidden, s = c.hc_mult;
+  w.embed = r.vec(r.top("embed.weight"), {c.vocab, h});
+  w.norm = r.vec(r.top("norm.weight"), {h});
+  if (r.has(r.top("head.weight"))) {
+    w.head = r.matrix(r.top("head.weight"), {c.vocab, h});
+  } else if (c.tie_embeddings) {
+    w.head = w.embed;
+  } else {
+    fail(ckpt.dir(), ": missing tensor '", r.top("head.weight"), "' (tie_word_embeddings is false)");
+  }
+  w.hc_head_fn = r.vec(r.top("hc_head_fn"), {s, s * h});
+  w.hc_head_base = r.vec(r.top("hc_head_base"), {s});
+  w.hc_head_scale = r.vec(r.top("hc_head_scale"), {1});
+  const int64_t mix = (2 + s) * s;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    Dsv4Layer l;
+    l.attention = c.attention[size_t(i)];
+    l.mlp = c.mlp[size_t(i)];
+    l.attn_norm = r.vec(r.layer(i, "attn_norm.weight"), {h});
+    l.ffn_norm = r.vec(r.layer(i, "ffn_norm.weight"), {h});
+    l.hc_attn_fn = r.vec(r.layer(i, "hc_attn_fn"), {mix, s * h});
+    l.hc_attn_base = r.vec(r.layer(i, "hc_attn_base"), {mix});
+    l.hc_attn_scale = r.vec(r.layer(i, "hc_attn_scale"), {3});
+    l.hc_ffn_fn = r.vec(r.layer(i, "hc_ffn_fn"), {mix, s * h});
+    l.hc_ffn_base = r.vec(r.layer(i, "hc_ffn_base"), {mix});
+    l.hc_ffn_scale = r.vec(r.layer(i, "hc_ffn_scale"), {3});
+    load_attention(r, c, i, l);
+    load_moe(r, c, i, w.published_names, l);
+    w.layers.push_back(std::move(l));
+  }
+  const auto unused = loader.unused({"mtp.", "model.mtp."});
+  STRATA_CHECK(unused.empty(), ckpt.dir(), ": unexpected tensor '", unused.empty() ? "" : unused[0],
+               "' (", unused.size(), " unused in all) for deepseek_v4 with ", c.layers,
+               " layers of types from ", c.origin);
+  return w;
+}
+
+}  // namespace strata

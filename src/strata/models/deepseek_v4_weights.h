@@ -1,0 +1,62 @@
+// DeepSeek-V4 weights: read under the published names (embed.weight, head.weight,
+// layers.N.attn.wq_a.weight, layers.N.ffn.experts.E.w1.weight, hc_head_fn, ...) or under HF's
+// module names (model.embed_tokens.weight, model.layers.N.self_attn.q_a_proj.weight,
+// model.layers.N.mlp.experts.gate_up_proj, ...), in bf16/f16/f32 or in the published quantised
+// formats (FP8 e4m3 with 128x128 block scales named .scale or .weight_scale_inv; MXFP4 experts
+// packed in I8/U8 with ue8m0 .scale), dequantised to float32. mtp.* tensors are not ours.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "strata/core/tensor.h"
+#include "strata/io/checkpoint.h"
+#include "strata/models/deepseek_v4_config.h"
+#include "strata/models/weights.h"
+
+namespace strata {
+
+struct Dsv4Compressor {
+  ops::CompressorSpec spec;
+  Tensor kv, gate;  // [width, hidden]
+  Tensor ape;       // [ratio, width]
+  Tensor norm;      // [head_dim]
+};
+
+struct Dsv4Layer {
+  Dsv4Attention attention = Dsv4Attention::kSliding;
+  Dsv4Mlp mlp = Dsv4Mlp::kLearned;
+  Tensor attn_norm, ffn_norm;                      // [hidden]
+  Tensor hc_attn_fn, hc_attn_base, hc_attn_scale;  // [(2 + S) S, S hidden], [(2 + S) S], [3]
+  Tensor hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  // attention
+  Tensor wq_a, q_norm, wq_b;  // [q_lora, hidden], [q_lora], [heads * head_dim, q_lora]
+  Tensor wkv, kv_norm;        // [head_dim, hidden], [head_dim]
+  Tensor wo_a, wo_b;          // [groups * o_lora, heads * head_dim / groups], [hidden, groups * o_lora]
+  Tensor sinks;               // [heads]
+  Dsv4Compressor compressor;  // ratio-4 / ratio-128 layers
+  Dsv4Compressor indexer;     // ratio-4 layers: the indexer's own compressor
+  Tensor index_wq_b;          // [index_heads * index_head_dim, q_lora]
+  Tensor index_weights;       // [index_heads, hidden]
+  // mixture of experts
+  Tensor router, router_bias;  // [experts, hidden], [experts] (learned layers)
+  Tensor tid2eid;              // I32 [vocab, top_k] (hash layers)
+  Tensor experts_gate_up;      // [experts, 2 * moe_inter, hidden]  (w1; w3)
+  Tensor experts_down;         // [experts, hidden, moe_inter]      (w2)
+  Tensor shared_gate_up;       // [2 * shared_inter, hidden]
+  Tensor shared_down;          // [hidden, shared_inter]
+};
+
+struct Dsv4Weights {
+  Tensor embed, head, norm;             // [vocab, hidden], [vocab, hidden], [hidden]
+  Tensor hc_head_fn, hc_head_base, hc_head_scale;  // [S, S hidden], [S], [1]
+  std::vector<Dsv4Layer> layers;
+  bool published_names = true;
+};
+
+// Reads every tensor the config calls for (shapes checked); unexpected tensors other than mtp.*
+// are an error naming the first of them.
+Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Config& c,
+                                     WeightLoader& loader);
+
+}  // namespace strata

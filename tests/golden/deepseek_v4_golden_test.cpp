@@ -1,0 +1,76 @@
+// The DeepSeek-V4 family against HF transformers' fp32 token-by-token logits, in every mode, and
+// HF's greedy ids. Fixtures come from tools/fixtures/make_fixtures_deepseek_v4.py (run on the GPU
+// machine); a missing fixture is a failure, not a skip.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "golden_util.h"
+#include "strata/engine/single_sequence.h"
+#include "strata/io/config.h"
+#include "strata/models/model.h"
+
+namespace strata::testing {
+namespace {
+
+class DeepseekV4Golden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string dir = fixture_dir(GetParam());
+    ASSERT_TRUE(std::filesystem::exists(dir + "/reference.json"))
+        << "fixture " << dir << " is missing: run `cd tools/fixtures && python3 "
+        << "make_fixtures_deepseek_v4.py OUT_DIR` with transformers 5.17 and copy OUT_DIR/* into "
+        << "tests/fixtures/";
+  }
+};
+
+TEST_P(DeepseekV4Golden, FixtureIsTieFree) {
+  const nlohmann::json ref = read_json_file(fixture_dir(GetParam()) + "/reference.json");
+  std::printf("  %s: indexer gap %s (%s of %s rows select), router gap %s, clamped %s, HF full-vs-step %s\n",
+              GetParam().c_str(), ref.value("indexer_min_gap", nlohmann::json()).dump().c_str(),
+              ref.value("indexer_rows_selecting", nlohmann::json()).dump().c_str(),
+              ref.value("indexer_rows", nlohmann::json()).dump().c_str(),
+              ref.value("router_min_gap", nlohmann::json()).dump().c_str(),
+              ref.value("swiglu_clamped", nlohmann::json()).dump().c_str(),
+              ref.value("hf_full_vs_stepwise_max_abs", nlohmann::json()).dump().c_str());
+  if (ref.contains("indexer_min_gap") && ref["indexer_min_gap"].is_number()) {
+    EXPECT_GT(ref["indexer_min_gap"].get<double>(), 1e-4);
+  }
+  if (ref.contains("router_min_gap") && ref["router_min_gap"].is_number()) {
+    EXPECT_GT(ref["router_min_gap"].get<double>(), 1e-4);
+  }
+  for (double m : ref.at("greedy_margins").get<std::vector<double>>()) EXPECT_GT(m, 2e-2);
+}
+
+TEST_P(DeepseekV4Golden, LogitsMatchHfInEveryMode) {
+  Fixture f = load_fixture(GetParam());
+  auto model = load_model(f.dir);
+  for (const std::string mode : {"full", "stepwise", "chunked:7", "chunked:64"}) {
+    Tensor logits = sequence_logits(*model, f.prompt, mode);
+    const double d = max_abs_diff(logits, f.logits);
+    std::printf("  %s %-10s max|d| = %.3g (tolerance %.3g)\n", GetParam().c_str(), mode.c_str(), d,
+                f.tolerance);
+    EXPECT_LE(d, f.tolerance) << GetParam() << " mode " << mode;
+  }
+}
+
+TEST_P(DeepseekV4Golden, GreedyIdsMatchHf) {
+  Fixture f = load_fixture(GetParam());
+  auto model = load_model(f.dir);
+  SingleSequence seq(*model, int64_t(f.prompt.size() + f.greedy.size()));
+  Tensor logits = seq.append(f.prompt, false);
+  std::vector<int32_t> got;
+  const int64_t vocab = model->info().vocab_size;
+  while (got.size() < f.greedy.size()) {
+    const float* l = logits.data<float>();
+    got.push_back(int32_t(std::max_element(l, l + vocab) - l));
+    logits = seq.append({got.back()}, false);
+  }
+  EXPECT_EQ(got, f.greedy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Golden,
+                         ::testing::Values("deepseek_v4_tiny", "deepseek_v4_topk_all", "deepseek_v4_quant"));
+
+}  // namespace
+}  // namespace strata::testing

@@ -1,0 +1,484 @@
+// The whole DeepSeek-V4 forward on a randomly initialised tiny checkpoint written here (no HF):
+// full, stepwise and chunked prefill agree for every page size, two sequences batched together
+// (one decoding, one mid-prefill, interleaved pages) match their solo runs, and the same weights
+// under HF's names, or quantised (FP8 block / MXFP4) against their dequantised float values,
+// give the same logits. Bad checkpoints fail with errors that name the tensor or field.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "strata/core/error.h"
+#include "strata/engine/single_sequence.h"
+#include "strata/io/safetensors.h"
+#include "strata/models/model.h"
+
+using namespace strata;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            (std::string("strata-dsv4-") + (info ? info->name() : "x") + "-" +
+             std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string dir() const { return path_.string(); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// Sizes of the tiny model: all three layer types, hash and learned routing, YaRN.
+constexpr int64_t kVocab = 64, kHidden = 32, kHeads = 2, kHeadDim = 32, kQLora = 16;
+constexpr int64_t kGroups = 2, kORank = 8, kExperts = 4, kTopK = 2, kInter = 32;
+constexpr int64_t kIndexHeads = 4, kIndexDim = 16, kStreams = 2;
+const std::vector<int> kRatios = {0, 4, 128, 4};
+
+std::string config_json() {
+  return R"({
+  "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+  "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2,
+  "num_key_value_heads": 1, "head_dim": 32, "qk_rope_head_dim": 8, "q_lora_rank": 16,
+  "o_groups": 2, "o_lora_rank": 8, "n_routed_experts": 4, "n_shared_experts": 1,
+  "num_experts_per_tok": 2, "moe_intermediate_size": 32, "scoring_func": "sqrtsoftplus",
+  "routed_scaling_factor": 1.5, "num_hash_layers": 1, "compress_ratios": [0, 4, 128, 4, 0],
+  "rope_theta": 10000.0, "compress_rope_theta": 160000.0,
+  "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 64,
+                   "beta_fast": 32, "beta_slow": 1},
+  "sliding_window": 8, "index_n_heads": 4, "index_head_dim": 16, "index_topk": 3,
+  "hc_mult": 2, "hc_sinkhorn_iters": 5, "hc_eps": 1e-6, "swiglu_limit": 3.0,
+  "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "bos_token_id": 0, "eos_token_id": 1,
+  "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
+                          "weight_block_size": [128, 128]}
+})";
+}
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed) {}
+  float uniform() {  // in [-1, 1)
+    s_ = s_ * 6364136223846793005ull + 1442695040888963407ull;
+    return float((s_ >> 40) & 0xffffff) / float(1 << 23) - 1.f;
+  }
+
+ private:
+  uint64_t s_;
+};
+
+using TensorMap = std::map<std::string, Tensor>;
+
+Tensor random_tensor(Rng& rng, Shape shape, float scale, float offset = 0.f) {
+  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = offset + scale * rng.uniform();
+  return t;
+}
+
+// Every tensor of the tiny model under the published names, float32.
+TensorMap published_weights(uint64_t seed) {
+  Rng rng(seed);
+  TensorMap w;
+  const int64_t mix = (2 + kStreams) * kStreams;
+  auto mat = [&](const std::string& n, int64_t rows, int64_t cols, float gain = 1.f) {
+    w[n] = random_tensor(rng, {rows, cols}, gain * std::sqrt(3.f / float(cols)));
+  };
+  auto norm = [&](const std::string& n, int64_t d) { w[n] = random_tensor(rng, {d}, 0.3f, 1.f); };
+  w["embed.weight"] = random_tensor(rng, {kVocab, kHidden}, 1.5f);
+  mat("head.weight", kVocab, kHidden, 3.f);
+  norm("norm.weight", kHidden);
+  mat("hc_head_fn", kStreams, kStreams * kHidden);
+  w["hc_head_base"] = random_tensor(rng, {kStreams}, 0.5f);
+  w["hc_head_scale"] = random_tensor(rng, {1}, 0.3f, 1.f);
+  for (size_t i = 0; i < kRatios.size(); ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    norm(p + "attn_norm.weight", kHidden);
+    norm(p + "ffn_norm.weight", kHidden);
+    for (const char* site : {"attn", "ffn"}) {
+      mat(p + "hc_" + site + "_fn", mix, kStreams * kHidden);
+      w[p + "hc_" + site + "_base"] = random_tensor(rng, {mix}, 0.5f);
+      w[p + "hc_" + site + "_scale"] = random_tensor(rng, {3}, 0.3f, 1.f);
+    }
+    mat(p + "attn.wq_a.weight", kQLora, kHidden);
+    norm(p + "attn.q_norm.weight", kQLora);
+    mat(p + "attn.wq_b.weight", kHeads * kHeadDim, kQLora);
+    mat(p + "attn.wkv.weight", kHeadDim, kHidden);
+    norm(p + "attn.kv_norm.weight", kHeadDim);
+    mat(p + "attn.wo_a.weight", kGroups * kORank, kHeads * kHeadDim / kGroups);
+    mat(p + "attn.wo_b.weight", kHidden, kGroups * kORank);
+    w[p + "attn.attn_sink"] = random_tensor(rng, {kHeads}, 1.f);
+    const int ratio = kRatios[i];
+    if (ratio != 0) {
+      const int64_t width = ratio == 4 ? 2 * kHeadDim : kHeadDim;
+      mat(p + "attn.compressor.wkv.weight", width, kHidden);
+      mat(p + "attn.compressor.wgate.weight", width, kHidden);
+      w[p + "attn.compressor.ape"] = random_tensor(rng, {ratio, width}, 0.5f);
+      norm(p + "attn.compressor.norm.weight", kHeadDim);
+    }
+    if (ratio == 4) {
+      mat(p + "attn.indexer.compressor.wkv.weight", 2 * kIndexDim, kHidden);
+      mat(p + "attn.indexer.compressor.wgate.weight", 2 * kIndexDim, kHidden);
+      w[p + "attn.indexer.compressor.ape"] = random_tensor(rng, {4, 2 * kIndexDim}, 0.5f);
+      norm(p + "attn.indexer.compressor.norm.weight", kIndexDim);
+      mat(p + "attn.indexer.wq_b.weight", kIndexHeads * kIndexDim, kQLora);
+      mat(p + "attn.indexer.weights_proj.weight", kIndexHeads, kHidden);
+    }
+    mat(p + "ffn.gate.weight", kExperts, kHidden, 2.f);
+    if (i == 0) {  // num_hash_layers = 1
+      Tensor t = Tensor::empty({kVocab, kTopK}, DType::kI64);
+      for (int64_t v = 0; v < kVocab; ++v) {
+        t.data<int64_t>()[v * 2] = v % kExperts;
+        t.data<int64_t>()[v * 2 + 1] = (v / kExperts + 1 + v % kExperts) % kExperts;
+      }
+      w[p + "ffn.gate.tid2eid"] = t;
+    } else {
+      w[p + "ffn.gate.bias"] = random_tensor(rng, {kExperts}, 0.3f);
+    }
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
+      mat(q + "w1.weight", kInter, kHidden, 3.f);  // large enough for the clamp to bite
+      mat(q + "w3.weight", kInter, kHidden, 3.f);
+      mat(q + "w2.weight", kHidden, kInter);
+    }
+    mat(p + "ffn.shared_experts.w1.weight", kInter, kHidden, 3.f);
+    mat(p + "ffn.shared_experts.w3.weight", kInter, kHidden, 3.f);
+    mat(p + "ffn.shared_experts.w2.weight", kHidden, kInter);
+  }
+  return w;
+}
+
+void write_checkpoint(const TempDir& dir, const TensorMap& w, const std::string& config = config_json()) {
+  std::ofstream(dir.file("config.json")) << config;
+  std::vector<std::pair<std::string, Tensor>> list(w.begin(), w.end());
+  write_safetensors(dir.file("model.safetensors"), list);
+}
+
+std::vector<int32_t> prompt(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < n; ++i) ids.push_back(int32_t((rng.uniform() + 1.f) * 0.5f * (kVocab - 3)) + 3);
+  return ids;
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+  return m;
+}
+
+// Logits of every position, fed in chunks of `chunk` tokens through pages of `block_size`.
+Tensor run(Model& model, const std::vector<int32_t>& ids, size_t chunk, int block_size) {
+  SingleSequence seq(model, int64_t(ids.size()), block_size);
+  const int64_t vocab = model.info().vocab_size;
+  Tensor out = Tensor::empty({int64_t(ids.size()), vocab}, DType::kF32);
+  for (size_t start = 0; start < ids.size(); start += chunk) {
+    std::vector<int32_t> part(ids.begin() + long(start), ids.begin() + long(std::min(ids.size(), start + chunk)));
+    Tensor l = seq.append(part, true);
+    std::memcpy(out.data<float>() + int64_t(start) * vocab, l.raw(), l.nbytes());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(DeepseekV4Model, InfoAndCacheSpec) {
+  TempDir dir;
+  write_checkpoint(dir, published_weights(1));
+  auto model = load_model(dir.dir());
+  const ModelInfo& info = model->info();
+  EXPECT_EQ(info.model_type, "deepseek_v4");
+  EXPECT_EQ(info.vocab_size, kVocab);
+  ASSERT_EQ(info.cache.layers.size(), 4u);
+  EXPECT_EQ(info.cache.layers[0].paged.size(), 1u);  // window only
+  EXPECT_TRUE(info.cache.layers[0].slots.empty());
+  ASSERT_EQ(info.cache.layers[1].paged.size(), 3u);  // window, compressed, indexer keys
+  EXPECT_EQ(info.cache.layers[1].paged[1].tokens_per_entry, 4);
+  EXPECT_EQ(info.cache.layers[1].paged[2].per_entry, Shape({kIndexDim}));
+  EXPECT_EQ(info.cache.layers[1].slots.size(), 4u);
+  EXPECT_EQ(info.cache.layers[1].slots[0].shape, Shape({8, 2 * kHeadDim}));
+  ASSERT_EQ(info.cache.layers[2].paged.size(), 2u);
+  EXPECT_EQ(info.cache.layers[2].paged[1].tokens_per_entry, 128);
+  EXPECT_EQ(info.cache.layers[2].slots[0].shape, Shape({128, kHeadDim}));
+}
+
+TEST(DeepseekV4Model, FullStepwiseAndChunkedAgreeForEveryPageSize) {
+  TempDir dir;
+  write_checkpoint(dir, published_weights(2));
+  auto model = load_model(dir.dir());
+  const std::vector<int32_t> ids = prompt(300, 7);  // two ratio-128 entries, 75 ratio-4 entries
+  const Tensor full = run(*model, ids, ids.size(), 16);
+  double spread = 0;
+  for (int64_t i = 0; i < full.numel(); ++i) spread = std::max(spread, double(std::fabs(full.data<float>()[i])));
+  EXPECT_GT(spread, 0.5) << "logits are degenerate";
+  for (int block : {4, 16, 256}) {
+    for (size_t chunk : {size_t(1), size_t(7), size_t(64), size_t(300)}) {
+      const double d = max_diff(run(*model, ids, chunk, block), full);
+      std::printf("  block %3d chunk %3zu: max|d| vs full = %.3g\n", block, chunk, d);
+      EXPECT_LE(d, 1e-4) << "block " << block << " chunk " << chunk;
+    }
+  }
+}
+
+TEST(DeepseekV4Model, BatchedSequencesMatchTheirSoloRuns) {
+  TempDir dir;
+  write_checkpoint(dir, published_weights(3));
+  auto model = load_model(dir.dir());
+  const std::vector<int32_t> a = prompt(151, 11), b = prompt(37, 12);
+  const Tensor solo_a = run(*model, a, a.size(), 16);
+  const Tensor solo_b = run(*model, b, b.size(), 16);
+  // Sequence A (slot 1, even pages) prefills 150 tokens alone, then decodes its 151st token in
+  // the same step as sequence B (slot 0, odd pages) prefills 37 tokens.
+  const int block = 16;
+  Caches caches = Caches::allocate(model->info().cache, 40, block, 2, Device::kCpu);
+  SeqInBatch sa, sb;
+  for (int p = 0; p < 20; ++p) {
+    sa.block_table.push_back(2 * p);
+    sb.block_table.push_back(2 * p + 1);
+  }
+  sa.state_slot = 1;
+  sb.state_slot = 0;
+  ForwardBatch first;
+  first.token_ids.assign(a.begin(), a.begin() + 150);
+  for (int32_t i = 0; i < 150; ++i) first.positions.push_back(i);
+  sa.q_len = 150;
+  first.seqs = {sa};
+  first.logit_rows = {149};
+  Tensor logits;
+  model->forward(first, caches, logits);
+  EXPECT_LE(max_diff(logits, solo_a.rows(149, 150)), 1e-4);
+  ForwardBatch step;
+  step.token_ids = {a[150]};
+  step.positions = {150};
+  sa.q_start = 0;
+  sa.q_len = 1;
+  sa.ctx_len = 150;
+  sb.q_start = 1;
+  sb.q_len = 37;
+  sb.ctx_len = 0;
+  for (int32_t i = 0; i < 37; ++i) {
+    step.token_ids.push_back(b[size_t(i)]);
+    step.positions.push_back(i);
+  }
+  step.seqs = {sa, sb};
+  for (int32_t r = 0; r < 38; ++r) step.logit_rows.push_back(r);
+  model->forward(step, caches, logits);
+  EXPECT_LE(max_diff(logits.rows(0, 1), solo_a.rows(150, 151)), 1e-4);
+  EXPECT_LE(max_diff(logits.rows(1, 38), solo_b), 1e-4);
+}
+
+namespace {
+
+// Published layer suffix -> HF module suffix (restated from transformers' conversion mapping).
+const std::map<std::string, std::string> kHfSuffix = {
+    {"attn_norm.weight", "input_layernorm.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"hc_attn_fn", "attn_hc.fn"}, {"hc_attn_base", "attn_hc.base"}, {"hc_attn_scale", "attn_hc.scale"},
+    {"hc_ffn_fn", "ffn_hc.fn"}, {"hc_ffn_base", "ffn_hc.base"}, {"hc_ffn_scale", "ffn_hc.scale"},
+    {"attn.attn_sink", "self_attn.sinks"}, {"attn.wq_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn.q_norm.weight", "self_attn.q_a_norm.weight"}, {"attn.wq_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn.wkv.weight", "self_attn.kv_proj.weight"}, {"attn.kv_norm.weight", "self_attn.kv_norm.weight"},
+    {"attn.wo_a.weight", "self_attn.o_a_proj.weight"}, {"attn.wo_b.weight", "self_attn.o_b_proj.weight"},
+    {"attn.compressor.wkv.weight", "self_attn.compressor.kv_proj.weight"},
+    {"attn.compressor.wgate.weight", "self_attn.compressor.gate_proj.weight"},
+    {"attn.compressor.ape", "self_attn.compressor.position_bias"},
+    {"attn.compressor.norm.weight", "self_attn.compressor.kv_norm.weight"},
+    {"attn.indexer.compressor.wkv.weight", "self_attn.compressor.indexer.kv_proj.weight"},
+    {"attn.indexer.compressor.wgate.weight", "self_attn.compressor.indexer.gate_proj.weight"},
+    {"attn.indexer.compressor.ape", "self_attn.compressor.indexer.position_bias"},
+    {"attn.indexer.compressor.norm.weight", "self_attn.compressor.indexer.kv_norm.weight"},
+    {"attn.indexer.wq_b.weight", "self_attn.compressor.indexer.q_b_proj.weight"},
+    {"attn.indexer.weights_proj.weight", "self_attn.compressor.indexer.scorer.weights_proj.weight"},
+    {"ffn.gate.weight", "mlp.gate.weight"}, {"ffn.gate.bias", "mlp.gate.e_score_correction_bias"},
+    {"ffn.gate.tid2eid", "mlp.gate.tid2eid"},
+    {"ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
+    {"ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+};
+
+TensorMap to_hf_names(const TensorMap& pub) {
+  TensorMap hf;
+  const std::map<std::string, std::string> top = {
+      {"embed.weight", "model.embed_tokens.weight"}, {"head.weight", "lm_head.weight"},
+      {"norm.weight", "model.norm.weight"}, {"hc_head_fn", "model.hc_head.hc_fn"},
+      {"hc_head_base", "model.hc_head.hc_base"}, {"hc_head_scale", "model.hc_head.hc_scale"}};
+  for (const auto& [name, t] : pub) {
+    if (top.count(name)) {
+      hf[top.at(name)] = t;
+      continue;
+    }
+    const size_t dot = name.find('.', 7);  // "layers.N."
+    const std::string layer = name.substr(7, dot - 7), suffix = name.substr(dot + 1);
+    if (suffix.rfind("ffn.experts.", 0) == 0) continue;  // fused below
+    hf["model.layers." + layer + "." + kHfSuffix.at(suffix)] = t;
+  }
+  for (size_t i = 0; i < kRatios.size(); ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".ffn.experts.";
+    Tensor gu = Tensor::empty({kExperts, 2 * kInter, kHidden}, DType::kF32);
+    Tensor down = Tensor::empty({kExperts, kHidden, kInter}, DType::kF32);
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const std::string q = p + std::to_string(e) + ".";
+      float* g = gu.data<float>() + e * 2 * kInter * kHidden;
+      std::memcpy(g, pub.at(q + "w1.weight").raw(), size_t(kInter * kHidden) * 4);
+      std::memcpy(g + kInter * kHidden, pub.at(q + "w3.weight").raw(), size_t(kInter * kHidden) * 4);
+      std::memcpy(down.data<float>() + e * kHidden * kInter, pub.at(q + "w2.weight").raw(), size_t(kHidden * kInter) * 4);
+    }
+    hf["model.layers." + std::to_string(i) + ".mlp.experts.gate_up_proj"] = gu;
+    hf["model.layers." + std::to_string(i) + ".mlp.experts.down_proj"] = down;
+  }
+  return hf;
+}
+
+float e4m3_value(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float mag = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(float(8 + m), e - 10);
+  return (b & 0x80) ? -mag : mag;
+}
+
+// Replaces a float matrix by random FP8 codes with one scale per 128 x 128 block (ue8m0 or F32)
+// and puts the exact dequantised values in `reference`.
+void quantise_fp8(TensorMap& q, TensorMap& reference, const std::string& name, bool float_scale, Rng& rng) {
+  const Tensor& w = reference.at(name);
+  const int64_t n = w.dim(0), k = w.dim(1), bn = (n + 127) / 128, bk = (k + 127) / 128;
+  Tensor codes = Tensor::empty({n, k}, DType::kF8E4M3);
+  Tensor scales = float_scale ? Tensor::empty({bn, bk}, DType::kF32) : Tensor::empty({bn, bk}, DType::kUE8M0);
+  for (int64_t i = 0; i < bn * bk; ++i) {
+    if (float_scale) {
+      scales.data<float>()[i] = 0.003f * float(1 + i);
+    } else {
+      scales.data<uint8_t>()[i] = uint8_t(119 + i);  // 2^-8 ...
+    }
+  }
+  Tensor deq = Tensor::empty({n, k}, DType::kF32);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      // Codes of magnitude up to ~16 (exponent <= 10), never NaN.
+      uint8_t code = uint8_t((int((rng.uniform() + 1.f) * 40.f) + 24) & 0x7f);
+      if (rng.uniform() < 0) code |= 0x80;
+      codes.data<uint8_t>()[r * k + c] = code;
+      const int64_t s = (r / 128) * bk + c / 128;
+      const float scale = float_scale ? scales.data<float>()[s] : std::ldexp(1.f, int(scales.data<uint8_t>()[s]) - 127);
+      deq.data<float>()[r * k + c] = e4m3_value(code) * scale;
+    }
+  }
+  const std::string base = name.substr(0, name.size() - 7);
+  q[name] = codes;
+  q[base + ".scale"] = scales;
+  reference[name] = deq;
+}
+
+void quantise_mxfp4(TensorMap& q, TensorMap& reference, const std::string& name, Rng& rng) {
+  static const float kGrid[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  const Tensor& w = reference.at(name);
+  const int64_t n = w.dim(0), k = w.dim(1);
+  Tensor packed = Tensor::empty({n, k / 2}, DType::kI8);
+  Tensor scales = Tensor::empty({n, k / 32}, DType::kUE8M0);
+  Tensor deq = Tensor::empty({n, k}, DType::kF32);
+  for (int64_t i = 0; i < n * k / 32; ++i) scales.data<uint8_t>()[i] = uint8_t(122 + (i % 5));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; c += 2) {
+      uint8_t nib[2];
+      for (int j = 0; j < 2; ++j) {
+        nib[j] = uint8_t(int((rng.uniform() + 1.f) * 8.f) & 15);
+        const float v = kGrid[nib[j] & 7] * ((nib[j] & 8) ? -1.f : 1.f);
+        deq.data<float>()[r * k + c + j] = v * std::ldexp(1.f, int(scales.data<uint8_t>()[r * (k / 32) + (c + j) / 32]) - 127);
+      }
+      packed.data<uint8_t>()[r * (k / 2) + c / 2] = uint8_t(nib[0] | (nib[1] << 4));
+    }
+  }
+  const std::string base = name.substr(0, name.size() - 7);
+  q[name] = packed;
+  q[base + ".scale"] = scales;
+  reference[name] = deq;
+}
+
+}  // namespace
+
+TEST(DeepseekV4Model, HfNamesGiveTheSameLogits) {
+  const TensorMap pub = published_weights(4);
+  TempDir a, b;
+  write_checkpoint(a, pub);
+  write_checkpoint(b, to_hf_names(pub));
+  const std::vector<int32_t> ids = prompt(140, 5);
+  auto ma = load_model(a.dir());
+  auto mb = load_model(b.dir());
+  EXPECT_EQ(max_diff(run(*ma, ids, ids.size(), 16), run(*mb, ids, ids.size(), 16)), 0.0);
+}
+
+TEST(DeepseekV4Model, QuantisedWeightsMatchTheirDequantisedValues) {
+  TensorMap reference = published_weights(5);
+  TensorMap quantised = reference;
+  Rng rng(99);
+  for (size_t i = 0; i < kRatios.size(); ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    quantise_fp8(quantised, reference, p + "attn.wq_a.weight", false, rng);
+    quantise_fp8(quantised, reference, p + "attn.wq_b.weight", false, rng);
+    quantise_fp8(quantised, reference, p + "attn.wo_b.weight", true, rng);
+    quantise_fp8(quantised, reference, p + "ffn.shared_experts.w2.weight", true, rng);
+    for (int64_t e = 0; e < kExperts; ++e) {
+      for (const char* proj : {"w1", "w2", "w3"}) {
+        quantise_mxfp4(quantised, reference, p + "ffn.experts." + std::to_string(e) + "." + proj + ".weight", rng);
+      }
+    }
+  }
+  TempDir a, b;
+  write_checkpoint(a, quantised);
+  write_checkpoint(b, reference);
+  const std::vector<int32_t> ids = prompt(60, 6);
+  auto ma = load_model(a.dir());
+  auto mb = load_model(b.dir());
+  EXPECT_EQ(max_diff(run(*ma, ids, ids.size(), 16), run(*mb, ids, ids.size(), 16)), 0.0);
+}
+
+namespace {
+
+void expect_load_error(const TensorMap& w, const std::string& config, const std::vector<std::string>& parts) {
+  TempDir dir;
+  write_checkpoint(dir, w, config);
+  try {
+    load_model(dir.dir());
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << p << " | " << msg;
+  }
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return s.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST(DeepseekV4Model, BadCheckpointsNameTheTensorOrField) {
+  TensorMap w = published_weights(6);
+  TensorMap missing = w;
+  missing.erase("layers.1.attn.indexer.wq_b.weight");
+  expect_load_error(missing, config_json(), {"layers.1.attn.indexer.wq_b.weight"});
+  TensorMap extra = w;
+  extra["layers.0.attn.surprise"] = Tensor::zeros({1}, DType::kF32);
+  extra["mtp.0.e_proj.weight"] = Tensor::zeros({1}, DType::kF32);  // MTP tensors are ignored
+  expect_load_error(extra, config_json(), {"unexpected tensor 'layers.0.attn.surprise'"});
+  TensorMap wrong = w;
+  wrong["layers.2.attn.compressor.ape"] = Tensor::zeros({4, kHeadDim}, DType::kF32);
+  expect_load_error(wrong, config_json(), {"layers.2.attn.compressor.ape", "[128, 32]"});
+  expect_load_error(w, replace(config_json(), "[0, 4, 128, 4, 0]", "[0, 4, 16, 4, 0]"),
+                    {"config.json", "compress_ratios", "16"});
+  expect_load_error(w, replace(config_json(), "\"yarn\"", "\"longrope\""), {"config.json", "longrope"});
+}
