@@ -5,6 +5,7 @@
 
 #include "strata/core/error.h"
 #include "strata/io/checkpoint.h"
+#include "strata/models/deepseek_v4.h"
 #include "strata/models/model.h"
 #include "strata/models/qwen3_5.h"
 
@@ -19,6 +20,7 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> kFamilies = {
       {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, load_qwen3_5},
+      {{"deepseek_v4"}, load_deepseek_v4},
   };
   return kFamilies;
 }
