@@ -1,56 +1,82 @@
-// strata generate: greedy continuation of a prompt given as token ids.
+// strata generate: continuations of prompts given as token ids, through the engine.
+//   strata generate --model DIR --ids 5,6,7 --max-tokens 16 --print-ids
+//   strata generate --model DIR --ids-file prompts.jsonl --n 2 --temperature 0.8 --seed 1
+// With --print-ids, stdout is one line of comma-separated generated ids per completion
+// (prompts in order, then completions in index order); otherwise one descriptive line each.
+// Unlike the API, --temperature defaults to 0 (greedy) so that runs are reproducible.
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 #include "strata/cli/command.h"
 #include "strata/cli/common.h"
+#include "strata/cli/engine_options.h"
 #include "strata/core/error.h"
-#include "strata/engine/single_sequence.h"
+#include "strata/engine/llm.h"
+#include "strata/io/config.h"
 
 namespace strata::cli {
 namespace {
 
-int32_t argmax(const float* v, int64_t n) {
-  return int32_t(std::max_element(v, v + n) - v);  // the lowest index wins a tie
+// One JSON array of token ids per line; blank lines are skipped.
+std::vector<std::vector<int32_t>> read_ids_file(const std::string& path) {
+  std::ifstream in(path);
+  STRATA_CHECK(in.good(), "--ids-file: cannot open '", path, "'");
+  std::vector<std::vector<int32_t>> prompts;
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = cat(path, ":", lineno);
+    const nlohmann::json j = parse_json(line, where);
+    STRATA_CHECK(j.is_array(), where, ": expected a JSON array of token ids, got ", json_type_name(j));
+    std::vector<int32_t> ids;
+    for (const nlohmann::json& v : j) {
+      STRATA_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX,
+                   where, ": token ids must be non-negative integers, got ", v.dump());
+      ids.push_back(int32_t(v.get<int64_t>()));
+    }
+    prompts.push_back(std::move(ids));
+  }
+  STRATA_CHECK(!prompts.empty(), "--ids-file: '", path, "' holds no prompts");
+  return prompts;
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"Generate a continuation of a prompt", "strata generate"};
-  std::string model_dir, ids_text, device = "cpu";
-  int max_tokens = 16;
-  double temperature = 0.0;
-  bool ignore_eos = false, print_ids = false;
-  app.add_option("--model", model_dir, "checkpoint folder (default: the bundled model)");
-  app.add_option("--ids", ids_text, "prompt as comma-separated token ids")->required();
-  app.add_option("--max-tokens", max_tokens, "tokens to generate");
-  app.add_option("--temperature", temperature, "0 for greedy");
-  app.add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-sequence tokens");
-  app.add_flag("--print-ids", print_ids, "print the generated ids, comma-separated, as the last line");
-  app.add_option("--device", device, "cpu | cuda");
+  CLI::App app{"Generate continuations of prompts given as token ids", "strata generate"};
+  EngineOptions eo;
+  SamplingOptions so;
+  std::string ids_text, ids_file;
+  bool print_ids = false;
+  add_engine_options(app, eo);
+  add_sampling_options(app, so, /*greedy_default=*/true);
+  auto* ids_opt = app.add_option("--ids", ids_text, "prompt as comma-separated token ids");
+  auto* file_opt = app.add_option("--ids-file", ids_file, "prompts, one JSON array of ids per line");
+  ids_opt->excludes(file_opt);
+  app.add_flag("--print-ids", print_ids, "print only the generated ids, one line per completion");
   CLI11_PARSE(app, argc, argv);
-  STRATA_CHECK(max_tokens > 0, "--max-tokens must be positive, got ", max_tokens);
-  STRATA_CHECK(temperature == 0.0, "--temperature: only greedy decoding (0) is available here");
-  const std::vector<int32_t> prompt = parse_ids(ids_text, "--ids");
-  auto model = load_model(model_dir_or_default(model_dir), parse_device(device));
-  const ModelInfo& info = model->info();
-  SingleSequence seq(*model, int64_t(prompt.size()) + max_tokens);
-  Tensor logits = seq.append(prompt, false);
-  std::vector<int32_t> out;
-  while (int(out.size()) < max_tokens) {
-    const int32_t next = argmax(logits.data<float>(), info.vocab_size);
-    out.push_back(next);
-    const bool eos = std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), next) !=
-                     info.eos_token_ids.end();
-    if ((eos && !ignore_eos) || int(out.size()) == max_tokens) break;
-    logits = seq.append({next}, false);
+  STRATA_CHECK(ids_opt->count() || file_opt->count(), "give the prompt with --ids or --ids-file");
+  const std::vector<std::vector<int32_t>> prompts =
+      ids_opt->count() ? std::vector<std::vector<int32_t>>{parse_ids(ids_text, "--ids")}
+                       : read_ids_file(ids_file);
+  const SamplingParams params = sampling_params(so);
+  LLM llm(engine_config(eo));
+  const std::vector<RequestOutput> outs = llm.generate(prompts, params);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    for (const CompletionOutput& c : outs[i].outputs) {
+      if (print_ids) {
+        std::printf("%s\n", join_ids(c.token_ids).c_str());
+      } else {
+        std::printf("prompt %zu completion %d (%s, %zu tokens, %d cached): %s\n", i, c.index,
+                    c.finish_reason.c_str(), c.token_ids.size(), outs[i].metrics.num_cached_tokens,
+                    join_ids(c.token_ids).c_str());
+      }
+    }
   }
-  if (print_ids) std::printf("%s\n", join_ids(out).c_str());
   return 0;
 }
 
-const bool kRegistered = register_command({"generate", "generate a continuation", run});
+const bool kRegistered = register_command({"generate", "generate continuations of token ids", run});
 
 }  // namespace
 }  // namespace strata::cli

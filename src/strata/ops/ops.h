@@ -103,4 +103,10 @@ void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Te
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                  const Tensor& weights, const Tensor& out);
 
+// ---- cache management ----
+
+// pool[dst] = pool[src] along dimension 0 (one recurrent-state slot or one cache page), any
+// dtype: the engine's state snapshots and copy-on-fork of a partly filled page.
+void copy_slot(const Tensor& pool, int64_t src, int64_t dst);
+
 }  // namespace strata::ops

@@ -1,0 +1,117 @@
+// strata bench: offline throughput of the engine on random prompts.
+//   strata bench --model DIR --num-prompts 64 --input-len 256 --output-len 64
+// Every request arrives at once (vLLM's `bench throughput`); eos is ignored so each produces
+// exactly --output-len tokens. Prints throughput, time to first token (TTFT) and time per
+// output token after the first (TPOT), mean and percentiles. --roofline runs the GPU roofline
+// benchmark instead (bench_roofline.h).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "strata/cli/bench_roofline.h"
+#include "strata/cli/command.h"
+#include "strata/cli/engine_options.h"
+#include "strata/core/error.h"
+#include "strata/engine/engine.h"
+
+namespace strata::cli {
+namespace {
+
+struct Summary {
+  double mean = 0, p50 = 0, p99 = 0;
+};
+
+// Nearest-rank percentiles.
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  for (double x : v) s.mean += x;
+  s.mean /= double(v.size());
+  auto pct = [&](double p) {
+    const size_t rank = size_t(std::ceil(p / 100.0 * double(v.size())));
+    return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+  };
+  s.p50 = pct(50);
+  s.p99 = pct(99);
+  return s;
+}
+
+int run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--roofline")) return run_roofline_bench(argc, argv);
+  }
+  CLI::App app{"Offline throughput benchmark on random prompts", "strata bench"};
+  EngineOptions eo;
+  int num_prompts = 32, input_len = 128, output_len = 32;
+  uint64_t seed = 0;
+  double temperature = 1.0;
+  add_engine_options(app, eo);
+  app.add_option("--num-prompts", num_prompts, "requests (default 32)");
+  app.add_option("--input-len", input_len, "prompt tokens per request (default 128)");
+  app.add_option("--output-len", output_len, "generated tokens per request (default 32)");
+  app.add_option("--seed", seed, "seed of the random prompts and of sampling (default 0)");
+  app.add_option("--temperature", temperature, "sampling temperature (default 1; 0: greedy)");
+  bool roofline = false;  // handled above, listed for --help
+  app.add_flag("--roofline", roofline, "run the GPU roofline benchmark (needs the CUDA backend)");
+  CLI11_PARSE(app, argc, argv);
+  STRATA_CHECK(num_prompts > 0, "--num-prompts must be positive, got ", num_prompts);
+  STRATA_CHECK(input_len > 0, "--input-len must be positive, got ", input_len);
+  STRATA_CHECK(output_len > 0, "--output-len must be positive, got ", output_len);
+
+  Engine engine(engine_config(eo));
+  const int64_t vocab = engine.model_info().vocab_size;
+  std::mt19937_64 rng(seed);
+  SamplingParams params;
+  params.temperature = temperature;
+  params.max_tokens = output_len;
+  params.ignore_eos = true;
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(num_prompts));
+  for (auto& p : prompts) {
+    for (int i = 0; i < input_len; ++i) p.push_back(int32_t(rng() % uint64_t(vocab)));
+  }
+  for (const auto& p : prompts) engine.validate_request(p, params);
+
+  const double t0 = engine.now();
+  for (int i = 0; i < num_prompts; ++i) {
+    params.seed = seed + uint64_t(i);
+    engine.add_request("bench-" + std::to_string(i), prompts[size_t(i)], params);
+  }
+  std::vector<double> ttft, tpot;
+  int64_t generated = 0;
+  while (engine.has_unfinished()) {
+    for (const RequestOutput& o : engine.step()) {
+      for (const CompletionOutput& c : o.outputs) generated += int64_t(c.token_ids.size());
+      if (!o.finished) continue;
+      const RequestMetrics& m = o.metrics;
+      ttft.push_back(m.first_token_time - t0);
+      if (output_len > 1) tpot.push_back((m.finished_time - m.first_token_time) / (output_len - 1));
+    }
+  }
+  const double elapsed = engine.now() - t0;
+  const EngineStats st = engine.stats();
+  const Summary a = summarize(ttft), b = summarize(tpot);
+  const double prompt_tokens = double(num_prompts) * input_len;
+  std::printf("requests %d, input %d, output %d tokens each; %.3f s\n", num_prompts, input_len,
+              output_len, elapsed);
+  std::printf("throughput: %.2f requests/s, %.1f total tokens/s, %.1f output tokens/s\n",
+              num_prompts / elapsed, (prompt_tokens + double(generated)) / elapsed,
+              double(generated) / elapsed);
+  std::printf("TTFT ms: mean %.2f, p50 %.2f, p99 %.2f\n", a.mean * 1e3, a.p50 * 1e3, a.p99 * 1e3);
+  std::printf("TPOT ms: mean %.3f, p50 %.3f, p99 %.3f\n", b.mean * 1e3, b.p50 * 1e3, b.p99 * 1e3);
+  std::printf("engine: %lld steps, %lld tokens computed, %lld prefix-cache hit tokens, "
+              "%lld preemptions\n",
+              (long long)st.steps, (long long)st.computed_tokens, (long long)st.prefix_hits,
+              (long long)st.preemptions);
+  return 0;
+}
+
+const bool kRegistered = register_command({"bench", "offline throughput benchmark", run});
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,113 @@
+#include "strata/cli/engine_options.h"
+
+#include "strata/cli/common.h"
+#include "strata/core/error.h"
+#include "strata/engine/memory_budget.h"
+
+namespace strata::cli {
+
+void add_engine_options(CLI::App& app, EngineOptions& o) {
+  app.add_option("--model", o.model_dir, "checkpoint folder (default: the bundled model)");
+  app.add_option("--device", o.device, "cpu | cuda");
+  app.add_option("--kv-cache-memory", o.kv_cache_memory,
+                 "bytes for the KV pages and state slots, e.g. 512M, 4G (binary units)");
+  o.gpu_util_flag = app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                                   "on CUDA without --kv-cache-memory: fraction (0, 1] of the "
+                                   "device memory the process may fill, caches included");
+  app.add_option("--block-size", o.block_size, "tokens per KV page (default 16)");
+  app.add_option("--max-num-seqs", o.max_num_seqs, "most sequences running at once (default 256)");
+  app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                 "most tokens per step; prefills are chunked to fit (default 2048)");
+  app.add_option("--max-model-len", o.max_model_len,
+                 "context length, prompt plus output (default: max_position_embeddings)");
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.prefix_caching,
+               "reuse cached prompt prefixes (default on)");
+  app.add_option("--prefix-state-interval", o.prefix_state_interval,
+                 "snapshot the recurrent state every N pages of prefill (default 64; 0: off)");
+  app.add_option("--prefix-state-slots", o.prefix_state_slots,
+                 "state snapshot slots for prefix caching (default: --max-num-seqs)");
+  app.add_option("--logprobs-mode", o.logprobs_mode,
+                 "processed (after penalties and temperature, default) | raw (model logits)");
+}
+
+EngineConfig engine_config(const EngineOptions& o) {
+  EngineConfig c;
+  c.model = model_dir_or_default(o.model_dir);
+  c.device = parse_device(o.device);
+  if (!o.kv_cache_memory.empty()) c.kv_cache_memory = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
+  STRATA_CHECK(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1,
+               "--gpu-memory-utilization must be in (0, 1], got ", o.gpu_memory_utilization);
+  c.gpu_memory_utilization = o.gpu_memory_utilization;
+  c.block_size = o.block_size;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_num_batched_tokens = o.max_num_batched_tokens;
+  c.max_model_len = o.max_model_len;
+  c.enable_prefix_caching = o.prefix_caching;
+  c.prefix_state_interval = o.prefix_state_interval;
+  c.prefix_state_slots = o.prefix_state_slots;
+  STRATA_CHECK(o.logprobs_mode == "processed" || o.logprobs_mode == "raw",
+               "--logprobs-mode: expected processed or raw, got '", o.logprobs_mode, "'");
+  c.logprobs_mode = o.logprobs_mode == "raw" ? LogprobsMode::kRaw : LogprobsMode::kProcessed;
+  return c;
+}
+
+void add_sampling_options(CLI::App& app, SamplingOptions& o, bool greedy_default) {
+  o.temperature_flag = app.add_option(
+      "--temperature", o.temperature,
+      greedy_default ? "0 for greedy (default 0)" : "0 for greedy (default: generation_config.json, else 1)");
+  o.top_p_flag = app.add_option("--top-p", o.top_p, "nucleus sampling mass in (0, 1]");
+  o.top_k_flag = app.add_option("--top-k", o.top_k, "keep the k most likely tokens; -1 or 0: off");
+  o.min_p_flag = app.add_option("--min-p", o.min_p, "drop tokens below min_p times the most likely");
+  o.rep_flag = app.add_option("--repetition-penalty", o.repetition_penalty, "> 0; 1 is off");
+  app.add_option("--presence-penalty", o.presence_penalty, "[-2, 2]");
+  app.add_option("--frequency-penalty", o.frequency_penalty, "[-2, 2]");
+  o.seed_flag = app.add_option("--seed", o.seed, "per-request seed for reproducible sampling");
+  app.add_option("--n", o.n, "completions per prompt");
+  app.add_option("--max-tokens", o.max_tokens, "most tokens to generate (default 16)");
+  app.add_option("--min-tokens", o.min_tokens, "fewest tokens before eos or a stop id may end it");
+  app.add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-sequence tokens");
+  app.add_option("--stop-token-ids", o.stop_token_ids, "token ids that end a completion")->delimiter(',');
+  app.add_option("--logit-bias", o.logit_bias, "ID:BIAS added to a token's logit (repeatable)");
+  o.logprobs_flag = app.add_option("--logprobs", o.logprobs,
+                                   "return the sampled token's log-probability and N alternatives");
+  o.greedy_default = greedy_default;
+}
+
+SamplingParams sampling_params(const SamplingOptions& o) {
+  SamplingParams p;
+  if (o.temperature_flag->count()) {
+    p.temperature = o.temperature;
+  } else if (o.greedy_default) {
+    p.temperature = 0.0;
+  }
+  if (o.top_p_flag->count()) p.top_p = o.top_p;
+  if (o.top_k_flag->count()) p.top_k = o.top_k;
+  if (o.min_p_flag->count()) p.min_p = o.min_p;
+  if (o.rep_flag->count()) p.repetition_penalty = o.repetition_penalty;
+  if (o.seed_flag->count()) p.seed = o.seed;
+  if (o.logprobs_flag->count()) p.logprobs = o.logprobs;
+  p.presence_penalty = o.presence_penalty;
+  p.frequency_penalty = o.frequency_penalty;
+  p.n = o.n;
+  p.max_tokens = o.max_tokens;
+  p.min_tokens = o.min_tokens;
+  p.ignore_eos = o.ignore_eos;
+  p.stop_token_ids = o.stop_token_ids;
+  for (const std::string& b : o.logit_bias) {
+    const size_t colon = b.find(':');
+    STRATA_CHECK(colon != std::string::npos && colon > 0, "--logit-bias: expected ID:BIAS, got '", b, "'");
+    const std::vector<int32_t> id = parse_ids(b.substr(0, colon), "--logit-bias");
+    try {
+      size_t used = 0;
+      const std::string v = b.substr(colon + 1);
+      const double bias = std::stod(v, &used);
+      STRATA_CHECK(used == v.size(), "--logit-bias: '", v, "' is not a number");
+      p.logit_bias[id[0]] = bias;
+    } catch (const std::logic_error&) {
+      fail("--logit-bias: '", b.substr(colon + 1), "' is not a number");
+    }
+  }
+  return p;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,49 @@
+// The engine and sampling flags shared by the commands that run the engine (generate, bench,
+// and later serve).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "strata/engine/engine.h"
+#include "strata/engine/sampling_params.h"
+
+namespace strata::cli {
+
+struct EngineOptions {
+  std::string model_dir, device = "cpu", kv_cache_memory, logprobs_mode = "processed";
+  int block_size = 16, max_num_seqs = 256, max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;
+  double gpu_memory_utilization = 0.9;
+  bool prefix_caching = true;
+  int prefix_state_interval = 64, prefix_state_slots = -1;
+  CLI::Option* gpu_util_flag = nullptr;
+};
+
+// --model --device --kv-cache-memory --gpu-memory-utilization --block-size --max-num-seqs
+// --max-num-batched-tokens --max-model-len --enable-prefix-caching / --no-enable-prefix-caching
+// --prefix-state-interval --prefix-state-slots --logprobs-mode
+void add_engine_options(CLI::App& app, EngineOptions& o);
+EngineConfig engine_config(const EngineOptions& o);
+
+struct SamplingOptions {
+  double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
+  double presence_penalty = 0, frequency_penalty = 0;
+  int top_k = 0, n = 1, max_tokens = 16, min_tokens = 0, logprobs = 0;
+  uint64_t seed = 0;
+  bool ignore_eos = false, greedy_default = false;
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> logit_bias;  // "ID:BIAS"
+  CLI::Option *temperature_flag = nullptr, *top_p_flag = nullptr, *top_k_flag = nullptr,
+              *min_p_flag = nullptr, *rep_flag = nullptr, *seed_flag = nullptr,
+              *logprobs_flag = nullptr;
+};
+
+// --temperature --top-p --top-k --min-p --repetition-penalty --presence-penalty
+// --frequency-penalty --seed --n --max-tokens --min-tokens --ignore-eos --stop-token-ids
+// --logit-bias ID:BIAS --logprobs N. `greedy_default`: --temperature defaults to 0.
+void add_sampling_options(CLI::App& app, SamplingOptions& o, bool greedy_default);
+SamplingParams sampling_params(const SamplingOptions& o);
+
+}  // namespace strata::cli

@@ -1,0 +1,201 @@
+#include "strata/engine/cache_manager.h"
+
+#include <algorithm>
+
+#include "strata/core/error.h"
+#include "strata/engine/prefix_hash.h"
+#include "strata/ops/ops.h"
+
+namespace strata {
+
+CacheManager::CacheManager(const CacheSpec& spec, const CacheConfig& config, Device device)
+    : config_(config),
+      has_state_(spec.bytes_per_slot() > 0),
+      caches_(Caches::allocate(spec, config.num_blocks, config.block_size,
+                               config.seq_slots + (spec.bytes_per_slot() > 0 ? config.snapshot_slots : 0),
+                               device)),
+      blocks_(config.num_blocks, config.block_size),
+      states_(config.seq_slots, has_state_ ? config.snapshot_slots : 0) {
+  // A page leaving the cache takes the snapshot bound to it along: nothing could find it.
+  blocks_.on_evict = [this](PageId page, uint64_t hash) { states_.drop(hash, page); };
+}
+
+void CacheManager::copy_state(int32_t src, int32_t dst) {
+  for (LayerCaches& l : caches_.layers) {
+    for (const Tensor& t : l.slots) ops::copy_slot(t, src, dst);
+  }
+}
+
+void CacheManager::copy_page(int32_t src, int32_t dst) {
+  for (LayerCaches& l : caches_.layers) {
+    for (const Tensor& t : l.paged) ops::copy_slot(t, src, dst);
+  }
+  ++counters_.pages_copied;
+}
+
+PrefixHit CacheManager::find_prefix(Sequence& seq) {
+  PrefixHit hit;
+  if (!config_.prefix_caching) return hit;
+  const int32_t bs = config_.block_size;
+  extend_page_hashes(seq.tokens, bs, seq.page_hashes);
+  // At least the last token is computed, for its logits.
+  const int32_t usable = (seq.num_tokens() - 1) / bs;
+  std::vector<PageId> matched;
+  for (int32_t i = 0; i < usable; ++i) {
+    const PageId parent = i ? matched.back() : PageId{};
+    auto page = blocks_.lookup(seq.page_hashes[size_t(i)], seq.tokens.data() + size_t(i) * bs, parent);
+    if (!page) break;
+    matched.push_back(*page);
+  }
+  int32_t k = int32_t(matched.size());
+  if (has_state_) {
+    while (k > 0) {
+      if (auto slot = states_.find(seq.page_hashes[size_t(k - 1)], matched[size_t(k - 1)])) {
+        hit.snapshot_slot = *slot;
+        break;
+      }
+      --k;
+    }
+    if (int32_t(matched.size()) > k) hit.branch_point = int32_t(matched.size()) * bs;
+  }
+  matched.resize(size_t(k));
+  hit.pages = std::move(matched);
+  hit.tokens = k * bs;
+  return hit;
+}
+
+bool CacheManager::admit(Sequence& seq, const PrefixHit& hit, int32_t until) {
+  if (states_.num_free_seq_slots() == 0) return false;
+  int32_t reclaimed = 0;  // hit pages that sit on the free list now
+  for (const PageId& p : hit.pages) reclaimed += blocks_.ref_count(p.block) == 0;
+  const int32_t fresh = pages_for(until) - int32_t(hit.pages.size());
+  if (fresh > blocks_.num_free() - reclaimed) return false;
+  seq.block_table.clear();
+  for (const PageId& p : hit.pages) {
+    blocks_.acquire(p.block);
+    seq.block_table.push_back(p.block);
+  }
+  const std::vector<int32_t> more = blocks_.allocate(fresh);
+  seq.block_table.insert(seq.block_table.end(), more.begin(), more.end());
+  seq.chain = hit.pages;
+  seq.state_slot = states_.allocate();
+  if (hit.snapshot_slot >= 0) {
+    copy_state(hit.snapshot_slot, seq.state_slot);
+    ++counters_.snapshots_restored;
+  }
+  seq.num_computed = hit.tokens;
+  seq.branch_point = hit.branch_point;
+  return true;
+}
+
+bool CacheManager::can_grow(const Sequence& seq, int32_t until) const {
+  return pages_for(until) - int32_t(seq.block_table.size()) <= blocks_.num_free();
+}
+
+void CacheManager::grow(Sequence& seq, int32_t until) {
+  const int32_t fresh = pages_for(until) - int32_t(seq.block_table.size());
+  if (fresh <= 0) return;
+  const std::vector<int32_t> more = blocks_.allocate(fresh);
+  seq.block_table.insert(seq.block_table.end(), more.begin(), more.end());
+}
+
+bool CacheManager::is_snapshot_point(const Sequence& seq, int32_t pos) const {
+  const int32_t bs = config_.block_size;
+  if (pos <= 0 || pos % bs) return false;
+  if (config_.state_interval > 0 && (pos / bs) % config_.state_interval == 0) return true;
+  if (pos == (seq.prompt_len - 1) / bs * bs) return true;
+  return pos == seq.branch_point;
+}
+
+int32_t CacheManager::cut_chunk(const Sequence& seq, int32_t from, int32_t to) const {
+  if (!config_.prefix_caching || !has_state_ || config_.snapshot_slots == 0) return to;
+  const int32_t bs = config_.block_size;
+  for (int32_t p = (from / bs + 1) * bs; p < to; p += bs) {
+    if (is_snapshot_point(seq, p)) return p;
+  }
+  return to;
+}
+
+void CacheManager::on_computed(Sequence& seq, bool sampled) {
+  if (!config_.prefix_caching) return;
+  const int32_t bs = config_.block_size;
+  extend_page_hashes(seq.tokens, bs, seq.page_hashes);
+  const size_t full = size_t(seq.num_computed / bs);
+  while (seq.chain.size() < full) {
+    const size_t i = seq.chain.size();
+    const PageId parent = i ? seq.chain.back() : PageId{};
+    seq.chain.push_back(blocks_.register_full(seq.block_table[i], seq.page_hashes[i],
+                                              seq.tokens.data() + i * size_t(bs), parent));
+  }
+  const int32_t pos = seq.num_computed;
+  if (!has_state_ || config_.snapshot_slots == 0 || pos == 0 || pos % bs) return;
+  const size_t k = size_t(pos / bs) - 1;
+  const uint64_t hash = seq.page_hashes[k];
+  const PageId page = seq.chain[k];
+  std::optional<StatePool::Store> store;
+  if (is_snapshot_point(seq, pos)) {
+    store = states_.store(hash, page);
+  } else if (sampled) {
+    // The tail snapshot moves forward: its previous position is superseded.
+    const bool own = states_.holds(seq.tail_slot, seq.tail_hash, seq.tail_page);
+    store = states_.store(hash, page, own ? seq.tail_slot : -1);
+    if (store) {
+      seq.tail_slot = store->slot;
+      seq.tail_hash = hash;
+      seq.tail_page = page;
+    }
+  }
+  if (store && store->copy) {
+    copy_state(seq.state_slot, store->slot);
+    ++counters_.snapshots_stored;
+  }
+}
+
+bool CacheManager::fork(const Sequence& parent, Sequence& child) {
+  const int32_t bs = config_.block_size;
+  const int32_t full = parent.num_computed / bs;
+  const bool partial = parent.num_computed % bs != 0;
+  if (states_.num_free_seq_slots() == 0 || (partial && blocks_.num_free() == 0)) return false;
+  child.block_table.assign(parent.block_table.begin(), parent.block_table.begin() + full);
+  for (int32_t b : child.block_table) blocks_.acquire(b);
+  if (partial) {
+    const int32_t b = blocks_.allocate(1)[0];
+    copy_page(parent.block_table[size_t(full)], b);
+    child.block_table.push_back(b);
+  }
+  child.chain = parent.chain;
+  child.page_hashes = parent.page_hashes;
+  child.state_slot = states_.allocate();
+  copy_state(parent.state_slot, child.state_slot);
+  child.num_computed = parent.num_computed;
+  return true;
+}
+
+void CacheManager::free(Sequence& seq) {
+  blocks_.release(seq.block_table);
+  seq.block_table.clear();
+  if (seq.state_slot >= 0) states_.release(seq.state_slot);
+  seq.state_slot = -1;
+  seq.chain.clear();
+  seq.num_computed = 0;
+}
+
+void CacheManager::clear_prefix_cache() {
+  blocks_.clear_cache();
+  states_.clear_snapshots();
+}
+
+CacheUsage CacheManager::usage() const {
+  CacheUsage u;
+  u.num_blocks = blocks_.num_blocks();
+  u.free_blocks = blocks_.num_free();
+  u.cached_blocks = blocks_.num_cached();
+  for (int32_t b = 0; b < u.num_blocks; ++b) u.used_blocks += blocks_.ref_count(b) > 0;
+  u.seq_slots = states_.seq_slots();
+  u.free_seq_slots = states_.num_free_seq_slots();
+  u.snapshot_slots = states_.snapshot_slots();
+  u.snapshots = states_.num_snapshots();
+  return u;
+}
+
+}  // namespace strata

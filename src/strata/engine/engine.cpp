@@ -1,0 +1,366 @@
+#include "strata/engine/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "strata/core/error.h"
+
+namespace strata {
+
+Engine::Engine(const EngineConfig& config)
+    : config_(config),
+      model_(load_model(config.model, config.device)),
+      defaults_(GenerationDefaults::load(config.model)) {
+  init();
+}
+
+Engine::Engine(std::shared_ptr<Model> model, const EngineConfig& config, GenerationDefaults defaults)
+    : config_(config), model_(std::move(model)), defaults_(std::move(defaults)) {
+  STRATA_CHECK(model_ != nullptr, "engine: no model");
+  init();
+}
+
+Engine::~Engine() = default;
+
+void Engine::init() {
+  start_ = std::chrono::steady_clock::now();
+  seed_source_.seed(std::random_device{}());
+  const ModelInfo& info = model_->info();
+  const int64_t max_pos = info.max_position_embeddings;
+  max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : max_pos;
+  STRATA_CHECK(config_.max_model_len >= 0, "--max-model-len must be positive, got ",
+               config_.max_model_len);
+  STRATA_CHECK(max_model_len_ > 1, "--max-model-len: the model declares no max_position_embeddings; ",
+               "give --max-model-len");
+  STRATA_CHECK(max_pos <= 0 || max_model_len_ <= max_pos, "--max-model-len ", max_model_len_,
+               " exceeds the model's max_position_embeddings ", max_pos);
+  STRATA_CHECK(max_model_len_ <= INT32_MAX / 2, "--max-model-len ", max_model_len_, " is too large");
+  STRATA_CHECK(config_.prefix_state_interval >= 0, "--prefix-state-interval must be >= 0, got ",
+               config_.prefix_state_interval);
+  STRATA_CHECK(config_.prefix_state_slots >= -1, "--prefix-state-slots must be >= 0, got ",
+               config_.prefix_state_slots);
+  MemoryRequest mr;
+  mr.kv_cache_memory = config_.kv_cache_memory;
+  mr.gpu_memory_utilization = config_.gpu_memory_utilization;
+  mr.block_size = config_.block_size;
+  mr.max_num_seqs = config_.max_num_seqs;
+  mr.snapshot_slots = !config_.enable_prefix_caching ? 0
+                      : config_.prefix_state_slots < 0 ? config_.max_num_seqs
+                                                       : config_.prefix_state_slots;
+  mr.max_model_len = max_model_len_;
+  plan_ = plan_memory(info.cache, mr, model_->device());
+  if (config_.log_capacity) std::fprintf(stderr, "strata: %s\n", plan_.describe().c_str());
+  CacheConfig cc;
+  cc.block_size = plan_.block_size;
+  cc.num_blocks = plan_.num_blocks;
+  cc.seq_slots = plan_.seq_slots;
+  cc.snapshot_slots = plan_.snapshot_slots;
+  cc.prefix_caching = config_.enable_prefix_caching;
+  cc.state_interval = config_.prefix_state_interval;
+  cache_ = std::make_unique<CacheManager>(info.cache, cc, model_->device());
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
+  sampler_ = std::make_unique<Sampler>(info.vocab_size, config_.logprobs_mode);
+}
+
+void Engine::set_detokenizer(std::shared_ptr<Detokenizer> detokenizer) {
+  detokenizer_ = std::move(detokenizer);
+}
+
+double Engine::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Engine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
+  const ModelInfo& info = model_->info();
+  STRATA_CHECK(!prompt.empty(), "prompt: no tokens (the prompt is empty)");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    STRATA_CHECK(prompt[i] >= 0 && prompt[i] < info.vocab_size, "prompt: token id ", prompt[i],
+                 " at position ", i, " is outside the vocabulary [0, ", info.vocab_size, ")");
+  }
+  STRATA_CHECK(int64_t(prompt.size()) < max_model_len_, "prompt: ", prompt.size(),
+               " tokens leave no room to generate within the context length of ", max_model_len_,
+               " (max_model_len)");
+  const ResolvedSampling r = resolve_sampling(params, defaults_, info.eos_token_ids, info.vocab_size);
+  STRATA_CHECK(params.stop.empty() || detokenizer_ != nullptr,
+               "sampling: stop: stop strings need a detokenizer, and this engine has none");
+  const int64_t longest = std::min<int64_t>(int64_t(prompt.size()) + params.max_tokens, max_model_len_);
+  STRATA_CHECK(cache_->pages_for(longest) <= plan_.num_blocks, "request: ", longest,
+               " tokens need ", cache_->pages_for(longest), " KV pages but the pool has only ",
+               plan_.num_blocks, "; raise --kv-cache-memory or lower max_tokens");
+}
+
+void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt,
+                         const SamplingParams& params) {
+  validate_request(prompt, params);
+  const ModelInfo& info = model_->info();
+  auto req = std::make_unique<Request>();
+  req->id = request_id;
+  req->sampling = resolve_sampling(params, defaults_, info.eos_token_ids, info.vocab_size);
+  req->metrics.arrival_time = now();
+  req->metrics.num_prompt_tokens = int32_t(prompt.size());
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  STRATA_CHECK(!live_ids_.count(request_id), "request: id '", request_id, "' is already in use");
+  for (int i = 0; i < params.n; ++i) {
+    auto seq = std::make_unique<Sequence>();
+    seq->request = req.get();
+    seq->index = i;
+    seq->tokens = prompt;
+    seq->prompt_len = int32_t(prompt.size());
+    if (params.seed) {
+      std::seed_seq ss{uint32_t(*params.seed), uint32_t(*params.seed >> 32), uint32_t(i)};
+      seq->rng.seed(ss);
+    } else {
+      seq->rng.seed(seed_source_());
+    }
+    req->seqs.push_back(std::move(seq));
+  }
+  live_ids_.insert(request_id);
+  inbox_.push_back(std::move(req));
+  ++unfinished_;
+}
+
+void Engine::abort(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  abort_inbox_.push_back(request_id);
+}
+
+void Engine::drain_inbox() {
+  std::vector<std::unique_ptr<Request>> adds;
+  std::vector<std::string> aborts;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    adds.swap(inbox_);
+    aborts.swap(abort_inbox_);
+  }
+  for (auto& r : adds) admit_request(std::move(r));
+  for (const std::string& id : aborts) abort_now(id);
+}
+
+void Engine::admit_request(std::unique_ptr<Request> req) {
+  req->arrival = next_arrival_++;
+  Request& r = *req;
+  requests_[r.id] = std::move(req);
+  scheduler_->add(r.seqs[0].get());
+  // Completions 1..n-1 wait for completion 0's prompt and then share its pages.
+  for (size_t i = 1; i < r.seqs.size(); ++i) r.seqs[i]->status = SeqStatus::kPendingFork;
+}
+
+void Engine::abort_now(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  for (auto& s : it->second->seqs) {
+    if (!s->is_finished()) finish_sequence(*s, "abort");
+  }
+  it->second->aborted = true;
+}
+
+void Engine::finish_sequence(Sequence& seq, const std::string& reason, const std::string& stop_reason) {
+  seq.finish_reason = reason;
+  seq.stop_reason = stop_reason;
+  scheduler_->finish(&seq);
+  Request& req = *seq.request;
+  const bool all = std::all_of(req.seqs.begin(), req.seqs.end(),
+                               [](const auto& s) { return s->is_finished(); });
+  if (all) req.metrics.finished_time = now();
+}
+
+void Engine::append_token(Sequence& seq, const SampleResult& r) {
+  seq.tokens.push_back(r.token);
+  ++seq.output_counts[r.token];
+  if (seq.request->sampling.params.logprobs) {
+    seq.new_logprobs.push_back(r.logprob);
+    seq.new_top_logprobs.push_back(r.top);
+  }
+  ++stats_.sampled_tokens;
+  if (seq.request->metrics.first_token_time == 0) seq.request->metrics.first_token_time = now();
+}
+
+void Engine::check_stop(Sequence& seq, int32_t token) {
+  const ResolvedSampling& p = seq.request->sampling;
+  const SamplingParams& sp = p.params;
+  if (detokenizer_ && (sp.detokenize || !sp.stop.empty())) {
+    const size_t before = seq.text.size();
+    seq.text = detokenizer_->decode(
+        std::vector<int32_t>(seq.tokens.begin() + seq.prompt_len, seq.tokens.end()));
+    if (seq.num_generated() >= sp.min_tokens && !sp.stop.empty()) {
+      size_t longest = 0;
+      for (const std::string& s : sp.stop) longest = std::max(longest, s.size());
+      const size_t from = before > longest ? before - longest : 0;
+      size_t best = std::string::npos;
+      const std::string* which = nullptr;
+      for (const std::string& s : sp.stop) {
+        const size_t at = seq.text.find(s, from);
+        if (at != std::string::npos && at < best) {
+          best = at;
+          which = &s;
+        }
+      }
+      if (which) {
+        seq.text.resize(best + (sp.include_stop_str_in_output ? which->size() : 0));
+        finish_sequence(seq, "stop", *which);
+        return;
+      }
+    }
+  }
+  if (seq.num_generated() >= sp.min_tokens) {
+    if (std::binary_search(p.eos_ids.begin(), p.eos_ids.end(), token)) {
+      finish_sequence(seq, "stop");
+      return;
+    }
+    if (std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end()) {
+      finish_sequence(seq, "stop", std::to_string(token));
+      return;
+    }
+  }
+  if (seq.num_generated() >= sp.max_tokens || seq.num_tokens() >= max_model_len_) {
+    finish_sequence(seq, "length");
+  }
+}
+
+void Engine::process_sample(Sequence& seq, const float* logits, bool first_of_prompt) {
+  const ResolvedSampling& p = seq.request->sampling;
+  const SampleResult r =
+      sampler_->sample(logits, p, {&seq.tokens, seq.prompt_len, &seq.output_counts, &seq.rng});
+  append_token(seq, r);
+  if (first_of_prompt) fork_children(seq, logits);
+  check_stop(seq, r.token);
+}
+
+void Engine::fork_children(Sequence& parent, const float* logits) {
+  Request& req = *parent.request;
+  for (size_t i = 1; i < req.seqs.size(); ++i) {
+    Sequence& child = *req.seqs[i];
+    if (child.status != SeqStatus::kPendingFork) continue;
+    if (scheduler_->can_run_more() && cache_->fork(parent, child)) {
+      scheduler_->add_running(&child);
+      ++stats_.forks;
+      process_sample(child, logits, false);
+    } else {
+      scheduler_->add(&child);  // computes the prompt itself (prefix caching helps)
+    }
+  }
+}
+
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> out;
+  drain_inbox();
+  const SchedulerOutput so = scheduler_->schedule();
+  if (!so.chunks.empty()) {
+    ForwardBatch batch;
+    batch.token_ids.reserve(size_t(so.num_tokens));
+    batch.positions.reserve(size_t(so.num_tokens));
+    for (const ScheduledChunk& c : so.chunks) {
+      SeqInBatch s;
+      s.q_start = batch.num_tokens();
+      s.q_len = c.q_len;
+      s.ctx_len = c.ctx_len;
+      s.block_table = c.seq->block_table;
+      s.state_slot = c.seq->state_slot;
+      for (int32_t i = 0; i < c.q_len; ++i) {
+        batch.token_ids.push_back(c.seq->tokens[size_t(c.ctx_len + i)]);
+        batch.positions.push_back(c.ctx_len + i);
+      }
+      if (c.samples) batch.logit_rows.push_back(s.q_start + s.q_len - 1);
+      batch.seqs.push_back(std::move(s));
+    }
+    model_->forward(batch, cache_->caches(), logits_);
+    STRATA_CHECK(logits_.device() == Device::kCpu, "engine: the sampler reads host logits");
+    ++stats_.steps;
+    stats_.computed_tokens += so.num_tokens;
+    const int64_t vocab = model_->info().vocab_size;
+    int64_t row = 0;
+    for (const ScheduledChunk& c : so.chunks) {
+      Sequence& seq = *c.seq;
+      Request& req = *seq.request;
+      if (req.metrics.first_scheduled_time == 0) req.metrics.first_scheduled_time = now();
+      const int32_t prompt_part = std::max(0, std::min(c.ctx_len + c.q_len, seq.prompt_len) - c.ctx_len);
+      stats_.computed_prompt_tokens += prompt_part;
+      req.metrics.num_computed_prompt_tokens += prompt_part;
+      seq.num_computed += c.q_len;
+      cache_->on_computed(seq, c.samples);
+      if (c.samples) {
+        const bool first = seq.index == 0 && seq.num_generated() == 0 && req.seqs.size() > 1;
+        process_sample(seq, logits_.data<float>() + row * vocab, first);
+        ++row;
+      }
+    }
+  }
+  // Report in arrival order, so that callers see a deterministic sequence.
+  std::vector<Request*> order;
+  for (auto& [id, req] : requests_) order.push_back(req.get());
+  std::sort(order.begin(), order.end(), [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+  std::vector<std::string> done;
+  for (Request* req : order) {
+    RequestOutput o = report(*req);
+    if (!o.outputs.empty() || o.finished) out.push_back(std::move(o));
+    if (req->finished_reported) done.push_back(req->id);
+  }
+  if (!done.empty()) {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    for (const std::string& id : done) {
+      requests_.erase(id);
+      live_ids_.erase(id);
+      --unfinished_;
+    }
+  }
+  return out;
+}
+
+RequestOutput Engine::report(Request& req) {
+  RequestOutput o;
+  o.request_id = req.id;
+  o.metrics = req.metrics;
+  bool finished = true;
+  for (auto& sp : req.seqs) {
+    Sequence& s = *sp;
+    finished = finished && s.is_finished();
+    const size_t generated = size_t(std::max(0, s.num_generated()));
+    const bool new_finish = s.is_finished() && !s.finish_reported;
+    // Text: hold back what a stop string or an unfinished UTF-8 character may still change.
+    size_t text_upto = s.text.size();
+    if (!s.is_finished()) {
+      size_t longest = 0;
+      for (const std::string& st : req.sampling.params.stop) longest = std::max(longest, st.size());
+      const size_t hold = longest > 0 ? longest - 1 : 0;
+      text_upto = text_upto > hold ? text_upto - hold : 0;
+      if (text_upto >= 3 && s.text.compare(text_upto - 3, 3, "\xEF\xBF\xBD") == 0) text_upto -= 3;
+    }
+    const bool new_text = text_upto > s.reported_text;
+    if (generated == s.reported_tokens && !new_finish && !new_text) continue;
+    CompletionOutput c;
+    c.index = s.index;
+    c.token_ids.assign(s.tokens.begin() + s.prompt_len + ptrdiff_t(s.reported_tokens),
+                       s.tokens.end());
+    c.logprobs = std::move(s.new_logprobs);
+    c.top_logprobs = std::move(s.new_top_logprobs);
+    s.new_logprobs.clear();
+    s.new_top_logprobs.clear();
+    if (new_text) c.text = s.text.substr(s.reported_text, text_upto - s.reported_text);
+    c.finish_reason = s.finish_reason;
+    c.stop_reason = s.stop_reason;
+    s.reported_tokens = generated;
+    s.reported_text = std::max(s.reported_text, text_upto);
+    s.finish_reported = s.is_finished();
+    o.outputs.push_back(std::move(c));
+  }
+  o.finished = finished;
+  if (finished) req.finished_reported = true;
+  return o;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  const SchedulerCounters& sc = scheduler_->counters();
+  s.prefix_queries = sc.prefix_queries;
+  s.prefix_hits = sc.prefix_hits;
+  s.preemptions = sc.preemptions;
+  s.snapshots_stored = cache_->counters().snapshots_stored;
+  s.snapshots_restored = cache_->counters().snapshots_restored;
+  s.running = scheduler_->num_running();
+  s.waiting = scheduler_->num_waiting();
+  s.cache = cache_->usage();
+  return s;
+}
+
+}  // namespace strata

@@ -1,0 +1,143 @@
+// Engine: the serving loop over one Model (vLLM V1's engine core).
+//
+//   Engine engine(config);
+//   engine.add_request("a", prompt_ids, params);     // any thread; throws on bad input
+//   while (engine.has_unfinished()) {
+//     for (RequestOutput& o : engine.step()) ...     // one driver thread: new tokens per step
+//   }
+//
+// add_request, abort and has_unfinished may be called from any thread (a server's handlers);
+// step, stats and the cache accessors belong to the one thread that drives the engine. Each
+// step schedules a batch (scheduler.h), runs Model::forward once, samples, applies the stop
+// rules and reports what changed: every RequestOutput from step() is a delta (the tokens and
+// text produced by this step), and the last one of a request has finished = true (also after
+// an abort: finish_reason "abort").
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "strata/engine/cache_manager.h"
+#include "strata/engine/detokenizer.h"
+#include "strata/engine/memory_budget.h"
+#include "strata/engine/output.h"
+#include "strata/engine/sampler.h"
+#include "strata/engine/sampling_params.h"
+#include "strata/engine/scheduler.h"
+#include "strata/engine/sequence.h"
+#include "strata/models/model.h"
+
+namespace strata {
+
+struct EngineConfig {
+  std::string model;          // checkpoint folder (config.json, generation_config.json)
+  Device device = Device::kCpu;
+  int32_t block_size = 16;    // tokens per KV page
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  std::optional<size_t> kv_cache_memory;  // bytes for all cache pools (see memory_budget.h)
+  double gpu_memory_utilization = 0.9;
+  bool enable_prefix_caching = true;
+  int32_t prefix_state_interval = 64;  // pages between state snapshots in prefill; 0: off
+  int32_t prefix_state_slots = -1;     // snapshot slots; -1: max_num_seqs
+  LogprobsMode logprobs_mode = LogprobsMode::kProcessed;
+  bool log_capacity = true;            // print the pool sizes to stderr at start-up
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t computed_tokens = 0;         // tokens run through the model
+  int64_t computed_prompt_tokens = 0;  // of those, at prompt positions
+  int64_t sampled_tokens = 0;
+  int64_t prefix_queries = 0;          // tokens looked up in the prefix cache at admission
+  int64_t prefix_hits = 0;             // tokens served from it
+  int64_t preemptions = 0;
+  int64_t forks = 0;                   // completions that shared a prompt's computed caches
+  int64_t snapshots_stored = 0, snapshots_restored = 0;
+  int32_t running = 0, waiting = 0;
+  CacheUsage cache;
+};
+
+class Engine {
+ public:
+  // Loads config.model (and its generation_config.json).
+  explicit Engine(const EngineConfig& config);
+  // Runs an already loaded model; defaults as read by GenerationDefaults::load.
+  Engine(std::shared_ptr<Model> model, const EngineConfig& config, GenerationDefaults defaults = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Stop strings and text output need one; without it outputs carry ids only.
+  void set_detokenizer(std::shared_ptr<Detokenizer> detokenizer);
+
+  // Queues a request. Throws Error naming the field on bad input (empty prompt, an id outside
+  // the vocabulary, a prompt that leaves no room in the context, invalid sampling values, a
+  // request that can never fit in the page pool, a duplicate id).
+  void add_request(const std::string& request_id, std::vector<int32_t> prompt,
+                   const SamplingParams& params);
+  // The checks of add_request without queueing (LLM::generate checks a whole batch first).
+  void validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
+  // Ends a request; its last output (finish_reason "abort") comes from the next step(). An
+  // unknown or finished id is ignored.
+  void abort(const std::string& request_id);
+  bool has_unfinished() const { return unfinished_.load() > 0; }
+
+  std::vector<RequestOutput> step();
+
+  const ModelInfo& model_info() const { return model_->info(); }
+  int64_t max_model_len() const { return max_model_len_; }
+  const MemoryPlan& memory_plan() const { return plan_; }
+  EngineStats stats() const;
+  // Drops every cached prefix (pages and snapshots); after it, an idle engine holds nothing.
+  void clear_prefix_cache() { cache_->clear_prefix_cache(); }
+  // Seconds since the engine started, the clock of RequestMetrics.
+  double now() const;
+
+ private:
+  void init();
+  void drain_inbox();
+  void admit_request(std::unique_ptr<Request> req);
+  void abort_now(const std::string& id);
+  void process_sample(Sequence& seq, const float* logits, bool first_of_prompt);
+  void append_token(Sequence& seq, const SampleResult& r);
+  void check_stop(Sequence& seq, int32_t token);
+  void fork_children(Sequence& parent, const float* logits);
+  void finish_sequence(Sequence& seq, const std::string& reason, const std::string& stop_reason = "");
+  RequestOutput report(Request& req);
+
+  EngineConfig config_;
+  std::shared_ptr<Model> model_;
+  GenerationDefaults defaults_;
+  std::shared_ptr<Detokenizer> detokenizer_;
+  int64_t max_model_len_ = 0;
+  MemoryPlan plan_;
+  std::unique_ptr<CacheManager> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Sampler> sampler_;
+  Tensor logits_;
+  std::chrono::steady_clock::time_point start_;
+  std::mt19937_64 seed_source_;
+
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  uint64_t next_arrival_ = 0;
+  EngineStats stats_;
+
+  // Shared with other threads.
+  mutable std::mutex inbox_mutex_;
+  std::vector<std::unique_ptr<Request>> inbox_;
+  std::vector<std::string> abort_inbox_;
+  std::unordered_set<std::string> live_ids_;
+  std::atomic<int64_t> unfinished_{0};
+};
+
+}  // namespace strata

@@ -1,0 +1,95 @@
+#include "strata/engine/sampling_params.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "strata/core/error.h"
+#include "strata/io/config.h"
+
+namespace strata {
+
+GenerationDefaults GenerationDefaults::load(const std::string& model_dir) {
+  GenerationDefaults d;
+  const std::string path = model_dir + "/generation_config.json";
+  if (model_dir.empty() || !std::filesystem::exists(path)) return d;
+  const nlohmann::json root = read_json_file(path);
+  ConfigView v(&root, path);
+  if (v.has("temperature")) d.temperature = v.get_float("temperature");
+  if (v.has("top_p")) d.top_p = v.get_float("top_p");
+  if (v.has("min_p")) d.min_p = v.get_float("min_p");
+  if (v.has("repetition_penalty")) d.repetition_penalty = v.get_float("repetition_penalty");
+  if (v.has("top_k")) d.top_k = int(std::clamp<int64_t>(v.get_int("top_k"), -1, INT32_MAX));
+  d.eos_token_ids = v.get_int_or_list("eos_token_id");
+  return d;
+}
+
+namespace {
+
+void check_finite(double x, const char* field) {
+  STRATA_CHECK(std::isfinite(x), "sampling: ", field, " must be a finite number, got ", x);
+}
+
+}  // namespace
+
+ResolvedSampling resolve_sampling(const SamplingParams& p, const GenerationDefaults& defaults,
+                                  const std::vector<int64_t>& model_eos, int64_t vocab_size) {
+  ResolvedSampling r;
+  r.params = p;
+  STRATA_CHECK(p.n >= 1, "sampling: n must be >= 1, got ", p.n);
+  r.n = p.n;
+  r.temperature = p.temperature.value_or(defaults.temperature.value_or(1.0));
+  check_finite(r.temperature, "temperature");
+  STRATA_CHECK(r.temperature >= 0, "sampling: temperature must be >= 0, got ", r.temperature);
+  r.top_p = p.top_p.value_or(defaults.top_p.value_or(1.0));
+  check_finite(r.top_p, "top_p");
+  STRATA_CHECK(r.top_p > 0 && r.top_p <= 1, "sampling: top_p must be in (0, 1], got ", r.top_p);
+  const int top_k = p.top_k.value_or(defaults.top_k.value_or(0));
+  STRATA_CHECK(top_k >= -1, "sampling: top_k must be -1 or 0 (off) or a positive count, got ",
+               top_k);
+  r.top_k = top_k <= 0 ? 0 : int(std::min<int64_t>(top_k, vocab_size));
+  r.min_p = p.min_p.value_or(defaults.min_p.value_or(0.0));
+  check_finite(r.min_p, "min_p");
+  STRATA_CHECK(r.min_p >= 0 && r.min_p <= 1, "sampling: min_p must be in [0, 1], got ", r.min_p);
+  r.repetition_penalty = p.repetition_penalty.value_or(defaults.repetition_penalty.value_or(1.0));
+  check_finite(r.repetition_penalty, "repetition_penalty");
+  STRATA_CHECK(r.repetition_penalty > 0, "sampling: repetition_penalty must be > 0, got ",
+               r.repetition_penalty);
+  check_finite(p.presence_penalty, "presence_penalty");
+  STRATA_CHECK(p.presence_penalty >= -2 && p.presence_penalty <= 2,
+               "sampling: presence_penalty must be in [-2, 2], got ", p.presence_penalty);
+  check_finite(p.frequency_penalty, "frequency_penalty");
+  STRATA_CHECK(p.frequency_penalty >= -2 && p.frequency_penalty <= 2,
+               "sampling: frequency_penalty must be in [-2, 2], got ", p.frequency_penalty);
+  for (const auto& [id, bias] : p.logit_bias) {
+    STRATA_CHECK(id >= 0 && id < vocab_size, "sampling: logit_bias token id ", id,
+                 " is outside the vocabulary [0, ", vocab_size, ")");
+    check_finite(bias, "logit_bias");
+    STRATA_CHECK(bias >= -100 && bias <= 100, "sampling: logit_bias for token ", id,
+                 " must be in [-100, 100], got ", bias);
+  }
+  STRATA_CHECK(p.max_tokens > 0, "sampling: max_tokens must be > 0, got ", p.max_tokens);
+  STRATA_CHECK(p.min_tokens >= 0 && p.min_tokens <= p.max_tokens,
+               "sampling: min_tokens must be in [0, max_tokens = ", p.max_tokens, "], got ",
+               p.min_tokens);
+  for (int32_t id : p.stop_token_ids) {
+    STRATA_CHECK(id >= 0 && id < vocab_size, "sampling: stop_token_ids: token id ", id,
+                 " is outside the vocabulary [0, ", vocab_size, ")");
+  }
+  for (const std::string& s : p.stop) {
+    STRATA_CHECK(!s.empty(), "sampling: stop: stop strings must not be empty");
+  }
+  if (p.logprobs) {
+    STRATA_CHECK(*p.logprobs >= 0 && *p.logprobs <= kMaxLogprobs, "sampling: logprobs must be in [0, ",
+                 kMaxLogprobs, "], got ", *p.logprobs);
+  }
+  if (!p.ignore_eos) {
+    for (int64_t e : model_eos) r.eos_ids.push_back(int32_t(e));
+    for (int64_t e : defaults.eos_token_ids) r.eos_ids.push_back(int32_t(e));
+    std::sort(r.eos_ids.begin(), r.eos_ids.end());
+    r.eos_ids.erase(std::unique(r.eos_ids.begin(), r.eos_ids.end()), r.eos_ids.end());
+  }
+  return r;
+}
+
+}  // namespace strata

@@ -1,0 +1,83 @@
+// The engine's inner view of a request: one Sequence per completion (n of them), each with its
+// tokens, pages, state slot and sampling state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "strata/engine/block_pool.h"
+#include "strata/engine/output.h"
+#include "strata/engine/sampling_params.h"
+
+namespace strata {
+
+struct Request;
+
+enum class SeqStatus {
+  kWaiting,      // in the scheduler's waiting queue (new or preempted)
+  kRunning,      // holds pages and a state slot
+  kPendingFork,  // completion i > 0 waiting for completion 0's prompt, to share it
+  kFinished,
+};
+
+struct Sequence {
+  Request* request = nullptr;
+  int index = 0;  // completion index within the request
+  SeqStatus status = SeqStatus::kWaiting;
+
+  std::vector<int32_t> tokens;  // prompt + generated
+  int32_t prompt_len = 0;
+  int32_t num_computed = 0;     // tokens whose caches are written
+  std::vector<int32_t> block_table;
+
+  // Prefix cache: the hash of every full page of tokens, and the cached identity of every
+  // computed full page (the page a lookup of that prefix finds).
+  std::vector<uint64_t> page_hashes;
+  std::vector<PageId> chain;
+  int32_t state_slot = -1;
+  // The snapshot slot with this sequence's latest decode-boundary state, and its key.
+  int32_t tail_slot = -1;
+  uint64_t tail_hash = 0;
+  PageId tail_page;
+  int32_t branch_point = 0;  // a snapshot point where this prompt leaves the cached prefixes
+
+  // Sampling.
+  std::mt19937_64 rng;
+  std::unordered_map<int32_t, int32_t> output_counts;
+
+  // Output not yet reported by Engine::step.
+  size_t reported_tokens = 0;
+  std::vector<float> new_logprobs;
+  std::vector<std::vector<TokenLogprob>> new_top_logprobs;
+  std::string text;  // the decoded output so far (stop strings cut it)
+  size_t reported_text = 0;
+  std::string finish_reason, stop_reason;
+  bool finish_reported = false;
+
+  int32_t num_tokens() const { return int32_t(tokens.size()); }
+  int32_t num_generated() const { return num_tokens() - prompt_len; }
+  bool is_finished() const { return status == SeqStatus::kFinished; }
+};
+
+struct Request {
+  std::string id;
+  uint64_t arrival = 0;  // admission order (FCFS)
+  ResolvedSampling sampling;
+  RequestMetrics metrics;
+  bool first_admission_done = false;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  bool aborted = false;
+  bool finished_reported = false;
+};
+
+// FCFS order: older requests first, then completion index.
+inline bool older(const Sequence* a, const Sequence* b) {
+  if (a->request->arrival != b->request->arrival) return a->request->arrival < b->request->arrival;
+  return a->index < b->index;
+}
+
+}  // namespace strata

@@ -1,0 +1,96 @@
+// Shared helpers of the engine tests: fixture models loaded once, small engine configs, random
+// prompts, and the pool checks that every test ends with.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "strata/core/error.h"
+#include "strata/engine/engine.h"
+#include "strata/engine/llm.h"
+#include "strata/models/model.h"
+
+namespace strata::testing {
+
+inline std::string engine_fixture_dir(const std::string& name) {
+  return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name;
+}
+
+// Each fixture model is loaded once per test binary.
+inline std::shared_ptr<Model> fixture_model(const std::string& name) {
+  static std::map<std::string, std::shared_ptr<Model>> loaded;
+  auto& m = loaded[name];
+  if (!m) m = std::shared_ptr<Model>(load_model(engine_fixture_dir(name)));
+  return m;
+}
+
+inline EngineConfig test_config(const std::string& name) {
+  EngineConfig c;
+  c.model = engine_fixture_dir(name);
+  c.kv_cache_memory = size_t(16) << 20;
+  c.max_num_seqs = 48;
+  c.max_num_batched_tokens = 512;
+  c.max_model_len = 1024;
+  c.log_capacity = false;
+  return c;
+}
+
+inline std::unique_ptr<Engine> make_engine(const std::string& name, const EngineConfig& c) {
+  return std::make_unique<Engine>(fixture_model(name), c,
+                                  GenerationDefaults::load(engine_fixture_dir(name)));
+}
+
+inline std::vector<int32_t> random_ids(std::mt19937_64& rng, int len, int64_t vocab) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < len; ++i) ids.push_back(int32_t(3 + rng() % uint64_t(vocab - 3)));
+  return ids;
+}
+
+// Runs prompts to completion on `engine`, returning whole outputs in prompt order.
+inline std::vector<RequestOutput> run_all(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                          const SamplingParams& params, const std::string& tag = "r") {
+  std::vector<RequestOutput> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    engine.add_request(tag + std::to_string(i), prompts[i], params);
+  }
+  while (engine.has_unfinished()) {
+    for (const RequestOutput& d : engine.step()) {
+      const size_t i = std::stoul(d.request_id.substr(tag.size()));
+      accumulate_output(out[i], d);
+    }
+  }
+  return out;
+}
+
+// Every page and state slot is back in its pool; cached pages are free and reclaimable, and
+// dropping the prefix cache leaves nothing behind.
+inline void expect_no_leak(Engine& engine) {
+  EngineStats s = engine.stats();
+  EXPECT_EQ(s.running, 0);
+  EXPECT_EQ(s.waiting, 0);
+  EXPECT_EQ(s.cache.used_blocks, 0);
+  EXPECT_EQ(s.cache.free_blocks, s.cache.num_blocks);
+  EXPECT_EQ(s.cache.free_seq_slots, s.cache.seq_slots);
+  EXPECT_LE(s.cache.snapshots, s.cache.snapshot_slots);
+  engine.clear_prefix_cache();
+  s = engine.stats();
+  EXPECT_EQ(s.cache.cached_blocks, 0);
+  EXPECT_EQ(s.cache.snapshots, 0);
+  EXPECT_EQ(s.cache.free_blocks, s.cache.num_blocks);
+}
+
+inline void expect_same_outputs(const RequestOutput& a, const RequestOutput& b, const std::string& what) {
+  ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
+  for (size_t j = 0; j < a.outputs.size(); ++j) {
+    EXPECT_EQ(a.outputs[j].token_ids, b.outputs[j].token_ids) << what << " completion " << j;
+    EXPECT_EQ(a.outputs[j].logprobs, b.outputs[j].logprobs) << what << " completion " << j;
+    EXPECT_EQ(a.outputs[j].finish_reason, b.outputs[j].finish_reason) << what;
+  }
+}
+
+}  // namespace strata::testing
