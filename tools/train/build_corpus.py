@@ -243,7 +243,9 @@ def licence_names(pkg):
     names = []
     for m in re.finditer(r"^License:[ \t]*(\S.*)$", text, re.M):
         name = m.group(1).strip()
-        if len(name) <= 60 and name not in names:
+        if len(name) <= 60 and len(name.split()) <= 8 and name[:1].isupper() and \
+                not name.endswith((".", ",")) and name not in names and \
+                not re.search(r"\b(this|the|software|its|by)\b", name):
             names.append(name)
     return names
 
@@ -347,7 +349,7 @@ def main():
               f"{len(train_docs)} documents")
     for split, docs in (("train", capped), ("heldout", heldout_docs)):
         path = os.path.join(args.out, f"corpus_{split}.txt.xz")
-        with lzma.open(path, "wt", encoding="utf-8", preset=6) as f:
+        with lzma.open(path, "wt", encoding="utf-8", preset=2) as f:
             for doc in docs:
                 f.write(doc)
                 f.write("\n" + EOT + "\n")

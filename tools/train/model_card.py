@@ -111,13 +111,16 @@ def render(cfg, info):
         "",
     ]
     if info.get("history"):
-        lines += ["During training (first 64 held-out windows):", "",
-                  "| step | tokens | ppl | top-1 | MTP top-1 | acceptance proxy |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["During training (train loss of the last batch, validation loss on tokens held "
+                  "back from the training stream, the rest on the first 64 held-out windows):", "",
+                  "| step | tokens | train loss | validation loss | held-out ppl | top-1 | "
+                  "MTP top-1 | acceptance proxy |",
+                  "|---|---|---|---|---|---|---|---|"]
         for e in info["history"]:
-            lines.append(f"| {e['step']} | {e['tokens'] / 1e6:.1f} M | {e['ppl']:.2f} | "
-                         f"{e['top1']:.3f} | {e['mtp_top1']:.3f} | {e['mtp_accept_proxy']:.3f} |")
-        lines.append("")
+            lines.append(f"| {e['step']} | {e['tokens'] / 1e6:.1f} M | {e['train_loss']:.3f} | "
+                         f"{e['val_loss']:.3f} | {e['ppl']:.2f} | {e['top1']:.3f} | "
+                         f"{e['mtp_top1']:.3f} | {e['mtp_accept_proxy']:.3f} |")
+        lines += ["", f"Shipped: {info.get('shipped', 'final weights')}.", ""]
     lines += [
         "## Reference for strata's golden test",
         "",

@@ -235,6 +235,9 @@ def main():
     ap.add_argument("--aux-coef", type=float, default=0.01)
     ap.add_argument("--init-std", type=float, default=0.02)
     ap.add_argument("--eval-every", type=float, default=60.0)
+    ap.add_argument("--val-tokens", type=int, default=131072,
+                    help="tokens at the end of the training stream kept out of training, to "
+                         "pick the best weights (the held-out split is only reported)")
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args()
 
@@ -292,7 +295,9 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
     all_params = list(seen_params(model, mtp))
-    data = Windows(train_ids, args.seq, device, args.seed)
+    val_windows = all_windows(train_ids[-args.val_tokens:], args.seq)
+    fit_ids = train_ids[:-args.val_tokens]
+    data = Windows(fit_ids, args.seq, device, args.seed)
     step, tokens_seen, prev_seconds = 0, 0, 0.0
     if args.resume:
         ck = torch.load(args.resume, map_location=device, weights_only=False)
@@ -311,7 +316,8 @@ def main():
     budget = max(1.0, min(args.stop_at - t_train, args.train_seconds))
     schedule = args.schedule_seconds or (prev_seconds + budget)
     log(f"training for {budget:.0f}s (schedule {schedule:.0f}s), batch {args.batch} x "
-        f"{args.seq} = {args.batch * args.seq} tokens/step, {len(held_windows)} held-out windows")
+        f"{args.seq} = {args.batch * args.seq} tokens/step, {len(val_windows)} validation and "
+        f"{len(held_windows)} held-out windows")
 
     def state():
         return {"step": step, "tokens": tokens_seen, "vocab": vocab, "eos": eos,
@@ -320,6 +326,7 @@ def main():
 
     last_log, last_ckpt, last_eval = time.time(), time.time(), time.time()
     log_tokens, history = 0, []
+    best = {"val_loss": math.inf}
     while True:
         now = time.time()
         if now - t_train >= budget:
@@ -355,10 +362,18 @@ def main():
             last_log, log_tokens = time.time(), 0
         if time.time() - last_eval >= args.eval_every:
             ev = evaluate(model, mtp, held_windows, args.batch, device, max_windows=64)
-            ev.update(step=step, tokens=tokens_seen)
+            val = evaluate(model, mtp, val_windows, args.batch, device)
+            ev.update(step=step, tokens=tokens_seen, val_loss=val["loss"],
+                      train_loss=loss_main.item())
             history.append(ev)
-            log(f"held-out @ step {step}: ppl {ev['ppl']:.2f} top1 {ev['top1']:.3f} | mtp top1 "
-                f"{ev['mtp_top1']:.3f} accept-proxy {ev['mtp_accept_proxy']:.3f}")
+            if val["loss"] < best["val_loss"]:
+                best = {"val_loss": val["loss"], "step": step,
+                        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                        "mtp": {k: v.detach().clone() for k, v in mtp.state_dict().items()}}
+            log(f"eval @ step {step}: train loss {ev['train_loss']:.3f}, validation loss "
+                f"{val['loss']:.3f} (best {best['val_loss']:.3f} @ {best['step']}) | held-out ppl "
+                f"{ev['ppl']:.2f} top1 {ev['top1']:.3f} | mtp top1 {ev['mtp_top1']:.3f} "
+                f"accept-proxy {ev['mtp_accept_proxy']:.3f}")
             last_eval = time.time()
             last_log = time.time()
         if args.ckpt and time.time() - last_ckpt >= args.ckpt_every:
@@ -372,6 +387,14 @@ def main():
         save_checkpoint(args.ckpt, model, mtp, opt, state())
         log(f"checkpoint {args.ckpt} at step {step}")
 
+    val = evaluate(model, mtp, val_windows, args.batch, device)
+    chosen = f"final weights (validation loss {val['loss']:.3f})"
+    if "model" in best and best["val_loss"] < val["loss"]:
+        model.load_state_dict(best["model"])
+        mtp.load_state_dict(best["mtp"])
+        chosen = (f"the weights of step {best['step']} (validation loss {best['val_loss']:.3f} < "
+                  f"final {val['loss']:.3f})")
+    log("shipping", chosen)
     # Everything below measures and ships the bf16 weights.
     export.round_to_bf16(model, mtp)
     final = evaluate(model, mtp, held_windows, args.batch, device)
@@ -380,9 +403,9 @@ def main():
     info = {
         "params": params, "vocab": vocab, "tokenizer": stats, "steps": step,
         "tokens_seen": tokens_seen, "train_seconds": prev_seconds + train_time,
-        "epochs": tokens_seen / max(1, train_ids.size), "batch": args.batch, "seq": args.seq,
+        "epochs": tokens_seen / max(1, fit_ids.size), "batch": args.batch, "seq": args.seq,
         "lr": args.lr, "mtp_lambda": args.mtp_lambda, "aux_coef": args.aux_coef,
-        "heldout": final, "history": history, "implementations": impl,
+        "heldout": final, "history": history, "implementations": impl, "shipped": chosen,
         "gpu": torch.cuda.get_device_name(0), "eos_ids": [eos, im_end],
     }
     export.export_all(model, mtp, cfg, os.path.join(args.work, "tokenizer"), args.out, info)
