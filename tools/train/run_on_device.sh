@@ -5,18 +5,19 @@
 # larger) and $OUT/train.log.
 #
 # usage (repository root, .dev/train/corpus_{train,heldout}.txt.xz and corpus_stats.json
-# carried):  bash tools/train/run_on_device.sh [--resume] [--total-s 560] [--reserve-s 100]
+# carried):  bash tools/train/run_on_device.sh [--resume] [--total-s 560] [--reserve-s 120]
 #            [-- extra train.py flags]
 # --total-s: wall-clock budget of this whole script (the device call is killed at 600 s);
 # --reserve-s: seconds kept after training for evaluation, export and packing.
 # --resume: reuse the tokenizer, tokens and checkpoint of an earlier call on the same (still
-# warm) machine, kept under .dev/ckpt/default (ignored by git, not carried, so it survives).
+# warm) machine, kept under .dev/ckpt/default (ignored by git, not carried, so it survives);
+# with "-- --train-seconds 0" it only evaluates and exports that checkpoint.
 set -euo pipefail
 START=$(date +%s)
 cd "$(dirname "$0")/../.."
 RESUME=0
 TOTAL_S=560
-RESERVE_S=100
+RESERVE_S=120
 while [ $# -gt 0 ]; do
   case "$1" in
     --resume) RESUME=1 ;;

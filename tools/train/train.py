@@ -8,7 +8,7 @@ fp32 master weights, AdamW, linear warm-up then cosine decay over the wall-clock
 packed sequences with <|endoftext|> between documents.
 
 usage: python3 tools/train/train.py --work WORK --out DIR --stop-at EPOCH_SECONDS
-           [--ckpt PATH] [--resume PATH] [--batch 32] [--seq 1024] [--lr 2e-3]
+           [--ckpt PATH] [--resume PATH] [--batch 32] [--seq 1024] [--lr 1.5e-3]
 """
 import argparse
 import json
@@ -218,7 +218,8 @@ def main():
     ap.add_argument("--stop-at", type=float, required=True,
                     help="wall-clock time (epoch seconds) at which training stops")
     ap.add_argument("--train-seconds", type=float, default=1e9,
-                    help="also stop after this many seconds of training in this run")
+                    help="also stop after this many seconds of training in this run (0 with "
+                         "--resume: only evaluate and export the checkpoint)")
     ap.add_argument("--schedule-seconds", type=float, default=0,
                     help="length of the cosine schedule over all runs (0: this run's budget "
                          "plus what a resumed checkpoint had done)")
@@ -313,8 +314,8 @@ def main():
 
     held_windows = all_windows(held_ids, args.seq)
     t_train = time.time()
-    budget = max(1.0, min(args.stop_at - t_train, args.train_seconds))
-    schedule = args.schedule_seconds or (prev_seconds + budget)
+    budget = max(0.0, min(args.stop_at - t_train, args.train_seconds))
+    schedule = args.schedule_seconds or max(1.0, prev_seconds + budget)
     log(f"training for {budget:.0f}s (schedule {schedule:.0f}s), batch {args.batch} x "
         f"{args.seq} = {args.batch * args.seq} tokens/step, {len(val_windows)} validation and "
         f"{len(held_windows)} held-out windows")
