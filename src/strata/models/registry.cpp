@@ -8,6 +8,7 @@
 #include "strata/models/deepseek_v4.h"
 #include "strata/models/model.h"
 #include "strata/models/qwen3_5.h"
+#include "strata/models/qwen4_exp.h"
 
 namespace strata {
 namespace {
@@ -20,6 +21,7 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> kFamilies = {
       {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, load_qwen3_5},
+      {{"qwen4_exp", "qwen4_exp_text"}, load_qwen4_exp},
       {{"deepseek_v4"}, load_deepseek_v4},
   };
   return kFamilies;

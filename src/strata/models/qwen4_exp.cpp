@@ -1,0 +1,289 @@
+// The Qwen4-Exp family (Qwen3.8-Flash-Next). Reads like HF's modeling_qwen4_exp.py: the token
+// embedding fans out into S residual streams; each decoder layer adds its per-layer n-gram
+// embedding (PLE, on some GDN layers), reads the streams through a low-rank gated-residual read
+// gate into one hidden row, runs a Gated DeltaNet with a sigmoid (or silu) output gate or Qwen
+// sparse attention (gated GQA over the tokens that a block indexer selects), writes the result
+// back into every stream, and does the same around a softmax-routed MoE with a gated shared
+// expert. The exit mixer (a read gate without injection) gives the hidden row for lm_head;
+// there is no final RMSNorm.
+#include "strata/models/qwen4_exp.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "strata/core/error.h"
+#include "strata/models/qwen4_exp_config.h"
+#include "strata/models/qwen4_exp_weights.h"
+#include "strata/models/weights.h"
+#include "strata/ops/ops.h"
+#include "strata/ops/qwen4_exp_ops.h"
+
+namespace strata {
+namespace {
+
+// Cache tensors of each layer, in the order the CacheSpec declares them.
+enum GdnSlot { kSsm = 0, kConv = 1, kPleConv = 2, kNgramContext = 3 };
+enum QsaPaged { kKeys = 0, kValues = 1, kIndexBlockKeys = 2 };
+enum QsaSlot { kIndexTail = 0 };
+
+class Qwen4ExpModel final : public Model {
+ public:
+  Qwen4ExpModel(const Checkpoint& ckpt, Device device) : device_(device) {
+    cfg_ = parse_qwen4_exp_config(ckpt.config(), ckpt.config_path());
+    WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device);
+    weights_ = load_qwen4_exp_weights(w, cfg_);
+    // HF drops mtp.* (and the vision tower); vLLM drops an exit-mixer inject weight.
+    auto unused = w.unused({"model.visual.", "visual.", "mtp.", "model.mtp.",
+                            w.prefix() + "hyper_connection_mixer.block_inject_weight"});
+    STRATA_CHECK(unused.empty(), ckpt.dir(), ": unexpected tensor '", unused.empty() ? "" : unused[0],
+                 "' (", unused.size(), " unused in all) for ", cfg_.model_type);
+    info_.model_type = cfg_.model_type;
+    info_.vocab_size = cfg_.vocab;
+    info_.hidden_size = cfg_.hidden;
+    info_.num_layers = cfg_.layers;
+    info_.max_position_embeddings = cfg_.max_pos;
+    info_.eos_token_ids = cfg_.eos;
+    info_.bos_token_id = cfg_.bos;
+    info_.weight_bytes = w.bytes_loaded();  // the n-gram tables stay in the host mapping
+    declare_caches();
+  }
+
+  const ModelInfo& info() const override { return info_; }
+  Device device() const override { return device_; }
+
+  void forward(const ForwardBatch& batch, Caches& caches, Tensor& logits) override {
+    batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
+    STRATA_CHECK(caches.layers.size() == weights_.layers.size(), "forward: caches for ",
+                 caches.layers.size(), " layers, model has ", weights_.layers.size());
+    for (const SeqInBatch& s : batch.seqs) {
+      STRATA_CHECK(s.state_slot >= 0, "forward: a ", cfg_.model_type, " sequence needs a state slot");
+      for (int32_t i = 0; i < s.q_len; ++i) {
+        // The indexer ropes each block key at its first token's position, which it takes to be
+        // the token's index (text positions).
+        STRATA_CHECK(batch.positions[s.q_start + i] == s.ctx_len + i, "forward: ", cfg_.model_type,
+                     " needs text positions (token ", s.q_start + i, " has position ",
+                     batch.positions[s.q_start + i], ", expected ", s.ctx_len + i, ")");
+      }
+    }
+    const int64_t t = batch.num_tokens(), wide = cfg_.hc * cfg_.hidden;
+    Tensor x = act({t, cfg_.hidden});
+    ops::embedding(weights_.embed, batch.token_ids, x);
+    Tensor h = act({t, wide});
+    ops::hc_expand(x, int(cfg_.hc), h);
+    Tensor block_out = act({t, cfg_.hidden});
+    Tensor inject = act({t, cfg_.hc});
+    for (size_t i = 0; i < weights_.layers.size(); ++i) {
+      const Qwen4ExpLayerWeights& l = weights_.layers[i];
+      LayerCaches& cache = caches.layers[i];
+      if (l.has_ple) per_layer_embedding(l.ple, batch, cache, h);
+      read_gate(l.attn_hc, h, x, &inject);
+      if (l.linear) {
+        gated_delta_net(l.gdn, x, batch, cache, block_out);
+      } else {
+        sparse_attention(l.qsa, x, batch, cache, caches.block_size, block_out);
+      }
+      ops::hc_write(h, block_out, inject);
+      read_gate(l.mlp_hc, h, x, &inject);
+      moe(l.moe, x, block_out);
+      ops::hc_write(h, block_out, inject);
+    }
+    const int64_t n = int64_t(batch.logit_rows.size());
+    Tensor last = act({n, wide}), mixed = act({n, cfg_.hidden});
+    ops::gather_rows(h, batch.logit_rows, last);
+    read_gate(weights_.mixer, last, mixed, nullptr);
+    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
+      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
+    }
+    ops::linear(mixed, weights_.lm_head, logits);
+  }
+
+ private:
+  DType act_dtype() const { return DType::kF32; }
+  Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
+  float eps() const { return float(cfg_.eps); }
+
+  void declare_caches() {
+    const int64_t wide = cfg_.hc * cfg_.hidden;
+    for (const Qwen4ExpLayerWeights& l : weights_.layers) {
+      LayerCacheSpec s;
+      if (l.linear) {
+        const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
+        s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, DType::kF32});
+        s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
+        if (l.has_ple) {
+          // The dilated PLE conv's history ((K - 1) * ngram_size normed rows) and the last
+          // ngram_size - 1 token ids (the n-gram context across steps).
+          s.slots.push_back({"ple_conv", {l.ple.conv.dim(1) - 1, wide}, act_dtype()});
+          s.slots.push_back({"ngram_context", {cfg_.ngram_size - 1}, DType::kI32});
+        }
+      } else {
+        s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+        s.paged.push_back({"v", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+        // One indexer key per complete block of index_ratio tokens (pooled, normed, roped).
+        PagedCacheSpec blocks{"index_block_keys", {cfg_.index_head_dim}, act_dtype()};
+        blocks.tokens_per_entry = int(cfg_.index_ratio);
+        s.paged.push_back(blocks);
+        // Raw indexer keys of the trailing incomplete block.
+        s.slots.push_back({"index_tail", {std::max<int64_t>(1, cfg_.index_ratio - 1), cfg_.index_head_dim},
+                           act_dtype()});
+      }
+      info_.cache.layers.push_back(std::move(s));
+    }
+  }
+
+  // Qwen4ExpTextGatedResidual: normed = hc_norm(h); w = sigmoid(up(silu(down(normed) / S)));
+  // out = mean_s(w_s * normed_s); inject = 2 * sigmoid(block_inject(normed) / S).
+  void read_gate(const HyperConnectionWeights& g, const Tensor& h, const Tensor& out, Tensor* inject) {
+    const int64_t t = h.dim(0), s = cfg_.hc;
+    Tensor normed = act({t, s * cfg_.hidden});
+    ops::rms_norm_grouped(h, g.norm, cfg_.hidden, eps(), normed);
+    Tensor low = act({t, cfg_.hc_rank});
+    ops::linear(normed, g.down, low);
+    ops::hc_lowrank_act(low, int(s));
+    Tensor mix = act({t, s * cfg_.hidden});
+    ops::linear(low, g.up, mix);
+    ops::hc_mix(normed, mix, int(s), out);
+    if (inject != nullptr) {
+      ops::linear(normed, g.inject, *inject);
+      ops::hc_inject_weights(*inject, int(s));
+    }
+  }
+
+  // Qwen4ExpTextPLELayer: h += gated + silu(dilated_conv(norm_conv(gated))), where
+  // gated_s = sigmoid(signed_sqrt(<norm_key(key_proj(e))_s, norm_query(h)_s> / sqrt(H))) * value_proj(e)
+  // and e is the token's hashed n-gram embedding (one row per head, gathered from the host table).
+  void per_layer_embedding(const PleWeights& p, const ForwardBatch& batch, LayerCaches& cache,
+                           const Tensor& h) {
+    const int64_t t = batch.num_tokens(), wide = cfg_.hc * cfg_.hidden, heads = p.layout.hash.heads();
+    Tensor ids = Tensor::empty({t, heads}, DType::kI64, Device::kCpu);
+    ops::ngram_ids(batch, p.layout.hash, cfg_.vocab, cache.slots[kNgramContext], ids);
+    Tensor e = Tensor::empty({t, cfg_.ple_embed_dim}, DType::kF32, Device::kCpu);
+    ops::sharded_embedding(p.table, ids, e);
+    Tensor key = act({t, wide}), value = act({t, cfg_.hidden}), query = act({t, wide});
+    ops::linear(e, p.key_proj, key);
+    ops::rms_norm_grouped(key, p.norm_key, cfg_.hidden, eps(), key);
+    ops::linear(e, p.value_proj, value);
+    ops::rms_norm_grouped(h, p.norm_query, cfg_.hidden, eps(), query);
+    Tensor gated = act({t, wide}), normed = act({t, wide}), conv = act({t, wide});
+    ops::ple_gate(key, query, value, int(cfg_.hc), gated);
+    ops::rms_norm_grouped(gated, p.norm_conv, cfg_.hidden, eps(), normed);
+    ops::causal_conv1d(normed, p.conv, cache.slots[kPleConv], batch, conv);
+    ops::add(gated, conv, gated);
+    ops::add(h, gated, h);
+  }
+
+  // Qwen4ExpTextGatedDeltaNet: Qwen3.5's GDN with the output gate of config.output_gate_type.
+  void gated_delta_net(const GdnWeights& l, const Tensor& x, const ForwardBatch& batch,
+                       LayerCaches& cache, const Tensor& y) {
+    const int64_t t = x.dim(0), hk = cfg_.lin_k_heads, hv = cfg_.lin_v_heads, dk = cfg_.lin_k_dim,
+                  dv = cfg_.lin_v_dim;
+    const int64_t conv_dim = 2 * hk * dk + hv * dv;
+    Tensor qkv = act({t, conv_dim}), z = act({t, hv, dv}), b = act({t, hv}), a = act({t, hv});
+    ops::linear(x, l.in_qkv, qkv);
+    ops::linear(x, l.in_z, z.reshape({t, hv * dv}));
+    ops::linear(x, l.in_b, b);
+    ops::linear(x, l.in_a, a);
+    Tensor mixed = act({t, conv_dim});
+    ops::causal_conv1d(qkv, l.conv, cache.slots[kConv], batch, mixed);
+    Tensor q = act({t, hk, dk}), k = act({t, hk, dk}), v = act({t, hv, dv});
+    ops::copy_columns(mixed, 0, q.reshape({t, hk * dk}));
+    ops::copy_columns(mixed, hk * dk, k.reshape({t, hk * dk}));
+    ops::copy_columns(mixed, 2 * hk * dk, v.reshape({t, hv * dv}));
+    Tensor g = act({t, hv}), beta = act({t, hv});
+    ops::gdn_gates(a, b, l.a_log, l.dt_bias, g, beta);
+    Tensor core = act({t, hv, dv});
+    // The CPU reference runs the recurrence: results independent of how steps split the sequence.
+    const auto algorithm = device_ == Device::kCpu ? ops::GdnAlgorithm::kRecurrent : ops::GdnAlgorithm::kChunked;
+    ops::gated_delta_rule(q, k, v, g, beta, cache.slots[kSsm], batch, core, algorithm);
+    Tensor normed = act({t, hv, dv});
+    ops::rms_norm_gated_act(core, z, l.norm, eps(), cfg_.gdn_gate, normed);
+    ops::linear(normed.reshape({t, hv * dv}), l.out_proj, y);
+  }
+
+  // Qwen4ExpTextQSAIndexer: which tokens each query attends to.
+  Tensor select_tokens(const QsaWeights& l, const Tensor& x, const ForwardBatch& batch,
+                       LayerCaches& cache, int block_size) {
+    const int64_t t = x.dim(0), hi = cfg_.index_heads, di = cfg_.index_head_dim;
+    const int ratio = int(cfg_.index_ratio), top = int(cfg_.index_top_blocks());
+    Tensor qk = act({t, (hi + 1) * di});
+    ops::linear(x, l.index_qk, qk);
+    Tensor q = act({t, hi, di}), raw_keys = act({t, di});
+    ops::copy_columns(qk, 0, q.reshape({t, hi * di}));
+    ops::copy_columns(qk, hi * di, raw_keys);
+    ops::rms_norm(q, l.index_q_norm, eps(), true, q);
+    ops::rope(q, batch.positions, cfg_.rope);
+    // Blocks completed by this step: mean of their raw keys, k_layernorm, RoPE at the block start.
+    const std::vector<ops::QsaBlock> blocks = ops::qsa_completed_blocks(batch, ratio);
+    const int64_t nb = int64_t(blocks.size());
+    Tensor pooled = act({nb, di});
+    ops::qsa_pool_keys(raw_keys, cache.slots[kIndexTail], batch, ratio, pooled);
+    if (nb > 0) {
+      ops::rms_norm(pooled, l.index_k_norm, eps(), true, pooled);
+      std::vector<int32_t> starts;
+      for (const ops::QsaBlock& b : blocks) starts.push_back(b.block * ratio);
+      ops::rope(pooled.reshape({nb, 1, di}), starts, cfg_.rope);
+    }
+    ops::qsa_store_block_keys(pooled, cache.paged[kIndexBlockKeys], batch, ratio, block_size);
+    Tensor selected = Tensor::empty({t, int64_t(top) * ratio + ratio - 1}, DType::kI32, device_);
+    ops::qsa_select(q, cache.paged[kIndexBlockKeys], batch, ratio, block_size, top,
+                    1.f / std::sqrt(float(di)), selected);
+    return selected;
+  }
+
+  // Qwen4ExpTextAttention: gated GQA (q_proj gives [query | gate] per head) over the selected tokens.
+  void sparse_attention(const QsaWeights& l, const Tensor& x, const ForwardBatch& batch,
+                        LayerCaches& cache, int block_size, const Tensor& y) {
+    Tensor selected = select_tokens(l, x, batch, cache, block_size);
+    const int64_t t = x.dim(0), d = cfg_.head_dim, hq = cfg_.heads, hkv = cfg_.kv_heads;
+    Tensor qg = act({t, hq * 2 * d});
+    ops::linear(x, l.q_proj, qg);
+    Tensor q = act({t, hq, d}), gate = act({t, hq * d});
+    ops::copy_columns(qg.reshape({t * hq, 2 * d}), 0, q.reshape({t * hq, d}));
+    ops::copy_columns(qg.reshape({t * hq, 2 * d}), d, gate.reshape({t * hq, d}));
+    Tensor k = act({t, hkv, d}), v = act({t, hkv, d});
+    ops::linear(x, l.k_proj, k.reshape({t, hkv * d}));
+    ops::linear(x, l.v_proj, v.reshape({t, hkv * d}));
+    ops::rms_norm(q, l.q_norm, eps(), true, q);
+    ops::rms_norm(k, l.k_norm, eps(), true, k);
+    ops::rope(q, batch.positions, cfg_.rope);
+    ops::rope(k, batch.positions, cfg_.rope);
+    Tensor o = act({t, hq, d});
+    ops::paged_attention_selected(q, k, v, cache.paged[kKeys], cache.paged[kValues], batch, selected,
+                                  1.f / std::sqrt(float(d)), o);
+    Tensor o2 = o.reshape({t, hq * d});
+    ops::mul_sigmoid(o2, gate);
+    ops::linear(o2, l.o_proj, y);
+  }
+
+  // Qwen4ExpTextSparseMoeBlock: routed experts plus sigmoid(shared_expert_gate(x)) * shared(x).
+  void moe(const MoeWeights& m, const Tensor& x, const Tensor& y) {
+    const int64_t t = x.dim(0);
+    Tensor router_logits = act({t, cfg_.experts});
+    ops::linear(x, m.router, router_logits);
+    Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
+    Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
+    ops::moe_route_softmax(router_logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights);
+    ops::moe_experts(x, m.experts_gate_up, m.experts_down, ids, weights, y);
+    Tensor gate_up = act({t, 2 * cfg_.shared_inter}), hidden = act({t, cfg_.shared_inter});
+    Tensor shared = act({t, cfg_.hidden}), gate = act({t, 1});
+    ops::linear(x, m.shared_gate_up, gate_up);
+    ops::silu_mul(gate_up, hidden);
+    ops::linear(hidden, m.shared_down, shared);
+    ops::linear(x, m.shared_gate, gate);
+    ops::mul_sigmoid(shared, gate);
+    ops::add(y, shared, y);
+  }
+
+  Device device_;
+  Qwen4ExpConfig cfg_;
+  ModelInfo info_;
+  Qwen4ExpWeights weights_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_qwen4_exp(const Checkpoint& ckpt, Device device) {
+  return std::make_unique<Qwen4ExpModel>(ckpt, device);
+}
+
+}  // namespace strata

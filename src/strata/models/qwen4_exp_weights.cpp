@@ -1,0 +1,231 @@
+#include "strata/models/qwen4_exp_weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+// Concatenates CPU float32 tensors along dimension 0.
+Tensor stack_rows(const std::vector<Tensor>& parts) {
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.dim(0);
+  Shape shape = parts.at(0).shape();
+  shape[0] = rows;
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+// A stored F32/BF16/F16 tensor as CPU float32, checked against `shape`.
+Tensor f32(WeightLoader& w, const std::string& name, const Shape& shape) {
+  const std::string full = w.prefix() + name;
+  Tensor t = w.raw(full, shape);
+  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
+               w.checkpoint().file_of(full), ": tensor '", full, "': dtype ", dtype_name(t.dtype()),
+               " needs a quantised loader (expected BF16, F16 or F32)");
+  return t.to_f32();
+}
+
+HyperConnectionWeights load_hc(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c,
+                               bool inject) {
+  const int64_t wide = c.hc * c.hidden;
+  HyperConnectionWeights h;
+  h.norm = w.get(p + "hc_norm.weight", {wide});
+  h.down = w.get(p + "input_mix_weight_down.weight", {c.hc_rank, wide});
+  h.up = w.get(p + "input_mix_weight_up.weight", {wide, c.hc_rank});
+  if (inject) h.inject = w.get(p + "block_inject_weight.weight", {c.hc, wide});
+  return h;
+}
+
+GdnWeights load_gdn(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c) {
+  const int64_t hk = c.lin_k_heads, hv = c.lin_v_heads, dk = c.lin_k_dim, dv = c.lin_v_dim;
+  const int64_t conv_dim = 2 * hk * dk + hv * dv;
+  GdnWeights g;
+  g.in_qkv = w.get(p + "in_proj_qkv.weight", {conv_dim, c.hidden});
+  g.in_z = w.get(p + "in_proj_z.weight", {hv * dv, c.hidden});
+  g.in_b = w.get(p + "in_proj_b.weight", {hv, c.hidden});
+  g.in_a = w.get(p + "in_proj_a.weight", {hv, c.hidden});
+  g.conv = w.get(p + "conv1d.weight", {conv_dim, 1, c.conv_kernel}).reshape({conv_dim, c.conv_kernel});
+  g.a_log = w.get(p + "A_log", {hv});
+  g.dt_bias = w.get(p + "dt_bias", {hv});
+  g.norm = w.get(p + "norm.weight", {dv});
+  g.out_proj = w.get(p + "out_proj.weight", {c.hidden, hv * dv});
+  return g;
+}
+
+QsaWeights load_qsa(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c) {
+  const int64_t d = c.head_dim, di = c.index_head_dim;
+  QsaWeights q;
+  q.q_proj = w.get(p + "q_proj.weight", {c.heads * d * 2, c.hidden});
+  q.k_proj = w.get(p + "k_proj.weight", {c.kv_heads * d, c.hidden});
+  q.v_proj = w.get(p + "v_proj.weight", {c.kv_heads * d, c.hidden});
+  q.o_proj = w.get(p + "o_proj.weight", {c.hidden, c.heads * d});
+  q.q_norm = w.get(p + "q_norm.weight", {d});
+  q.k_norm = w.get(p + "k_norm.weight", {d});
+  q.index_qk = w.get(p + "indexer.index_qk_proj.weight", {(c.index_heads + 1) * di, c.hidden});
+  q.index_q_norm = w.get(p + "indexer.q_layernorm.weight", {di});
+  q.index_k_norm = w.get(p + "indexer.k_layernorm.weight", {di});
+  return q;
+}
+
+MoeWeights load_moe(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c) {
+  const int64_t e = c.experts, inter = c.moe_inter, h = c.hidden, si = c.shared_inter;
+  MoeWeights m;
+  m.router = w.get(p + "gate.weight", {e, h});
+  if (w.has(p + "experts.gate_up_proj")) {
+    m.experts_gate_up = w.get(p + "experts.gate_up_proj", {e, 2 * inter, h});
+    m.experts_down = w.get(p + "experts.down_proj", {e, h, inter});
+  } else {
+    std::vector<Tensor> gate_up, down;
+    for (int64_t j = 0; j < e; ++j) {
+      const std::string q = p + cat("experts.", j, ".");
+      gate_up.push_back(f32(w, q + "gate_proj.weight", {inter, h}));
+      gate_up.push_back(f32(w, q + "up_proj.weight", {inter, h}));
+      down.push_back(f32(w, q + "down_proj.weight", {h, inter}));
+    }
+    m.experts_gate_up = w.to_device(stack_rows(gate_up).reshape({e, 2 * inter, h}));
+    m.experts_down = w.to_device(stack_rows(down).reshape({e, h, inter}));
+  }
+  m.shared_gate_up = w.to_device(stack_rows({f32(w, p + "shared_expert.gate_proj.weight", {si, h}),
+                                             f32(w, p + "shared_expert.up_proj.weight", {si, h})}));
+  m.shared_down = w.get(p + "shared_expert.down_proj.weight", {h, si});
+  m.shared_gate = w.get(p + "shared_expert_gate.weight", {1, h});
+  return m;
+}
+
+// The checkpoint's I64 hash buffers, when present, must equal the constants derived from
+// config.json (HF recomputes them at init and overwrites the loaded buffers with them, so a
+// disagreement means a config that does not belong to the checkpoint).
+void check_hash_buffer(WeightLoader& w, const std::string& name, const std::vector<int64_t>& want) {
+  if (!w.has_top(name)) return;
+  Tensor t = w.raw(name, {int64_t(want.size())});
+  STRATA_CHECK(t.dtype() == DType::kI64, w.checkpoint().file_of(name), ": tensor '", name,
+               "': expected I64, got ", dtype_name(t.dtype()));
+  for (size_t i = 0; i < want.size(); ++i) {
+    STRATA_CHECK(t.data<int64_t>()[i] == want[i], w.checkpoint().file_of(name), ": tensor '", name,
+                 "'[", i, "] = ", t.data<int64_t>()[i], " but config.json derives ", want[i],
+                 " (vocab_size, seed, ngram_vocab_size_base, ple_layer_ids)");
+  }
+}
+
+PleWeights load_ple(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c, int rank,
+                    size_t* table_bytes) {
+  const int64_t wide = c.hc * c.hidden, e = c.ple_embed_dim;
+  PleWeights ple;
+  ple.rank = rank;
+  ple.layout = ngram_table_layout(c, rank);
+  const std::string emb = w.prefix() + p + "ple_embedding.";
+  check_hash_buffer(w, emb + "layer_multipliers", ple.layout.hash.multipliers);
+  check_hash_buffer(w, emb + "ngram_heads_vocab_sizes", ple.layout.hash.head_vocab_sizes);
+  check_hash_buffer(w, emb + "ngram_heads_offsets", ple.layout.hash.head_offsets);
+  ple.table = load_ngram_table(w, emb + "ngram_embedding.", ple.layout.padded_rows, ple.layout.dim);
+  for (const Tensor& t : ple.table) *table_bytes += t.nbytes();
+  ple.key_proj = w.get(p + "key_proj.weight", {wide, e});
+  ple.value_proj = w.get(p + "value_proj.weight", {c.hidden, e});
+  ple.norm_key = w.get(p + "norm_key.weight", {wide});
+  ple.norm_query = w.get(p + "norm_query.weight", {wide});
+  ple.norm_conv = w.get(p + "norm_conv.weight", {wide});
+  const int64_t k = c.ple_conv_kernel, dil = c.ngram_size, taps = (k - 1) * dil + 1;
+  Tensor conv = f32(w, p + "conv1d.weight", {wide, 1, k});
+  Tensor dilated = Tensor::zeros({wide, taps}, DType::kF32);
+  for (int64_t ch = 0; ch < wide; ++ch) {
+    for (int64_t j = 0; j < k; ++j) dilated.data<float>()[ch * taps + j * dil] = conv.data<float>()[ch * k + j];
+  }
+  ple.conv = w.to_device(dilated);
+  return ple;
+}
+
+}  // namespace
+
+std::vector<Tensor> load_ngram_table(WeightLoader& w, const std::string& prefix, int64_t rows,
+                                     int64_t dim) {
+  const Checkpoint& ck = w.checkpoint();
+  const std::string shard = prefix + "shard_", suffix = ".weight";
+  std::map<int64_t, std::string> by_index;
+  for (const std::string& name : ck.names()) {
+    if (name.rfind(shard, 0) != 0 || name.size() <= shard.size() + suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    const std::string num = name.substr(shard.size(), name.size() - shard.size() - suffix.size());
+    const bool numeric = !num.empty() && num.size() <= 9 &&
+                         num.find_first_not_of("0123456789") == std::string::npos &&
+                         (num == "0" || num[0] != '0');
+    STRATA_CHECK(numeric, ck.file_of(name), ": tensor '", name,
+                 "': the n-gram table shard index must be a decimal number");
+    by_index[std::stoll(num)] = name;
+  }
+  std::vector<std::string> names;
+  if (by_index.empty()) {
+    STRATA_CHECK(ck.has(prefix + "weight"), ck.dir(), ": missing tensor '", shard, "0.weight' (the ",
+                 "n-gram table shards) or '", prefix, "weight'");
+    names.push_back(prefix + "weight");
+  } else {
+    STRATA_CHECK(!ck.has(prefix + "weight"), ck.dir(), ": both '", prefix, "weight' and shards '",
+                 shard, "N.weight' are present");
+    int64_t expect = 0;
+    for (const auto& [index, name] : by_index) {  // numeric order
+      STRATA_CHECK(index == expect, ck.dir(), ": n-gram table shard '", shard, expect,
+                   ".weight' is missing (shards must be numbered 0..N-1)");
+      names.push_back(name);
+      ++expect;
+    }
+  }
+  std::vector<Tensor> table;
+  int64_t total = 0;
+  for (const std::string& name : names) {
+    const TensorInfo& info = ck.info(name);
+    STRATA_CHECK(info.shape.size() == 2 && info.shape[1] == dim, ck.file_of(name), ": tensor '", name,
+                 "': expected shape [rows, ", dim, "], got ", shape_str(info.shape));
+    STRATA_CHECK(info.dtype == DType::kBF16 || info.dtype == DType::kF16 || info.dtype == DType::kF32,
+                 ck.file_of(name), ": tensor '", name, "': dtype ", dtype_name(info.dtype),
+                 " is not supported for the n-gram table (expected BF16, F16 or F32)");
+    table.push_back(w.raw(name, info.shape));
+    total += info.shape[0];
+  }
+  STRATA_CHECK(total == rows, ck.dir(), ": the n-gram table '", prefix, "*' has ", total,
+               " rows in ", names.size(), " tensors, config.json derives ", rows,
+               " (ngram_vocab_size_base, heads_per_ngram, make_ngram_vocab_size_divisible_by)");
+  return table;
+}
+
+Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c) {
+  Qwen4ExpWeights m;
+  m.embed = w.get("embed_tokens.weight", {c.vocab, c.hidden});
+  if (w.has_top("lm_head.weight")) {
+    m.lm_head = w.get_top("lm_head.weight", {c.vocab, c.hidden});
+  } else if (c.tie_embeddings) {
+    m.lm_head = m.embed;
+  } else {
+    fail(w.checkpoint().dir(), ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
+  }
+  m.mixer = load_hc(w, "hyper_connection_mixer.", c, false);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string p = cat("layers.", i, ".");
+    Qwen4ExpLayerWeights l;
+    l.linear = c.linear[i];
+    const int rank = c.ple_rank(i);
+    l.has_ple = rank >= 0;
+    if (l.has_ple) l.ple = load_ple(w, p + "ple.", c, rank, &m.host_table_bytes);
+    l.attn_hc = load_hc(w, p + "attn_hyper_connection.", c, true);
+    l.mlp_hc = load_hc(w, p + "mlp_hyper_connection.", c, true);
+    if (l.linear) {
+      l.gdn = load_gdn(w, p + "linear_attn.", c);
+    } else {
+      l.qsa = load_qsa(w, p + "self_attn.", c);
+    }
+    l.moe = load_moe(w, p + "mlp.", c);
+    m.layers.push_back(std::move(l));
+  }
+  return m;
+}
+
+}  // namespace strata
