@@ -2,9 +2,8 @@
 // conversation. Every failure must be a strata::Error; limits keep each input fast and bounded.
 #include <cstddef>
 #include <cstdint>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "strata/core/error.h"
 #include "strata/tokenizer/jinja.h"

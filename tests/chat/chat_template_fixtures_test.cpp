@@ -4,10 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "strata/core/error.h"
 #include "strata/tokenizer/chat_template.h"
@@ -64,8 +63,8 @@ TEST(ChatTemplateFixtures, AllConversationsMatchTransformers) {
     ASSERT_TRUE(expected["templates"].contains(name)) << "expected.json lacks " << name;
     const ordered_json& want_list = expected["templates"][name];
     ASSERT_EQ(want_list.size(), convs.size());
-    strata::ChatTemplate ct =
-        strata::ChatTemplate::compile(read_file(kDir + "templates/" + tmpl["file"].get<std::string>()));
+    strata::ChatTemplate ct = strata::ChatTemplate::compile(
+        read_file(kDir + "templates/" + tmpl["file"].get<std::string>()));
     for (size_t i = 0; i < convs.size(); ++i) {
       const ordered_json& want = want_list[i];
       ASSERT_EQ(want["name"], convs[i]["name"]);

@@ -1,25 +1,26 @@
 // strata chat-template --model DIR: renders the JSON request on stdin with the model's chat
 // template and prints the prompt exactly (no newline added).
+#include "strata/tokenizer/chat_template.h"
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
-#include <string>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "strata/cli/command.h"
 #include "strata/core/error.h"
-#include "strata/tokenizer/chat_template.h"
 
 namespace {
 
 int run(int argc, char** argv) {
-  CLI::App app("Render a conversation (JSON on stdin) with a model's chat template.\n"
-               "Input: {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true,\n"
-               "        \"enable_thinking\": false, ...}; members of \"chat_template_kwargs\" are\n"
-               "merged in as template variables.",
-               "strata chat-template");
+  CLI::App app(
+      "Render a conversation (JSON on stdin) with a model's chat template.\n"
+      "Input: {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true,\n"
+      "        \"enable_thinking\": false, ...}; members of \"chat_template_kwargs\" are\n"
+      "merged in as template variables.",
+      "strata chat-template");
   std::string model_dir;
   app.add_option("--model", model_dir, "model folder (chat_template.jinja / tokenizer_config.json)")
       ->required();

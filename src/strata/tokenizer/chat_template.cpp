@@ -103,7 +103,8 @@ ChatTemplateConfig load_chat_template_config(const std::string& model_dir) {
     if (!config.contains(key)) continue;
     if (auto s = token_string(config[key])) cfg.special_tokens[key] = *s;
   }
-  if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array()) {
+  if (config.contains("additional_special_tokens") &&
+      config["additional_special_tokens"].is_array()) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const auto& t : config["additional_special_tokens"])
       if (auto s = token_string(t)) list.push_back(*s);

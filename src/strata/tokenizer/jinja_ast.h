@@ -17,17 +17,17 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class ExprKind : uint8_t {
-  kConst,     // value
-  kName,      // name
-  kGetattr,   // args[0].name
-  kGetitem,   // args[0][args[1]]
-  kSlice,     // args[0][args[1]:args[2]:args[3]] (null parts omitted)
-  kCall,      // args[0](args[1:], kwargs)
-  kFilter,    // args[0] | name(args[1:], kwargs)
-  kTest,      // args[0] is [not] name(args[1:], kwargs)
-  kUnary,     // name ("-" / "+") args[0]
-  kBinary,    // args[0] name args[1] for + - * / // % **
-  kCompare,   // args[0] ops[0] args[1] ops[1] args[2] ... (==, !=, <, <=, >, >=, in, notin)
+  kConst,    // value
+  kName,     // name
+  kGetattr,  // args[0].name
+  kGetitem,  // args[0][args[1]]
+  kSlice,    // args[0][args[1]:args[2]:args[3]] (null parts omitted)
+  kCall,     // args[0](args[1:], kwargs)
+  kFilter,   // args[0] | name(args[1:], kwargs)
+  kTest,     // args[0] is [not] name(args[1:], kwargs)
+  kUnary,    // name ("-" / "+") args[0]
+  kBinary,   // args[0] name args[1] for + - * / // % **
+  kCompare,  // args[0] ops[0] args[1] ops[1] args[2] ... (==, !=, <, <=, >, >=, in, notin)
   kAnd,
   kOr,
   kNot,
@@ -35,7 +35,7 @@ enum class ExprKind : uint8_t {
   kConcat,    // args joined with ~
   kList,
   kTuple,
-  kDict,      // args: key0, value0, key1, value1, ...
+  kDict,  // args: key0, value0, key1, value1, ...
 };
 
 struct Expr {

@@ -9,8 +9,8 @@ namespace strata::jinja {
 
 namespace {
 
-const char* const kUnsupportedFilters[] = {"groupby", "slice", "striptags", "truncate",
-                                           "urlencode", "urlize", "wordwrap", "xmlattr",
+const char* const kUnsupportedFilters[] = {"groupby",        "slice",  "striptags", "truncate",
+                                           "urlencode",      "urlize", "wordwrap",  "xmlattr",
                                            "filesizeformat", "random"};
 
 // Lower-cases strings for the case-insensitive comparisons of sort/unique/min/max/dictsort.
@@ -156,7 +156,8 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
     return v;
   }
   if (name == "tojson") return tojson_filter(v, args);
-  if (name == "length" || name == "count") return args.bind(name.c_str(), {}), Value::integer(length_of(v));
+  if (name == "length" || name == "count")
+    return args.bind(name.c_str(), {}), Value::integer(length_of(v));
   if (name == "string") return args.bind("string", {}), soft_str();
   if (name == "safe") return args.bind("safe", {}), Value::string(v.to_str(), true);
   if (name == "escape" || name == "e" || name == "forceescape") {
@@ -173,8 +174,10 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
   if (name == "upper" || name == "lower" || name == "capitalize" || name == "title") {
     args.bind(name.c_str(), {});
     std::string s = v.to_str();
-    std::string r = name == "upper" ? py_upper(s) : name == "lower" ? py_lower(s)
-                    : name == "capitalize" ? py_capitalize(s) : jinja_title(s);
+    std::string r = name == "upper"        ? py_upper(s)
+                    : name == "lower"      ? py_lower(s)
+                    : name == "capitalize" ? py_capitalize(s)
+                                           : jinja_title(s);
     return Value::string(std::move(r), v.is_markup());
   }
   if (name == "replace") {
@@ -248,7 +251,8 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
     auto a = args.bind("round", {"precision", "method"});
     int64_t prec = a[0] ? a[0]->as_int() : 0;
     std::string method = a[1] ? a[1]->to_str() : "common";
-    if (!v.is_number()) fault(cat("TypeError: type ", v.type_name(), " doesn't define __round__ method"));
+    if (!v.is_number())
+      fault(cat("TypeError: type ", v.type_name(), " doesn't define __round__ method"));
     double x = v.as_float(), scale = std::pow(10.0, double(std::clamp<int64_t>(prec, -300, 300)));
     if (method == "common") return Value::number(std::nearbyint(x * scale) / scale);
     if (method == "ceil") return Value::number(std::ceil(x * scale) / scale);
@@ -275,7 +279,8 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
       if (a[2] && !a[2]->is_none()) {
         List parts;
         for (const auto& p : py_split(a[2]->to_str(), std::string(","), -1))
-          parts.push_back(fold_case(get_path(in, item, Value::string(p)), opt_bool(a[1]).value_or(false)));
+          parts.push_back(
+              fold_case(get_path(in, item, Value::string(p)), opt_bool(a[1]).value_or(false)));
         k = parts.size() == 1 ? parts[0] : Value::list(std::move(parts));
       } else {
         k = fold_case(item, opt_bool(a[1]).value_or(false));
@@ -289,7 +294,8 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
     auto a = args.bind("dictsort", {"case_sensitive", "by", "reverse"});
     if (!v.is_dict()) fault("TypeError: dictsort expects a mapping");
     std::string by = a[1] ? a[1]->to_str() : "key";
-    if (by != "key" && by != "value") fault("FilterArgumentError: You can only sort by either \"key\" or \"value\"");
+    if (by != "key" && by != "value")
+      fault("FilterArgumentError: You can only sort by either \"key\" or \"value\"");
     List items;
     std::vector<Value> keys;
     for (const auto& [k, val] : v.dict().entries) {
@@ -323,7 +329,8 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
   if (name == "map") {
     List items = iterate(v);
     List out;
-    auto attr = std::find_if(args.kw.begin(), args.kw.end(), [](const auto& p) { return p.first == "attribute"; });
+    auto attr = std::find_if(args.kw.begin(), args.kw.end(),
+                             [](const auto& p) { return p.first == "attribute"; });
     if (attr != args.kw.end()) {
       Value dflt = Value::none();
       for (const auto& [k, val] : args.kw) {
@@ -348,14 +355,16 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
     }
     return Value::list(std::move(out));
   }
-  if (name == "select" || name == "reject") return select_impl(in, v, std::move(args), false, name == "select");
+  if (name == "select" || name == "reject")
+    return select_impl(in, v, std::move(args), false, name == "select");
   if (name == "selectattr" || name == "rejectattr")
     return select_impl(in, v, std::move(args), true, name == "selectattr");
   if (name == "attr") {
     auto a = args.bind("attr", {"name"}, 1);
     if (v.is_dict()) {
       auto m = find_method(v, a[0]->to_str());
-      return m ? *m : Value::undefined(cat("'dict object' has no attribute '", a[0]->to_str(), "'"));
+      return m ? *m
+               : Value::undefined(cat("'dict object' has no attribute '", a[0]->to_str(), "'"));
     }
     return in.getattr(v, a[0]->to_str());
   }
@@ -371,8 +380,10 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
   }
   if (name == "indent") {
     auto a = args.bind("indent", {"width", "first", "blank"});
-    std::string ind = a[0] && a[0]->is_string() ? a[0]->str()
-                      : std::string(size_t(std::clamp<int64_t>(a[0] ? a[0]->as_int() : 4, 0, 4096)), ' ');
+    std::string ind =
+        a[0] && a[0]->is_string()
+            ? a[0]->str()
+            : std::string(size_t(std::clamp<int64_t>(a[0] ? a[0]->as_int() : 4, 0, 4096)), ' ');
     std::vector<std::string> lines = py_splitlines(v.to_str() + "\n", false);
     std::string rv;
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -396,7 +407,8 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
     int64_t n = 0;
     bool in_word = false;
     for (char32_t c : decode_utf8(v.to_str())) {
-      bool w = c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c >= 0x80;
+      bool w = c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+               c >= 0x80;
       if (w && !in_word) ++n;
       in_word = w;
     }
@@ -420,7 +432,8 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
   }
   if (name == "pprint") return args.bind("pprint", {}), Value::string(v.repr());
   for (const char* u : kUnsupportedFilters)
-    if (name == u) fault(cat("the '", name, "' filter is not supported by strata's chat templates"));
+    if (name == u)
+      fault(cat("the '", name, "' filter is not supported by strata's chat templates"));
   fault(cat("TemplateAssertionError: No filter named '", name, "'."));
 }
 
@@ -459,28 +472,34 @@ bool call_test(Interpreter& in, const std::string& name, const Value& v, Args ar
     Value r = binary_op("%", v, *args.bind("divisibleby", {"num"}, 1)[0]);
     return r.as_float() == 0;
   }
-  if (name == "eq" || name == "equalto" || name == "==") return compare_op("==", v, one(name.c_str()));
+  if (name == "eq" || name == "equalto" || name == "==")
+    return compare_op("==", v, one(name.c_str()));
   if (name == "ne" || name == "!=") return compare_op("!=", v, one(name.c_str()));
-  if (name == "lt" || name == "lessthan" || name == "<") return compare_op("<", v, one(name.c_str()));
+  if (name == "lt" || name == "lessthan" || name == "<")
+    return compare_op("<", v, one(name.c_str()));
   if (name == "le" || name == "<=") return compare_op("<=", v, one(name.c_str()));
-  if (name == "gt" || name == "greaterthan" || name == ">") return compare_op(">", v, one(name.c_str()));
+  if (name == "gt" || name == "greaterthan" || name == ">")
+    return compare_op(">", v, one(name.c_str()));
   if (name == "ge" || name == ">=") return compare_op(">=", v, one(name.c_str()));
   if (name == "in") return contains(*args.bind("in", {"seq"}, 1)[0], v);
   if (name == "sameas") return py_identical(v, one("sameas"));
   if (name == "filter" || name == "test") {
     args.bind(name.c_str(), {});
     static const char* const kFilters[] = {
-        "default", "d", "tojson", "length", "count", "string", "safe", "escape", "e",
-        "forceescape", "trim", "upper", "lower", "capitalize", "title", "replace", "first",
-        "last", "join", "list", "items", "int", "float", "abs", "round", "reverse", "sort",
-        "dictsort", "unique", "min", "max", "sum", "map", "select", "reject", "selectattr",
-        "rejectattr", "attr", "format", "indent", "center", "wordcount", "batch", "pprint"};
+        "default",    "d",          "tojson",      "length", "count",   "string", "safe",
+        "escape",     "e",          "forceescape", "trim",   "upper",   "lower",  "capitalize",
+        "title",      "replace",    "first",       "last",   "join",    "list",   "items",
+        "int",        "float",      "abs",         "round",  "reverse", "sort",   "dictsort",
+        "unique",     "min",        "max",         "sum",    "map",     "select", "reject",
+        "selectattr", "rejectattr", "attr",        "format", "indent",  "center", "wordcount",
+        "batch",      "pprint"};
     static const char* const kTests[] = {
-        "defined", "undefined", "none", "boolean", "true", "false", "integer", "float",
-        "number", "string", "mapping", "iterable", "sequence", "callable", "escaped", "lower",
-        "upper", "odd", "even", "divisibleby", "eq", "equalto", "ne", "lt", "lessthan", "le",
-        "gt", "greaterthan", "ge", "in", "sameas", "filter", "test", "==", "!=", "<", "<=",
-        ">", ">="};
+        "defined", "undefined", "none",   "boolean",  "true",     "false",       "integer",
+        "float",   "number",    "string", "mapping",  "iterable", "sequence",    "callable",
+        "escaped", "lower",     "upper",  "odd",      "even",     "divisibleby", "eq",
+        "equalto", "ne",        "lt",     "lessthan", "le",       "gt",          "greaterthan",
+        "ge",      "in",        "sameas", "filter",   "test",     "==",          "!=",
+        "<",       "<=",        ">",      ">="};
     std::string n = v.to_str();
     auto has = [&](const auto& list) {
       return std::any_of(std::begin(list), std::end(list), [&](const char* x) { return n == x; });

@@ -212,7 +212,8 @@ void Interpreter::assign(const Target& t, const Value& v, const ScopePtr& scope)
     case Target::Kind::kName: scope->vars[t.name] = v; return;
     case Target::Kind::kAttr: {
       Value ns = lookup(t.name, scope);
-      if (!ns.is_namespace()) fault("TemplateRuntimeError: cannot assign attribute on non-namespace object");
+      if (!ns.is_namespace())
+        fault("TemplateRuntimeError: cannot assign attribute on non-namespace object");
       ns.dict().set(Value::string(t.attr), v);
       return;
     }
@@ -264,7 +265,8 @@ Args Interpreter::eval_args(const Expr& e, size_t first, const ScopePtr& scope) 
   }
   if (e.dyn_kwargs) {
     Value d = eval(*e.dyn_kwargs, scope);
-    if (!d.is_dict()) fault(cat("TypeError: argument after ** must be a mapping, not ", d.type_name()));
+    if (!d.is_dict())
+      fault(cat("TypeError: argument after ** must be a mapping, not ", d.type_name()));
     for (const auto& [k, v] : d.dict().entries) {
       if (!k.is_string()) fault("TypeError: keywords must be strings");
       args.kw.emplace_back(k.str(), v);
@@ -385,7 +387,8 @@ Value Interpreter::eval_impl(const Expr& e, const ScopePtr& scope) {
 
 Value Interpreter::call(const Value& callee, Args args) {
   if (callee.is_undefined()) fail_undefined(callee);
-  if (!callee.is_callable()) fault(cat("TypeError: '", callee.type_name(), "' object is not callable"));
+  if (!callee.is_callable())
+    fault(cat("TypeError: '", callee.type_name(), "' object is not callable"));
   const Callable& c = callee.call();
   switch (c.type) {
     case Callable::Type::kMacro: return call_macro(c, std::move(args));
@@ -398,7 +401,8 @@ Value Interpreter::call(const Value& callee, Args args) {
 
 Value Interpreter::call_macro(const Callable& c, Args args) {
   const MacroDef& m = *c.macro;
-  if (call_depth_ >= limits_.max_call_depth) fault("RecursionError: maximum macro call depth exceeded");
+  if (call_depth_ >= limits_.max_call_depth)
+    fault("RecursionError: maximum macro call depth exceeded");
   ++call_depth_;
   struct Restore {
     int& depth;
@@ -424,7 +428,8 @@ Value Interpreter::call_macro(const Callable& c, Args args) {
     auto it = std::find(m.params.begin(), m.params.end(), k);
     if (it != m.params.end()) {
       size_t idx = size_t(it - m.params.begin());
-      if (bound[idx]) fault(cat("TypeError: macro '", m.name, "' got multiple values for argument '", k, "'"));
+      if (bound[idx])
+        fault(cat("TypeError: macro '", m.name, "' got multiple values for argument '", k, "'"));
       sc->vars[k] = std::move(v);
       bound[idx] = true;
     } else if (k == "caller" && m.uses_caller) {
@@ -439,8 +444,9 @@ Value Interpreter::call_macro(const Callable& c, Args args) {
   for (size_t i = 0; i < np; ++i) {
     if (bound[i]) continue;
     sc->vars[m.params[i]] =
-        i >= first_default ? eval(*m.defaults[i - first_default], sc)
-                           : Value::undefined(cat("parameter '", m.params[i], "' was not provided"));
+        i >= first_default
+            ? eval(*m.defaults[i - first_default], sc)
+            : Value::undefined(cat("parameter '", m.params[i], "' was not provided"));
   }
   if (m.uses_varargs) sc->vars["varargs"] = Value::tuple(std::move(extra));
   if (m.uses_kwargs) sc->vars["kwargs"] = Value::dict(std::move(kwargs));

@@ -34,7 +34,9 @@ const char* token_desc(Tok t) {
 
 namespace {
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
@@ -161,7 +163,8 @@ class Lexer {
     i += 3;
     if (i < src_.size() && is_name_char(src_[i])) return 0;
     while (i < src_.size() && is_ws(src_[i])) ++i;
-    if (src_.compare(i, 3, "-%}") == 0) return i + 3 + lstrip_len(std::string_view(src_).substr(i + 3));
+    if (src_.compare(i, 3, "-%}") == 0)
+      return i + 3 + lstrip_len(std::string_view(src_).substr(i + 3));
     if (src_.compare(i, 2, "%}") == 0) return i + 2;
     return 0;
   }

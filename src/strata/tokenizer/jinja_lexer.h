@@ -16,10 +16,10 @@ enum class Tok : uint8_t {
   kBlockBegin,  // {%
   kBlockEnd,    // %}
   kName,
-  kString,      // text holds the decoded value
+  kString,  // text holds the decoded value
   kInt,
   kFloat,
-  kOp,          // text holds the operator
+  kOp,  // text holds the operator
   kEof,
 };
 

@@ -13,18 +13,19 @@ namespace strata::jinja {
 namespace {
 
 const char* const kStrMethods[] = {
-    "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines",
-    "replace", "upper", "lower", "title", "capitalize", "swapcase", "casefold", "find", "rfind",
-    "index", "rindex", "count", "join", "format", "isdigit", "isdecimal", "isnumeric",
-    "isalpha", "isalnum", "isspace", "islower", "isupper", "zfill", "center", "ljust", "rjust",
-    "partition", "rpartition", "removeprefix", "removesuffix"};
+    "startswith", "endswith",     "strip",       "lstrip",    "rstrip",  "split",      "rsplit",
+    "splitlines", "replace",      "upper",       "lower",     "title",   "capitalize", "swapcase",
+    "casefold",   "find",         "rfind",       "index",     "rindex",  "count",      "join",
+    "format",     "isdigit",      "isdecimal",   "isnumeric", "isalpha", "isalnum",    "isspace",
+    "islower",    "isupper",      "zfill",       "center",    "ljust",   "rjust",      "partition",
+    "rpartition", "removeprefix", "removesuffix"};
 const char* const kDictMethods[] = {"items", "keys", "values", "get", "copy"};
 const char* const kDictUnsafe[] = {"clear", "pop", "popitem", "setdefault", "update"};
 const char* const kListMethods[] = {"index", "count", "copy"};
-const char* const kListUnsafe[] = {"append", "clear", "extend", "insert", "pop", "remove",
-                                   "reverse", "sort"};
-const char* const kGlobals[] = {"range", "dict", "namespace", "raise_exception",
-                                "strftime_now", "joiner", "cycler", "lipsum"};
+const char* const kListUnsafe[] = {"append", "clear",  "extend",  "insert",
+                                   "pop",    "remove", "reverse", "sort"};
+const char* const kGlobals[] = {"range",        "dict",   "namespace", "raise_exception",
+                                "strftime_now", "joiner", "cycler",    "lipsum"};
 
 template <size_t N>
 bool among(const char* const (&names)[N], const std::string& name) {
@@ -41,8 +42,7 @@ Value method(const Value& self, const std::string& name) {
 
 std::string need_str(const std::optional<Value>& v, const char* fn) {
   if (!v || !v->is_string()) {
-    fault(cat("TypeError: ", fn, "() argument must be str, not ",
-              v ? v->type_name() : "nothing"));
+    fault(cat("TypeError: ", fn, "() argument must be str, not ", v ? v->type_name() : "nothing"));
   }
   return v->str();
 }
@@ -55,8 +55,8 @@ std::optional<std::string> opt_str(const std::optional<Value>& v, const char* fn
 int64_t opt_int(const std::optional<Value>& v, int64_t dflt, const char* fn) {
   if (!v || v->is_none()) return dflt;
   if (!v->is_integral()) {
-    fault(cat("TypeError: '", v->type_name(), "' object cannot be interpreted as an integer (",
-              fn, ")"));
+    fault(cat("TypeError: '", v->type_name(), "' object cannot be interpreted as an integer (", fn,
+              ")"));
   }
   return v->as_int();
 }
@@ -135,12 +135,14 @@ std::string format_field(const Value& v, const std::string& spec) {
   std::string sgn = sign && sign != '-' ? std::string(1, sign) : "";
   if (type == 0 && !v.is_float()) type = 'd';
   if (type == 'd' || type == 'x' || type == 'X' || type == 'o' || type == 'b') {
-    if (v.is_float()) fault(cat("ValueError: Unknown format code '", type, "' for object of type 'float'"));
+    if (v.is_float())
+      fault(cat("ValueError: Unknown format code '", type, "' for object of type 'float'"));
     int64_t n = v.as_int();
     if (type == 'b') {
       uint64_t m = n < 0 ? uint64_t(0) - uint64_t(n) : uint64_t(n);
       std::string bits;
-      do bits.insert(bits.begin(), char('0' + (m & 1))); while (m >>= 1);
+      do bits.insert(bits.begin(), char('0' + (m & 1)));
+      while (m >>= 1);
       body = (n < 0 ? "-" : sgn) + bits;
     } else {
       std::snprintf(buf, sizeof buf, (std::string("%") + sgn + "ll" + type).c_str(), (long long)n);
@@ -163,7 +165,9 @@ std::string format_field(const Value& v, const std::string& spec) {
   if (grouping) {  // thousands separators in the integer part
     size_t b = body.find_first_of("0123456789");
     size_t e = body.find_first_not_of("0123456789", b == std::string::npos ? body.size() : b);
-    if (b != std::string::npos && (type == 'd' || type == 0 || std::string_view("fFeEgG%").find(type) != std::string_view::npos)) {
+    if (b != std::string::npos &&
+        (type == 'd' || type == 0 ||
+         std::string_view("fFeEgG%").find(type) != std::string_view::npos)) {
       if (e == std::string::npos) e = body.size();
       std::string digits = body.substr(b, e - b), grouped;
       for (size_t i = 0; i < digits.size(); ++i) {
@@ -174,8 +178,10 @@ std::string format_field(const Value& v, const std::string& spec) {
     }
   }
   if (align == '=') {
-    size_t sign_len = (!body.empty() && (body[0] == '-' || body[0] == '+' || body[0] == ' ')) ? 1 : 0;
-    return body.substr(0, sign_len) + pad(body.substr(sign_len), width - int64_t(sign_len), '>', fill);
+    size_t sign_len =
+        (!body.empty() && (body[0] == '-' || body[0] == '+' || body[0] == ' ')) ? 1 : 0;
+    return body.substr(0, sign_len) +
+           pad(body.substr(sign_len), width - int64_t(sign_len), '>', fill);
   }
   return pad(body, width, align ? align : '>', fill);
 }
@@ -223,21 +229,24 @@ std::string str_format(Interpreter& in, const std::string& fmt, const Args& args
       if (idx >= args.pos.size()) fault("IndexError: Replacement index out of range");
       v = args.pos[idx];
     } else {
-      auto it = std::find_if(args.kw.begin(), args.kw.end(), [&](const auto& p) { return p.first == head; });
+      auto it = std::find_if(args.kw.begin(), args.kw.end(),
+                             [&](const auto& p) { return p.first == head; });
       if (it == args.kw.end()) fault(cat("KeyError: '", head, "'"));
       v = it->second;
     }
     while (end != std::string::npos && end < field.size()) {
       if (field[end] == '.') {
         size_t next = field.find_first_of(".[", end + 1);
-        v = in.getattr(v, field.substr(end + 1, next == std::string::npos ? std::string::npos : next - end - 1));
+        v = in.getattr(v, field.substr(end + 1, next == std::string::npos ? std::string::npos
+                                                                          : next - end - 1));
         end = next;
       } else {
         size_t rb = field.find(']', end);
         if (rb == std::string::npos) fault("ValueError: Missing ']' in format string");
         std::string key = field.substr(end + 1, rb - end - 1);
         bool numeric = !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit);
-        v = in.getitem(v, numeric ? Value::integer(std::stoll(key.substr(0, 18))) : Value::string(key));
+        v = in.getitem(
+            v, numeric ? Value::integer(std::stoll(key.substr(0, 18))) : Value::string(key));
         end = rb + 1 < field.size() ? rb + 1 : std::string::npos;
       }
     }
@@ -268,19 +277,23 @@ Value call_str_method(Interpreter& in, const Value& self, const std::string& nam
     auto a = args.bind(name.c_str(), {"prefix", "start", "end"}, 1);
     std::string sub = s;
     if ((a[1] && !a[1]->is_none()) || (a[2] && !a[2]->is_none()))
-      sub = slice_value(self, a[1] ? *a[1] : Value::none(), a[2] ? *a[2] : Value::none(), Value::none()).str();
+      sub = slice_value(self, a[1] ? *a[1] : Value::none(), a[2] ? *a[2] : Value::none(),
+                        Value::none())
+                .str();
     List options = a[0]->is_tuple() ? a[0]->items() : List{*a[0]};
     for (const auto& o : options) {
       std::string p = need_str(o, name.c_str());
       bool hit = name == "startswith" ? sub.compare(0, p.size(), p) == 0 && sub.size() >= p.size()
-                                      : sub.size() >= p.size() && sub.compare(sub.size() - p.size(), p.size(), p) == 0;
+                                      : sub.size() >= p.size() &&
+                                            sub.compare(sub.size() - p.size(), p.size(), p) == 0;
       if (hit) return Value::boolean(true);
     }
     return Value::boolean(false);
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     auto a = args.bind(name.c_str(), {"chars"});
-    return Value::string(py_strip(s, opt_str(a[0], name.c_str()), name != "rstrip", name != "lstrip"), mk);
+    return Value::string(
+        py_strip(s, opt_str(a[0], name.c_str()), name != "rstrip", name != "lstrip"), mk);
   }
   if (name == "split" || name == "rsplit") {
     auto a = args.bind(name.c_str(), {"sep", "maxsplit"});
@@ -295,10 +308,12 @@ Value call_str_method(Interpreter& in, const Value& self, const std::string& nam
   if (name == "replace") {
     auto a = args.bind("replace", {"old", "new", "count"}, 2);
     return Value::string(py_replace(s, need_str(a[0], "replace"), need_str(a[1], "replace"),
-                                    opt_int(a[2], -1, "replace")), mk);
+                                    opt_int(a[2], -1, "replace")),
+                         mk);
   }
   if (name == "upper") return args.bind("upper", {}), Value::string(py_upper(s), mk);
-  if (name == "lower" || name == "casefold") return args.bind("lower", {}), Value::string(py_lower(s), mk);
+  if (name == "lower" || name == "casefold")
+    return args.bind("lower", {}), Value::string(py_lower(s), mk);
   if (name == "title") return args.bind("title", {}), Value::string(py_title(s), mk);
   if (name == "capitalize") return args.bind("capitalize", {}), Value::string(py_capitalize(s), mk);
   if (name == "swapcase") return args.bind("swapcase", {}), Value::string(py_swapcase(s), mk);
@@ -310,7 +325,8 @@ Value call_str_method(Interpreter& in, const Value& self, const std::string& nam
     if (start != 0 || (a[2] && !a[2]->is_none())) {
       int64_t n = int64_t(count_code_points(s));
       offset = start < 0 ? std::max<int64_t>(0, start + n) : std::min(start, n);
-      hay = slice_value(self, Value::integer(start), a[2] ? *a[2] : Value::none(), Value::none()).str();
+      hay = slice_value(self, Value::integer(start), a[2] ? *a[2] : Value::none(), Value::none())
+                .str();
     }
     int64_t r = py_find(hay, need_str(a[0], name.c_str()), name[0] == 'r');
     if (r < 0 && name.find("index") != std::string::npos) fault("ValueError: substring not found");
@@ -326,8 +342,8 @@ Value call_str_method(Interpreter& in, const Value& self, const std::string& nam
     List items = iterate(*a[0]);
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) {
-        fault(cat("TypeError: sequence item ", i, ": expected str instance, ",
-                  items[i].type_name(), " found"));
+        fault(cat("TypeError: sequence item ", i, ": expected str instance, ", items[i].type_name(),
+                  " found"));
       }
       if (i) out += s;
       out += items[i].str();
@@ -339,7 +355,8 @@ Value call_str_method(Interpreter& in, const Value& self, const std::string& nam
   if (name == "isdigit" || name == "isdecimal" || name == "isnumeric")
     return Value::boolean(all_chars(s, [](char32_t c) { return c >= '0' && c <= '9'; }));
   if (name == "isalpha")
-    return Value::boolean(all_chars(s, [](char32_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }));
+    return Value::boolean(
+        all_chars(s, [](char32_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }));
   if (name == "isalnum") {
     return Value::boolean(all_chars(s, [](char32_t c) {
       return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
@@ -358,7 +375,8 @@ Value call_str_method(Interpreter& in, const Value& self, const std::string& nam
   if (name == "center" || name == "ljust" || name == "rjust") {
     auto a = args.bind(name.c_str(), {"width", "fillchar"}, 1);
     std::string fill = a[1] ? need_str(a[1], name.c_str()) : " ";
-    if (count_code_points(fill) != 1) fault("TypeError: The fill character must be exactly one character long");
+    if (count_code_points(fill) != 1)
+      fault("TypeError: The fill character must be exactly one character long");
     char align = name == "center" ? '^' : name == "ljust" ? '<' : '>';
     if (align == '^') {  // str.center puts the odd extra space on the right... unless len is odd
       int64_t w = opt_int(a[0], 0, name.c_str()), len = int64_t(count_code_points(s));
@@ -374,8 +392,9 @@ Value call_str_method(Interpreter& in, const Value& self, const std::string& nam
     if (sep.empty()) fault("ValueError: empty separator");
     size_t hit = name == "partition" ? s.find(sep) : s.rfind(sep);
     if (hit == std::string::npos) {
-      return name == "partition" ? Value::tuple({Value::string(s), Value::string(""), Value::string("")})
-                                 : Value::tuple({Value::string(""), Value::string(""), Value::string(s)});
+      return name == "partition"
+                 ? Value::tuple({Value::string(s), Value::string(""), Value::string("")})
+                 : Value::tuple({Value::string(""), Value::string(""), Value::string(s)});
     }
     return Value::tuple({Value::string(s.substr(0, hit)), Value::string(sep),
                          Value::string(s.substr(hit + sep.size()))});
@@ -417,15 +436,19 @@ std::vector<std::optional<Value>> Args::bind(const char* fn,
               " given)"));
   }
   for (size_t i = 0; i < pos.size(); ++i) out[i] = pos[i];
-  for (const auto& [k, v] : kw) {
+  for (const auto& kv : kw) {
+    const std::string& k = kv.first;
+    const Value& v = kv.second;
     auto it = std::find_if(names.begin(), names.end(), [&](const char* n) { return k == n; });
-    if (it == names.end()) fault(cat("TypeError: ", fn, "() got an unexpected keyword argument '", k, "'"));
+    if (it == names.end())
+      fault(cat("TypeError: ", fn, "() got an unexpected keyword argument '", k, "'"));
     size_t idx = size_t(it - names.begin());
     if (out[idx]) fault(cat("TypeError: ", fn, "() got multiple values for argument '", k, "'"));
     out[idx] = v;
   }
   for (size_t i = 0; i < required; ++i) {
-    if (!out[i]) fault(cat("TypeError: ", fn, "() missing required argument '", names.begin()[i], "'"));
+    if (!out[i])
+      fault(cat("TypeError: ", fn, "() missing required argument '", names.begin()[i], "'"));
   }
   return out;
 }
@@ -533,11 +556,13 @@ Value call_global(Interpreter& in, const Callable& fn, Args args) {
     if (step == 0) fault("ValueError: range() arg 3 must not be zero");
     double count = std::ceil((double(stop) - double(start)) / double(step));
     if (count > 100000) {
-      fault("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE "
-            "(100000).");
+      fault(
+          "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE "
+          "(100000).");
     }
     List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::integer(i));
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+      out.push_back(Value::integer(i));
     return Value::list(std::move(out));
   }
   if (name == "dict" || name == "namespace") {
@@ -552,7 +577,8 @@ Value call_global(Interpreter& in, const Callable& fn, Args args) {
       } else {
         for (const auto& item : iterate(src)) {
           List kv = iterate(item);
-          if (kv.size() != 2) fault("ValueError: dictionary update sequence element has wrong length");
+          if (kv.size() != 2)
+            fault("ValueError: dictionary update sequence element has wrong length");
           d->set(kv[0], kv[1]);
         }
       }

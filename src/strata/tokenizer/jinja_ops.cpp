@@ -10,7 +10,9 @@ namespace strata::jinja {
 
 namespace {
 
-[[noreturn]] void overflow() { fault("OverflowError: integer overflow (strata uses 64-bit integers)"); }
+[[noreturn]] void overflow() {
+  fault("OverflowError: integer overflow (strata uses 64-bit integers)");
+}
 
 [[noreturn]] void unsupported(const std::string& op, const Value& a, const Value& b) {
   fault(cat("TypeError: unsupported operand type(s) for ", op, ": '", a.type_name(), "' and '",
@@ -32,7 +34,8 @@ Value repeat(const Value& seq, int64_t n) {
   const List& items = seq.items();
   if (!items.empty()) check_list_size(items.size() * size_t(std::min<int64_t>(n, INT32_MAX)));
   List out;
-  for (int64_t i = 0; i < n && !items.empty(); ++i) out.insert(out.end(), items.begin(), items.end());
+  for (int64_t i = 0; i < n && !items.empty(); ++i)
+    out.insert(out.end(), items.begin(), items.end());
   return seq.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
 }
 
@@ -351,7 +354,8 @@ std::string printf_format(const std::string& fmt, const Value& args) {
     if (i < fmt.size() && fmt[i] == '.') {
       has_prec = true;
       ++i;
-      while (i < fmt.size() && isdigit(static_cast<unsigned char>(fmt[i]))) prec.push_back(fmt[i++]);
+      while (i < fmt.size() && isdigit(static_cast<unsigned char>(fmt[i])))
+        prec.push_back(fmt[i++]);
     }
     while (i < fmt.size() && (fmt[i] == 'l' || fmt[i] == 'h' || fmt[i] == 'L')) ++i;
     if (i >= fmt.size()) fault("ValueError: incomplete format");
@@ -386,7 +390,13 @@ std::string printf_format(const std::string& fmt, const Value& args) {
         out += s;
         break;
       }
-      case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': {
+      case 'd':
+      case 'i':
+      case 'u':
+      case 'x':
+      case 'X':
+      case 'o':
+      case 'c': {
         if (!arg->is_number()) {
           fault(cat("TypeError: %", conv, " format: a real number is required, not ",
                     arg->type_name()));
@@ -401,7 +411,12 @@ std::string printf_format(const std::string& fmt, const Value& args) {
         out += buf;
         break;
       }
-      case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G': {
         if (!arg->is_number()) {
           fault(cat("TypeError: must be real number, not ", arg->type_name()));
         }

@@ -12,8 +12,8 @@ namespace strata::jinja {
 
 namespace {
 
-const char* const kUnsupportedTags[] = {"call", "include", "import", "from", "extends",
-                                        "block", "do", "autoescape", "trans", "raw"};
+const char* const kUnsupportedTags[] = {"call",  "include", "import",     "from",  "extends",
+                                        "block", "do",      "autoescape", "trans", "raw"};
 
 class Parser {
  public:
@@ -64,7 +64,8 @@ class Parser {
     if (!skip_op(op)) fail_here(cat("expected token '", op, "', got '", describe(cur()), "'"));
   }
   std::string expect_name() {
-    if (cur().type != Tok::kName) fail_here(cat("expected token 'name', got '", describe(cur()), "'"));
+    if (cur().type != Tok::kName)
+      fail_here(cat("expected token 'name', got '", describe(cur()), "'"));
     std::string n = cur().text;
     next();
     return n;
@@ -185,11 +186,12 @@ class Parser {
       return s;
     }
     for (const char* u : kUnsupportedTags)
-      if (tag == u) fail_here(cat("the '", tag, "' tag is not supported by strata's chat templates"));
+      if (tag == u)
+        fail_here(cat("the '", tag, "' tag is not supported by strata's chat templates"));
     if (ends.empty()) fail_here(cat("Encountered unknown tag '", tag, "'."));
-    fail_here(cat("Encountered unknown tag '", tag, "'. Jinja was looking for the following tags: ",
-                  end_list(ends), ". The innermost block that needs to be closed is '", block,
-                  "'."));
+    fail_here(cat("Encountered unknown tag '", tag,
+                  "'. Jinja was looking for the following tags: ", end_list(ends),
+                  ". The innermost block that needs to be closed is '", block, "'."));
   }
 
   StmtPtr parse_for() {
@@ -382,8 +384,7 @@ class Parser {
     }
     if (!is_tuple) {
       if (!args.empty()) return std::move(args[0]);
-      if (!explicit_parens)
-        fail_here(cat("Expected an expression, got '", describe(cur()), "'"));
+      if (!explicit_parens) fail_here(cat("Expected an expression, got '", describe(cur()), "'"));
     }
     auto e = expr_at(ExprKind::kTuple, start);
     e->args = std::move(args);
@@ -411,8 +412,7 @@ class Parser {
     return expr1;
   }
 
-  ExprPtr binary(ExprKind kind, const Token& at, ExprPtr left, ExprPtr right,
-                 std::string op = {}) {
+  ExprPtr binary(ExprKind kind, const Token& at, ExprPtr left, ExprPtr right, std::string op = {}) {
     auto e = expr_at(kind, at);
     e->name = std::move(op);
     e->args.push_back(std::move(left));
@@ -457,9 +457,9 @@ class Parser {
     std::vector<std::string> ops;
     std::vector<ExprPtr> operands;
     while (true) {
-      if (cur().type == Tok::kOp && (cur().text == "==" || cur().text == "!=" ||
-                                     cur().text == "<" || cur().text == "<=" ||
-                                     cur().text == ">" || cur().text == ">=")) {
+      if (cur().type == Tok::kOp &&
+          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" ||
+           cur().text == ">" || cur().text == ">=")) {
         ops.push_back(cur().text);
         next();
       } else if (skip_name("in")) {

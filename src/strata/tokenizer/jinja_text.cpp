@@ -179,8 +179,8 @@ bool is_ascii(std::string_view s) {
 
 bool py_isspace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left,
@@ -547,7 +547,9 @@ bool decode_string_escapes(std::string_view body, std::string* out, std::string*
       case 'r': out->push_back('\r'); break;
       case 't': out->push_back('\t'); break;
       case 'v': out->push_back('\v'); break;
-      case 'x': case 'u': case 'U': {
+      case 'x':
+      case 'u':
+      case 'U': {
         size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
         uint32_t v = 0;
         for (size_t k = 0; k < n; ++k) {
@@ -566,9 +568,7 @@ bool decode_string_escapes(std::string_view body, std::string* out, std::string*
         i += n;
         break;
       }
-      case 'N':
-        *error = "\\N{...} escapes are not supported";
-        return false;
+      case 'N': *error = "\\N{...} escapes are not supported"; return false;
       default:
         if (e >= '0' && e <= '7') {
           uint32_t v = uint32_t(e - '0');
@@ -606,8 +606,7 @@ std::optional<int64_t> parse_py_int(std::string_view s, int base) {
   bool neg = false;
   size_t i = 0;
   if (t[0] == '+' || t[0] == '-') neg = t[i++] == '-';
-  if (base == 16 && t.size() > i + 1 && t[i] == '0' && (t[i + 1] == 'x' || t[i + 1] == 'X'))
-    i += 2;
+  if (base == 16 && t.size() > i + 1 && t[i] == '0' && (t[i + 1] == 'x' || t[i + 1] == 'X')) i += 2;
   int64_t v = 0;
   bool any = false, prev_us = true;
   for (; i < t.size(); ++i) {
@@ -617,9 +616,10 @@ std::optional<int64_t> parse_py_int(std::string_view s, int base) {
       prev_us = true;
       continue;
     }
-    int d = (c >= '0' && c <= '9') ? c - '0'
+    int d = (c >= '0' && c <= '9')   ? c - '0'
             : (c >= 'a' && c <= 'z') ? c - 'a' + 10
-            : (c >= 'A' && c <= 'Z') ? c - 'A' + 10 : 99;
+            : (c >= 'A' && c <= 'Z') ? c - 'A' + 10
+                                     : 99;
     if (d >= base) return std::nullopt;
     if (__builtin_mul_overflow(v, int64_t(base), &v) || __builtin_add_overflow(v, d, &v))
       return std::nullopt;

@@ -23,8 +23,7 @@ void check_depth(int depth) {
 
 void repr_into(const Value& v, std::string& out, int depth);
 
-void repr_items(const List& items, std::string& out, int depth, char open, char close,
-                bool tuple) {
+void repr_items(const List& items, std::string& out, int depth, char open, char close, bool tuple) {
   out.push_back(open);
   for (size_t i = 0; i < items.size(); ++i) {
     if (i) out += ", ";
@@ -144,7 +143,9 @@ void json_into(const Value& v, const JsonOptions& o, std::string& out, int depth
     }
     default:
       fault(cat("TypeError: Object of type ",
-                v.is_undefined() ? "Undefined" : v.is_namespace() ? "Namespace" : v.type_name(),
+                v.is_undefined()   ? "Undefined"
+                : v.is_namespace() ? "Namespace"
+                                   : v.type_name(),
                 " is not JSON serializable"));
   }
 }

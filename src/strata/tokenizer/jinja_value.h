@@ -5,13 +5,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "strata/core/error.h"
 
@@ -41,7 +40,17 @@ class RaisedError : public Error {
 class Value {
  public:
   enum class Kind : uint8_t {
-    kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kNamespace, kCallable
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kTuple,
+    kDict,
+    kNamespace,
+    kCallable
   };
 
   Value() = default;  // undefined
@@ -78,28 +87,28 @@ class Value {
   bool is_markup() const { return kind_ == Kind::kString && markup_; }
 
   bool as_bool() const { return std::get<bool>(data_); }
-  int64_t as_int() const;   // bool or int
-  double as_float() const;  // any number
+  int64_t as_int() const;          // bool or int
+  double as_float() const;         // any number
   const std::string& str() const;  // string contents, or the undefined hint
   const List& items() const;       // list or tuple
   const ListPtr& items_ptr() const;
-  Dict& dict() const;              // dict or namespace
+  Dict& dict() const;  // dict or namespace
   const DictPtr& dict_ptr() const;
   Callable& call() const;
   const CallablePtr& call_ptr() const;
 
   // Python semantics.
   bool truthy() const;
-  std::string to_str() const;   // str(x); undefined prints as ""
-  std::string repr() const;     // repr(x)
+  std::string to_str() const;     // str(x); undefined prints as ""
+  std::string repr() const;       // repr(x)
   const char* type_name() const;  // "str", "NoneType", "dict", ...
   std::string type_repr() const;  // jinja's object_type_repr: "dict object", "None"
 
  private:
   Kind kind_ = Kind::kUndefined;
   bool markup_ = false;
-  std::variant<std::monostate, bool, int64_t, double, std::shared_ptr<const std::string>,
-               ListPtr, DictPtr, CallablePtr>
+  std::variant<std::monostate, bool, int64_t, double, std::shared_ptr<const std::string>, ListPtr,
+               DictPtr, CallablePtr>
       data_;
 };
 
@@ -121,8 +130,8 @@ struct LoopState;
 struct Callable {
   enum class Type : uint8_t { kMacro, kBuiltin, kMethod, kLoop };
   Type type = Type::kBuiltin;
-  std::string name;                // macro / builtin / method name
-  Value self;                      // kMethod: the receiver
+  std::string name;                 // macro / builtin / method name
+  Value self;                       // kMethod: the receiver
   const MacroDef* macro = nullptr;  // kMacro
   std::shared_ptr<Scope> closure;   // kMacro: the scope it was defined in
   std::shared_ptr<LoopState> loop;  // kLoop
@@ -130,7 +139,7 @@ struct Callable {
 
 // Python ==, <, hashing-equality for dict keys.
 bool py_equal(const Value& a, const Value& b);
-int py_compare(const Value& a, const Value& b);  // -1/0/1; faults on unorderable types
+int py_compare(const Value& a, const Value& b);     // -1/0/1; faults on unorderable types
 bool py_identical(const Value& a, const Value& b);  // `is`
 
 // json.dumps(x, ensure_ascii, indent, separators, sort_keys) as Python prints it. indent: a
@@ -152,8 +161,8 @@ struct Limits {
   // Loop iterations, macro calls and output statements, plus one step per KiB of string and per
   // 16 list items built.
   int64_t max_steps = 50'000'000;
-  int max_call_depth = 400;        // macro recursion
-  int max_parse_depth = 200;       // expression / block nesting
+  int max_call_depth = 400;   // macro recursion
+  int max_parse_depth = 200;  // expression / block nesting
 };
 
 void check_string_size(size_t bytes);  // faults above the active limit
