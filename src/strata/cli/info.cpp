@@ -4,6 +4,7 @@
 // other families need --load (the cache layout is declared by the loaded model).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -78,10 +79,13 @@ struct LayerGroup {
   std::string detail;
 };
 
-void print_cache(const CacheSpec& spec, const std::vector<std::string>& labels, int block_size) {
+// `window` > 0: the one-token-per-entry pools are read only over the last `window` positions, so
+// an engine that reclaims pages outside the window holds at most window + one page of them.
+void print_cache(const CacheSpec& spec, const std::vector<std::string>& labels, int block_size,
+                 int64_t window) {
   std::map<std::string, LayerGroup> groups;
   std::vector<std::string> order;
-  double per_token = 0, per_seq = 0;
+  double per_token = 0, per_seq = 0, windowed_per_token = 0;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerCacheSpec& l = spec.layers[i];
     LayerGroup g;
@@ -89,6 +93,7 @@ void print_cache(const CacheSpec& spec, const std::vector<std::string>& labels, 
     for (const PagedCacheSpec& p : l.paged) {
       const double entry = double(shape_numel(p.per_entry) * int64_t(dtype_size(p.dtype)));
       g.bytes_per_token += entry / p.tokens_per_entry;
+      if (window > 0 && p.tokens_per_entry == 1) windowed_per_token += entry;
       g.detail += cat(g.detail.empty() ? "" : " + ", p.name, " ", entry, " B/", p.tokens_per_entry,
                       p.tokens_per_entry == 1 ? " token" : " tokens");
     }
@@ -113,7 +118,14 @@ void print_cache(const CacheSpec& spec, const std::vector<std::string>& labels, 
   std::printf("  %-30s      %10.2f B/token  %10s/sequence\n", "all layers", per_token, human(per_seq).c_str());
   std::printf("  page of %d tokens: %s\n", block_size, human(double(spec.bytes_per_block(block_size))).c_str());
   for (double ctx : {4096.0, 131072.0, 1048576.0}) {
-    std::printf("  context %7.0f: %s per sequence\n", ctx, human(ctx * per_token + per_seq).c_str());
+    std::printf("  context %7.0f: %s per sequence", ctx, human(ctx * per_token + per_seq).c_str());
+    if (window > 0) {
+      const double held = std::min(ctx, double(window + block_size));
+      std::printf("; %s with pages outside the %lld-token window reclaimed",
+                  human(ctx * (per_token - windowed_per_token) + held * windowed_per_token + per_seq).c_str(),
+                  (long long)window);
+    }
+    std::printf("\n");
   }
 }
 
@@ -145,9 +157,7 @@ int run(int argc, char** argv) {
     for (const auto& [k, v] : counts) std::printf(" %d %s", v, k.c_str());
     std::printf("; sliding window %lld, compress ratios %lld / %lld, index top-k %lld\n",
                 (long long)c.window, (long long)c.csa_ratio, (long long)c.hca_ratio, (long long)c.index_topk);
-    print_cache(deepseek_v4_cache_spec(c), labels, block_size);
-    std::printf("  (the window reads only the last %lld positions of \"kv\"; pages wholly outside every\n"
-                "   window can be reclaimed by the engine)\n", (long long)c.window);
+    print_cache(deepseek_v4_cache_spec(c), labels, block_size, c.window);
     return 0;
   }
   if (!load) {
@@ -162,7 +172,7 @@ int run(int argc, char** argv) {
     for (const SlotCacheSpec& s : l.slots) label += (label.empty() ? "" : "+") + s.name;
     labels.push_back(label.empty() ? "(no cache)" : label);
   }
-  print_cache(model->info().cache, labels, block_size);
+  print_cache(model->info().cache, labels, block_size, 0);
   return 0;
 }
 
