@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/*_fuzz.cpp) with clang in build-fuzz and runs each one for a
 # bounded time, starting from fuzz/seeds/<name>/ (plus fuzz/<name>.dict when present), where
-# <name> is the target's name without "_fuzz" (and without "_header"). New inputs accumulate in
-# fuzz/corpus-<target>/ (git-ignored); crash reproducers go to build-fuzz/artifacts/.
+# <name> is the target's name without "_fuzz" (safetensors_header), or else its first word
+# (safetensors). New inputs accumulate in fuzz/corpus-<target>/ (git-ignored); crash
+# reproducers go to build-fuzz/artifacts/.
 #
 # Usage: tools/run_fuzzers.sh [SECONDS_PER_TARGET=30] [TARGET...]
 # Exits non-zero if a target fails to build or any fuzzer finds a crash, leak, timeout or OOM.
@@ -41,7 +42,7 @@ mkdir -p "$build/artifacts"
 failed=()
 for target in "${targets[@]}"; do
   name="${target%_fuzz}"
-  name="${name%_header}"
+  [[ -d "$root/fuzz/seeds/$name" || -f "$root/fuzz/$name.dict" ]] || name="${name%%_*}"
   corpus="$root/fuzz/corpus-$target"
   mkdir -p "$corpus"
   dirs=("$corpus")
