@@ -33,12 +33,20 @@ TEST_P(DeepseekV4Golden, FixtureIsTieFree) {
               ref.value("router_min_gap", nlohmann::json()).dump().c_str(),
               ref.value("swiglu_clamped", nlohmann::json()).dump().c_str(),
               ref.value("hf_full_vs_stepwise_max_abs", nlohmann::json()).dump().c_str());
+  // The generator's thresholds (MIN_INDEX_GAP, MIN_ROUTER_GAP): fp32 indexer scores differ by
+  // ~1e-6 at |score| ~ 5 between HF and strata, router scores by ~1e-7.
   if (ref.contains("indexer_min_gap") && ref["indexer_min_gap"].is_number()) {
-    EXPECT_GT(ref["indexer_min_gap"].get<double>(), 1e-4);
+    EXPECT_GT(ref["indexer_min_gap"].get<double>(), 5e-5);
+  } else {
+    EXPECT_TRUE(ref.value("indexer_topk_covers_all", false)) << "no indexer gap recorded";
   }
   if (ref.contains("router_min_gap") && ref["router_min_gap"].is_number()) {
-    EXPECT_GT(ref["router_min_gap"].get<double>(), 1e-4);
+    EXPECT_GT(ref["router_min_gap"].get<double>(), 2e-5);
   }
+  // The clamped SwiGLU must have clamped something, in routed and in shared experts.
+  const nlohmann::json clamp = ref.at("swiglu_clamped");
+  EXPECT_GT(clamp.at("routed_gate").get<int64_t>() + clamp.at("routed_up").get<int64_t>(), 0);
+  EXPECT_GT(clamp.at("shared_gate").get<int64_t>() + clamp.at("shared_up").get<int64_t>(), 0);
   for (double m : ref.at("greedy_margins").get<std::vector<double>>()) EXPECT_GT(m, 2e-2);
 }
 
