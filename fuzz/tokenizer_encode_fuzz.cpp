@@ -32,7 +32,8 @@ std::string tokenizer_json() {
     }
     return o;
   };
-  for (const auto& ch : alphabet) vocab += (id ? "," : "") + ("\"" + esc(ch) + "\":" + std::to_string(id++));
+  for (const auto& ch : alphabet)
+    vocab += (id ? "," : "") + ("\"" + esc(ch) + "\":" + std::to_string(id++));
   const char* words[] = {"the", "hello", "world", "\xC4\xA0the", "ing", "\xC4\xA0\xC4\xA0"};
   for (const char* w : words) {
     std::string cur;
@@ -55,18 +56,26 @@ std::string tokenizer_json() {
   }
   std::string n = std::to_string(id);
   return R"({"version":"1.0","added_tokens":[
-    {"id":)" + n + R"(,"content":"<s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true},
-    {"id":)" + std::to_string(id + 1) + R"(,"content":"[M]","single_word":false,"lstrip":true,"rstrip":true,"normalized":false,"special":true},
-    {"id":)" + std::to_string(id + 2) + R"(,"content":"sw","single_word":true,"lstrip":false,"rstrip":false,"normalized":true,"special":false}],
+    {"id":)" +
+         n +
+         R"(,"content":"<s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true},
+    {"id":)" +
+         std::to_string(id + 1) +
+         R"(,"content":"[M]","single_word":false,"lstrip":true,"rstrip":true,"normalized":false,"special":true},
+    {"id":)" +
+         std::to_string(id + 2) +
+         R"(,"content":"sw","single_word":true,"lstrip":false,"rstrip":false,"normalized":true,"special":false}],
    "normalizer":{"type":"NFC"},
    "pre_tokenizer":{"type":"Sequence","pretokenizers":[
      {"type":"Digits","individual_digits":true},
      {"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},
      {"type":"ByteLevel","add_prefix_space":true,"trim_offsets":false,"use_regex":false}]},
    "post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],
-     "special_tokens":{"<s>":{"id":"<s>","ids":[)" + n + R"(],"tokens":["<s>"]}}},
+     "special_tokens":{"<s>":{"id":"<s>","ids":[)" +
+         n + R"(],"tokens":["<s>"]}}},
    "decoder":{"type":"ByteLevel"},
-   "model":{"type":"BPE","ignore_merges":true,"vocab":{)" + vocab + R"(},"merges":[)" + merges + "]}}";
+   "model":{"type":"BPE","ignore_merges":true,"vocab":{)" +
+         vocab + R"(},"merges":[)" + merges + "]}}";
 }
 
 }  // namespace

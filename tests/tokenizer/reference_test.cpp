@@ -5,11 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "strata/tokenizer/tokenizer.h"
 #include "strata/tokenizer/unicode.h"
@@ -49,7 +48,8 @@ std::vector<json> read_jsonl(const fs::path& p) {
 
 std::vector<std::string> corpus() {
   std::vector<std::string> out;
-  for (const json& j : read_jsonl(kDir / "data" / "corpus.jsonl")) out.push_back(j.get<std::string>());
+  for (const json& j : read_jsonl(kDir / "data" / "corpus.jsonl"))
+    out.push_back(j.get<std::string>());
   return out;
 }
 
@@ -113,7 +113,8 @@ TEST_P(ReferenceTest, EncodeAndDecodeMatchRustCore) {
     want_special.insert(want_special.end(), suffix.begin(), suffix.end());
     if (r.contains("ids_special")) want_special = unpack(r["ids_special"]);
     std::string want_dec = r.contains("decode") ? r["decode"].get<std::string>() : text;
-    std::string want_skip = r.contains("decode_skip") ? r["decode_skip"].get<std::string>() : want_dec;
+    std::string want_skip =
+        r.contains("decode_skip") ? r["decode_skip"].get<std::string>() : want_dec;
     auto got = tok->encode(text);
     auto got_special = tok->encode(text, true);
     std::string dec = tok->decode(want), skip = tok->decode(want, true);
@@ -137,10 +138,10 @@ TEST_P(ReferenceTest, EncodeAndDecodeMatchRustCore) {
     EXPECT_EQ(got, want) << c.name << " decode " << show(ids);
     EXPECT_EQ(got_skip, want_skip) << c.name << " decode(skip_special) " << show(ids);
   }
-  std::printf("[ %s ] %zu strings: ids %zu/%zu, ids+special %zu/%zu, decode %zu/%zu, "
-              "decode skip_special %zu/%zu; random id decodes %zu/%zu\n",
-              c.name.c_str(), n, ids_ok, n, special_ok, n, decode_ok, n, skip_ok, n, random_ok,
-              random_n);
+  std::printf(
+      "[ %s ] %zu strings: ids %zu/%zu, ids+special %zu/%zu, decode %zu/%zu, "
+      "decode skip_special %zu/%zu; random id decodes %zu/%zu\n",
+      c.name.c_str(), n, ids_ok, n, special_ok, n, decode_ok, n, skip_ok, n, random_ok, random_n);
 }
 
 // IncrementalDecoder: for random id sequences (random ids, single-byte tokens that split
@@ -155,16 +156,20 @@ TEST_P(ReferenceTest, IncrementalDecoderMatchesDecode) {
   std::vector<int32_t> short_ids;  // tokens of at most 2 bytes split characters often
   for (int32_t id = 0; id < n; ++id) {
     std::string s = tok->decode(std::vector<int32_t>{id});
-    if (!s.empty() && s.size() <= 3 && s.find("\xEF\xBF\xBD") != std::string::npos) short_ids.push_back(id);
+    if (!s.empty() && s.size() <= 3 && s.find("\xEF\xBF\xBD") != std::string::npos)
+      short_ids.push_back(id);
   }
   std::vector<std::vector<int32_t>> seqs;
   for (int k = 0; k < 1500; ++k) {
     std::vector<int32_t> ids(1 + rng() % 40);
     for (int32_t& id : ids) {
       unsigned r = rng() % 100;
-      if (r < 50 && !short_ids.empty()) id = short_ids[rng() % short_ids.size()];
-      else if (r < 97) id = int32_t(rng() % uint32_t(n));
-      else id = n + int32_t(rng() % 100);
+      if (r < 50 && !short_ids.empty())
+        id = short_ids[rng() % short_ids.size()];
+      else if (r < 97)
+        id = int32_t(rng() % uint32_t(n));
+      else
+        id = n + int32_t(rng() % 100);
     }
     seqs.push_back(std::move(ids));
   }

@@ -1,16 +1,14 @@
 // Unit tests of the tokenizer: broken files give strata::Error naming the file and field, the
 // config files, invalid UTF-8, lossy UTF-8 decoding, the two BPE merge strategies, threads.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <atomic>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "strata/core/error.h"
 #include "strata/tokenizer/bpe.h"
@@ -38,8 +36,9 @@ void expect_error(F&& f, std::initializer_list<std::string> needles) {
     f();
     ADD_FAILURE() << "no strata::Error thrown";
   } catch (const strata::Error& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-        << "message '" << e.what() << "' lacks '" << n << "'";
+    for (const auto& n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << n << "'";
   }
 }
 
@@ -99,7 +98,8 @@ TEST(TokenizerErrors, UnsupportedOrBrokenParts) {
   j["model"]["vocab"]["x"] = "one";
   expect_error([&] { load(j); }, {"model.vocab[\"x\"]"});
   j = minimal();
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a|"}}}, {"behavior", "Isolated"}};
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(a|"}}}, {"behavior", "Isolated"}};
   expect_error([&] { load(j); }, {"pre_tokenizer.pattern.Regex", "does not compile"});
   j["pre_tokenizer"] = {{"type", "Metaspace"}};
   expect_error([&] { load(j); }, {"pre_tokenizer.type", "Metaspace"});
@@ -124,8 +124,8 @@ TEST(TokenizerErrors, UnsupportedOrBrokenParts) {
 TEST(Tokenizer, InvalidUtf8IsAnError) {
   strata::Tokenizer tok = strata::Tokenizer::from_json(minimal().dump());
   EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{2, 2}));
-  for (std::string bad : {"ab\xff", "\xc3", "a\xe2\x82", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-                          "\xc0\xaf"}) {
+  for (std::string bad :
+       {"ab\xff", "\xc3", "a\xe2\x82", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc0\xaf"}) {
     expect_error([&] { tok.encode(bad); }, {"not valid UTF-8"});
   }
 }
@@ -207,7 +207,11 @@ TEST(Regex, OnigurumaEscapesAreTranslated) {
   EXPECT_EQ(strata::tok::Regex::translate(R"(\u00e9\h)"), R"(\x{00e9}[0-9A-Fa-f])");
   strata::tok::Regex re(R"(\s+)", "test");
   std::vector<std::pair<size_t, size_t>> m;
-  re.find_iter("a\xC2\x85" "b\xE1\xA0\x8E" "c", [&](size_t s, size_t e) { m.emplace_back(s, e); });
+  re.find_iter(
+      "a\xC2\x85"
+      "b\xE1\xA0\x8E"
+      "c",
+      [&](size_t s, size_t e) { m.emplace_back(s, e); });
   // U+0085 is White_Space; U+180E is not (PCRE2's own \s would match it).
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m[0], std::make_pair(size_t(1), size_t(3)));
@@ -247,7 +251,8 @@ TEST(Bpe, ScanAndHeapMergesAgree) {
 TEST(Tokenizer, ConcurrentEncodesAgree) {
   strata::Tokenizer tok = strata::Tokenizer::load(kSynth);
   std::vector<std::string> texts;
-  for (int i = 0; i < 200; ++i) texts.push_back("text " + std::to_string(i * 7919) + " the élan ﬁsh <s>");
+  for (int i = 0; i < 200; ++i)
+    texts.push_back("text " + std::to_string(i * 7919) + " the élan ﬁsh <s>");
   std::vector<std::vector<int32_t>> want;
   for (const auto& t : texts) want.push_back(tok.encode(t));
   std::vector<std::thread> threads;

@@ -4,15 +4,14 @@
 // strata bench-tokenizer --model DIR --input FILE: single-threaded encode speed in MB/s.
 #include <time.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "strata/cli/command.h"
 #include "strata/core/error.h"
@@ -149,9 +148,10 @@ int run_bench(int argc, char** argv) {
         best_wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   double mb = double(text.size()) / 1e6;
-  std::printf("strata: %.2f MB in %zu documents, %zu tokens, cpu %.3f s, %.2f MB/s "
-              "(wall %.3f s, %.2f MB/s)\n",
-              mb, docs.size(), n_ids, best_cpu, mb / best_cpu, best_wall, mb / best_wall);
+  std::printf(
+      "strata: %.2f MB in %zu documents, %zu tokens, cpu %.3f s, %.2f MB/s "
+      "(wall %.3f s, %.2f MB/s)\n",
+      mb, docs.size(), n_ids, best_cpu, mb / best_cpu, best_wall, mb / best_wall);
   return 0;
 }
 

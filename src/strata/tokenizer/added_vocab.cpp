@@ -86,8 +86,7 @@ size_t leading_space_len(std::string_view text) {
 
 }  // namespace
 
-void AddedMatcher::split(std::string_view text, uint32_t base,
-                         std::vector<AddedSplit>* out) const {
+void AddedMatcher::split(std::string_view text, uint32_t base, std::vector<AddedSplit>* out) const {
   if (text.empty()) return;
   auto push = [&](size_t s, size_t e, int32_t id) {
     out->push_back(AddedSplit{base + uint32_t(s), uint32_t(e - s), id});

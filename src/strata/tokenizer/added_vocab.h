@@ -41,7 +41,7 @@ class AddedMatcher {
   // Longest pattern matching at text[pos], or -1.
   int longest_at(std::string_view text, size_t pos, size_t* len) const;
   struct Node {
-    int32_t terminal = -1;           // pattern index ending here
+    int32_t terminal = -1;  // pattern index ending here
     std::vector<std::pair<uint8_t, int32_t>> kids;
   };
   std::vector<std::string> patterns_;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <functional>
-
 #include <nlohmann/json.hpp>
 
 #include "strata/core/error.h"
@@ -154,8 +153,10 @@ BpeModel::BpeModel(const json& model, const std::string& where, bool byte_level)
       std::string s;
       utf8_append(&s, b2c[size_t(b)]);
       const int32_t* id = vocab_.find(s);
-      if (id) byte_init_[b] = {*id};
-      else fast = false;
+      if (id)
+        byte_init_[b] = {*id};
+      else
+        fast = false;
     }
     if (fast) {
       byte_level_fast_ = true;
@@ -169,8 +170,10 @@ BpeModel::BpeModel(const json& model, const std::string& where, bool byte_level)
           uint32_t cp = utf8_decode(tok.data() + i, &len);
           i += size_t(len);
           int byte = char_to_byte(cp);
-          if (byte < 0) ok = false;
-          else raw.push_back(char(byte));
+          if (byte < 0)
+            ok = false;
+          else
+            raw.push_back(char(byte));
         }
         if (ok) raw_vocab_.put(raw, idv.get<int32_t>());
       }

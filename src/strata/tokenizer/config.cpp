@@ -2,9 +2,8 @@
 // GenerationDefaults (generation_config.json).
 #include <cmath>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "strata/core/error.h"
 #include "strata/tokenizer/tokenizer.h"

@@ -48,7 +48,8 @@ void flatten(const json& j, const std::string& where, std::vector<std::string>* 
   if (type == "Sequence") {
     auto it = j.find("decoders");
     if (it == j.end() || !it->is_array()) fail(where, ".decoders: expected an array");
-    for (size_t i = 0; i < it->size(); ++i) flatten((*it)[i], cat(where, ".decoders[", i, "]"), types);
+    for (size_t i = 0; i < it->size(); ++i)
+      flatten((*it)[i], cat(where, ".decoders[", i, "]"), types);
     return;
   }
   if (type != "ByteLevel" && type != "ByteFallback" && type != "Fuse") {

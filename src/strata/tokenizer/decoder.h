@@ -6,11 +6,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "strata/tokenizer/unicode.h"
 
@@ -31,7 +30,8 @@ class DecodeTable {
   }
   bool special(int32_t id) const { return special_[size_t(id)] != 0; }
   std::string_view text(int32_t id) const {
-    return std::string_view(bytes_).substr(off_[size_t(id)], off_[size_t(id) + 1] - off_[size_t(id)]);
+    return std::string_view(bytes_).substr(off_[size_t(id)],
+                                           off_[size_t(id) + 1] - off_[size_t(id)]);
   }
   uint8_t byte(int32_t id) const { return byte_[size_t(id)]; }
   bool byte_level() const { return byte_level_; }

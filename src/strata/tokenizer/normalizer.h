@@ -1,11 +1,10 @@
 // Normalizers of tokenizer.json: NFC, NFD, NFKC, NFKD (through ICU), Sequence, and none.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "strata/tokenizer/icu.h"
 

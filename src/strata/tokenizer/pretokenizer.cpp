@@ -13,8 +13,13 @@ using json = nlohmann::json;
 
 namespace {
 
-enum class Behavior : uint8_t { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext,
-                                kContiguous };
+enum class Behavior : uint8_t {
+  kRemoved,
+  kIsolated,
+  kMergedWithPrevious,
+  kMergedWithNext,
+  kContiguous
+};
 
 struct Piece {
   uint32_t s, e;
@@ -57,8 +62,7 @@ void apply_behavior(std::vector<Piece>& ms, Behavior b, bool invert, uint32_t ba
       bool prev_match = false, any = false;
       uint32_t cs = 0, ce = 0;
       for (const Piece& m : ms) {
-        bool merge = b == Behavior::kContiguous ? m.match == prev_match
-                                                : (m.match && !prev_match);
+        bool merge = b == Behavior::kContiguous ? m.match == prev_match : (m.match && !prev_match);
         if (merge && any) {
           ce = m.e;
         } else {
@@ -189,7 +193,8 @@ void PreTokenizer::parse(const json& j, const std::string& where) {
       fail(where, ".pattern: expected {\"Regex\": ...} or {\"String\": ...}");
     }
     if (pat->contains("Regex") && (*pat)["Regex"].is_string()) {
-      st->re = std::make_unique<Regex>((*pat)["Regex"].get<std::string>(), where + ".pattern.Regex");
+      st->re =
+          std::make_unique<Regex>((*pat)["Regex"].get<std::string>(), where + ".pattern.Regex");
     } else if (pat->contains("String") && (*pat)["String"].is_string()) {
       st->re = std::make_unique<Regex>(escape_literal((*pat)["String"].get<std::string>()),
                                        where + ".pattern.String");

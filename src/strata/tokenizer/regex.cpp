@@ -46,9 +46,15 @@ std::string Regex::translate(std::string_view p) {
         ++i;
       };
       switch (e) {
-        case 's': put("\\p{White_Space}", "\\p{White_Space}"); continue;
-        case 'S': put("\\P{White_Space}", "\\P{White_Space}"); continue;
-        case 'h': put("0-9A-Fa-f", "[0-9A-Fa-f]"); continue;
+        case 's':
+          put("\\p{White_Space}", "\\p{White_Space}");
+          continue;
+        case 'S':
+          put("\\P{White_Space}", "\\P{White_Space}");
+          continue;
+        case 'h':
+          put("0-9A-Fa-f", "[0-9A-Fa-f]");
+          continue;
         case 'H':
           if (!in_class) {
             put("", "[^0-9A-Fa-f]");
@@ -118,8 +124,8 @@ Regex& Regex::operator=(Regex&&) noexcept = default;
 bool Regex::search(std::string_view subject, size_t from, size_t* start, size_t* end) const {
   pcre2_match_data* md = thread_match_data();
   auto sub = reinterpret_cast<PCRE2_SPTR>(subject.data());
-  int rc = impl_->jit ? pcre2_jit_match(impl_->code, sub, subject.size(), from,
-                                        PCRE2_NO_UTF_CHECK, md, nullptr)
+  int rc = impl_->jit ? pcre2_jit_match(impl_->code, sub, subject.size(), from, PCRE2_NO_UTF_CHECK,
+                                        md, nullptr)
                       : -1;
   if (!impl_->jit || rc == PCRE2_ERROR_JIT_STACKLIMIT) {
     rc = pcre2_match(impl_->code, sub, subject.size(), from, PCRE2_NO_UTF_CHECK, md, nullptr);

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "strata/core/error.h"
 #include "strata/tokenizer/tokenizer_impl.h"
@@ -100,7 +99,8 @@ void add_tokens(TokenizerImpl* impl, const json& arr, const std::string& where) 
   impl->raw_matcher.build(std::move(raw_p), std::move(raw_t));
   impl->norm_matcher.build(std::move(norm_p), std::move(norm_t));
   for (auto& [id, s] : impl->added_by_id) {
-    impl->added_list.push_back(AddedToken{s.content, id, impl->special_contents.count(s.content) > 0,
+    impl->added_list.push_back(AddedToken{s.content, id,
+                                          impl->special_contents.count(s.content) > 0,
                                           s.single_word, s.lstrip, s.rstrip, s.normalized});
   }
   std::sort(impl->added_list.begin(), impl->added_list.end(),
@@ -115,7 +115,8 @@ std::vector<int32_t> special_ids(TokenizerImpl* impl, const json& sp, const std:
   }
   std::vector<int32_t> ids;
   for (const json& v : (*it)["ids"]) {
-    if (!v.is_number_integer()) fail(where, ".special_tokens[\"", name, "\"].ids: expected integers");
+    if (!v.is_number_integer())
+      fail(where, ".special_tokens[\"", name, "\"].ids: expected integers");
     ids.push_back(v.get<int32_t>());
   }
   return ids;
@@ -131,7 +132,8 @@ void parse_post(TokenizerImpl* impl, const json& j, const std::string& where) {
   if (type == "Sequence") {
     auto it = j.find("processors");
     if (it == j.end() || !it->is_array()) fail(where, ".processors: expected an array");
-    for (size_t i = 0; i < it->size(); ++i) parse_post(impl, (*it)[i], cat(where, ".processors[", i, "]"));
+    for (size_t i = 0; i < it->size(); ++i)
+      parse_post(impl, (*it)[i], cat(where, ".processors[", i, "]"));
     return;
   }
   tok::PostTemplate t;
@@ -254,7 +256,8 @@ void TokenizerImpl::encode(std::string_view text, bool add_special, std::vector<
 
 namespace {
 
-std::shared_ptr<TokenizerImpl> parse_tokenizer(std::string_view json_text, const std::string& name) {
+std::shared_ptr<TokenizerImpl> parse_tokenizer(std::string_view json_text,
+                                               const std::string& name) {
   json j;
   try {
     j = json::parse(json_text);

@@ -67,7 +67,8 @@ class Tokenizer {
   // Loads dir/tokenizer.json and the config files beside it.
   static Tokenizer load(const std::filesystem::path& dir);
   // Parses tokenizer.json text; `name` is used in error messages.
-  static Tokenizer from_json(std::string_view json_text, const std::string& name = "tokenizer.json");
+  static Tokenizer from_json(std::string_view json_text,
+                             const std::string& name = "tokenizer.json");
 
   // Encodes valid UTF-8 text (throws strata::Error on invalid UTF-8). add_special applies the
   // tokenizer.json post-processor (e.g. a TemplateProcessing BOS), as HF's add_special_tokens.

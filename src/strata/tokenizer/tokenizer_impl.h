@@ -61,8 +61,8 @@ struct TokenizerImpl {
   mutable std::array<CacheSlot, 4> slots;
 
   const std::string* token_of(int32_t id) const;
-  void encode(std::string_view text, bool add_special, std::vector<int32_t>* out,
-              EncodeScratch* s, WordCache* cache) const;
+  void encode(std::string_view text, bool add_special, std::vector<int32_t>* out, EncodeScratch* s,
+              WordCache* cache) const;
   void encode_text(std::string* pool, Span piece, std::vector<int32_t>* out, EncodeScratch* s,
                    WordCache* cache) const;
 };

@@ -94,11 +94,16 @@ int lead_width(uint8_t b) {
 bool accepts(uint8_t first, int pos, uint8_t b) {
   if (pos == 1) {
     switch (first) {
-      case 0xe0: return b >= 0xa0 && b <= 0xbf;
-      case 0xed: return b >= 0x80 && b <= 0x9f;
-      case 0xf0: return b >= 0x90 && b <= 0xbf;
-      case 0xf4: return b >= 0x80 && b <= 0x8f;
-      default: return b >= 0x80 && b <= 0xbf;
+      case 0xe0:
+        return b >= 0xa0 && b <= 0xbf;
+      case 0xed:
+        return b >= 0x80 && b <= 0x9f;
+      case 0xf0:
+        return b >= 0x90 && b <= 0xbf;
+      case 0xf4:
+        return b >= 0x80 && b <= 0x8f;
+      default:
+        return b >= 0x80 && b <= 0xbf;
     }
   }
   return b >= 0x80 && b <= 0xbf;

@@ -38,8 +38,8 @@ inline uint32_t utf8_decode(const char* p, int* len) {
     return (uint32_t(b & 0x0f) << 12) | (uint32_t(u[1] & 0x3f) << 6) | (u[2] & 0x3f);
   }
   *len = 4;
-  return (uint32_t(b & 0x07) << 18) | (uint32_t(u[1] & 0x3f) << 12) |
-         (uint32_t(u[2] & 0x3f) << 6) | (u[3] & 0x3f);
+  return (uint32_t(b & 0x07) << 18) | (uint32_t(u[1] & 0x3f) << 12) | (uint32_t(u[2] & 0x3f) << 6) |
+         (u[3] & 0x3f);
 }
 
 // Decodes the last character of s (valid, non-empty UTF-8 assumed).
