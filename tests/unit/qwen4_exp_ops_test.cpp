@@ -322,7 +322,7 @@ TEST(Qwen4ExpQsa, AttentionOverTheSelectedTokensOnly) {
   const float vals[] = {1, 2, 30, 40};
   std::memcpy(v.raw(), vals, sizeof(vals));
   Tensor sel = Tensor::empty({2, 2}, DType::kI32), out = Tensor::empty({2, 1, d}, DType::kF32);
-  const int32_t rows[] = {0, -1, 1, -1};
+  const int32_t rows[] = {-1, 0, 1, -1};  // -1 entries anywhere are skipped
   std::memcpy(sel.raw(), rows, sizeof(rows));
   ops::paged_attention_selected(q, k, v, kc, vc, b, sel, 1.f, out);
   EXPECT_EQ(out.data<float>()[0], 1.f);

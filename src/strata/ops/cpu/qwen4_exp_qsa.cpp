@@ -236,17 +236,21 @@ void paged_attention_selected(const Tensor& q, const Tensor& k, const Tensor& v,
     const float* qv = q.data<float>() + (tok * hq + h) * d;
     float* o = out.data<float>() + (tok * hq + h) * d;
     std::fill(o, o + d, 0.f);
-    std::vector<float> scores(width);
+    std::vector<int32_t> pos;
+    for (int64_t j = 0; j < width; ++j) {
+      if (sel[j] >= 0) pos.push_back(sel[j]);
+    }
+    const int64_t n = int64_t(pos.size());
+    if (n == 0) return;
+    std::vector<float> scores(n);
     float mx = -INFINITY;
-    int64_t n = 0;
-    for (int64_t j = 0; j < width && sel[j] >= 0; ++j, ++n) {
-      const float* kv = k_cache.data<float>() + slot_of(s, sel[j]) * row + kvh * d;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* kv = k_cache.data<float>() + slot_of(s, pos[j]) * row + kvh * d;
       float dot = 0.f;
       for (int64_t c = 0; c < d; ++c) dot += qv[c] * kv[c];
       scores[j] = dot * scale;
       mx = std::max(mx, scores[j]);
     }
-    if (n == 0) return;
     double sum = 0;
     for (int64_t j = 0; j < n; ++j) {
       scores[j] = std::exp(scores[j] - mx);
@@ -254,7 +258,7 @@ void paged_attention_selected(const Tensor& q, const Tensor& k, const Tensor& v,
     }
     const float inv = float(1.0 / sum);
     for (int64_t j = 0; j < n; ++j) {
-      const float* vv = v_cache.data<float>() + slot_of(s, sel[j]) * row + kvh * d;
+      const float* vv = v_cache.data<float>() + slot_of(s, pos[j]) * row + kvh * d;
       const float pj = scores[j] * inv;
       for (int64_t c = 0; c < d; ++c) o[c] += pj * vv[c];
     }
