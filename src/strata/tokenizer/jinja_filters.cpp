@@ -311,6 +311,7 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
     for (const auto& item : iterate(v)) {
       Value k = fold_case(a[1] && !a[1]->is_none() ? get_path(in, item, *a[1]) : item,
                           opt_bool(a[0]).value_or(false));
+      charge_steps(int64_t(seen.size() >> 4));
       if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return py_equal(s, k); }))
         continue;
       seen.push_back(k);
@@ -418,6 +419,7 @@ Value call_filter(Interpreter& in, const std::string& name, const Value& input, 
     auto a = args.bind("batch", {"linecount", "fill_with"}, 1);
     int64_t n = a[0]->as_int();
     if (n <= 0) fault("ValueError: batch size must be positive");
+    if (a[1] && !a[1]->is_none()) check_list_size(size_t(n));
     List out, cur;
     for (const auto& item : iterate(v)) {
       cur.push_back(item);

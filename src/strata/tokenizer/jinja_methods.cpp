@@ -71,6 +71,7 @@ Value str_list(std::vector<std::string> parts) {
 std::string pad(const std::string& s, int64_t width, char align, const std::string& fill) {
   int64_t len = int64_t(count_code_points(s));
   if (width <= len) return s;
+  check_string_size(size_t(width));
   check_string_size(size_t(width) * std::max<size_t>(fill.size(), 1));
   int64_t total = width - len, left = 0;
   if (align == '>') left = total;
@@ -367,7 +368,7 @@ Value call_str_method(Interpreter& in, const Value& self, const std::string& nam
   if (name == "isupper") return Value::boolean(py_isupper(s));
   if (name == "zfill") {
     auto a = args.bind("zfill", {"width"}, 1);
-    int64_t w = opt_int(a[0], 0, "zfill");
+    int64_t w = std::max<int64_t>(opt_int(a[0], 0, "zfill"), 0);
     bool neg = !s.empty() && (s[0] == '-' || s[0] == '+');
     std::string body = pad(s.substr(neg ? 1 : 0), w - (neg ? 1 : 0), '>', "0");
     return Value::string((neg ? s.substr(0, 1) : "") + body, mk);
@@ -554,15 +555,15 @@ Value call_global(Interpreter& in, const Callable& fn, Args args) {
       if (args.pos.size() == 3) step = args.pos[2].as_int();
     }
     if (step == 0) fault("ValueError: range() arg 3 must not be zero");
-    double count = std::ceil((double(stop) - double(start)) / double(step));
+    __int128 span = __int128(stop) - start;
+    __int128 count = step > 0 ? (span + step - 1) / step : (span + step + 1) / step;
     if (count > 100000) {
       fault(
           "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE "
           "(100000).");
     }
     List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-      out.push_back(Value::integer(i));
+    for (__int128 k = 0; k < count; ++k) out.push_back(Value::integer(int64_t(start + k * step)));
     return Value::list(std::move(out));
   }
   if (name == "dict" || name == "namespace") {

@@ -1,5 +1,6 @@
 // Python operators for Jinja values: arithmetic, comparisons, `in`, slicing, iteration and
 // printf-style "%" formatting.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -234,6 +235,7 @@ bool contains(const Value& container, const Value& item) {
       return container.str().find(item.str()) != std::string::npos;
     case Value::Kind::kList:
     case Value::Kind::kTuple:
+      charge_steps(int64_t(container.items().size() >> 4));
       for (const auto& v : container.items())
         if (py_equal(v, item)) return true;
       return false;
@@ -275,6 +277,7 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
     }
     return i;
   };
+  st = std::clamp<int64_t>(st, -(n + 1), n + 1);  // a larger step selects the same items
   int64_t b = adjust(start, st < 0 ? n - 1 : 0);
   int64_t e = adjust(stop, st < 0 ? -1 : n);
   std::vector<int64_t> idx;
@@ -297,7 +300,7 @@ List iterate(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return {};
     case Value::Kind::kList:
-    case Value::Kind::kTuple: return v.items();
+    case Value::Kind::kTuple: charge_steps(int64_t(v.items().size() >> 4)); return v.items();
     case Value::Kind::kDict: {
       List keys;
       for (const auto& [k, val] : v.dict().entries) keys.push_back(k);
@@ -401,6 +404,8 @@ std::string printf_format(const std::string& fmt, const Value& args) {
           fault(cat("TypeError: %", conv, " format: a real number is required, not ",
                     arg->type_name()));
         }
+        if (arg->is_float() && !(std::fabs(arg->as_float()) < 9.2e18))
+          fault("OverflowError: cannot convert float to integer");
         int64_t v = arg->is_float() ? int64_t(arg->as_float()) : arg->as_int();
         if (conv == 'c') {
           append_utf8(out, char32_t(v));

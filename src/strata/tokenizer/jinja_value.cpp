@@ -285,12 +285,22 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
 
 int64_t Value::as_int() const {
   if (kind_ == Kind::kBool) return std::get<bool>(data_) ? 1 : 0;
+  if (kind_ != Kind::kInt) {
+    fault(cat("TypeError: '", type_name(), "' object cannot be interpreted as an integer"));
+  }
   return std::get<int64_t>(data_);
 }
 
 double Value::as_float() const {
   if (kind_ == Kind::kFloat) return std::get<double>(data_);
+  if (kind_ != Kind::kInt && kind_ != Kind::kBool)
+    fault(cat("TypeError: must be real number, not ", type_name()));
   return double(as_int());
+}
+
+bool Value::as_bool() const {
+  if (kind_ != Kind::kBool) return truthy();
+  return std::get<bool>(data_);
 }
 
 const std::string& Value::str() const {
@@ -299,12 +309,20 @@ const std::string& Value::str() const {
   return kEmpty;
 }
 
-const List& Value::items() const { return *std::get<ListPtr>(data_); }
-const ListPtr& Value::items_ptr() const { return std::get<ListPtr>(data_); }
-Dict& Value::dict() const { return *std::get<DictPtr>(data_); }
-const DictPtr& Value::dict_ptr() const { return std::get<DictPtr>(data_); }
-Callable& Value::call() const { return *std::get<CallablePtr>(data_); }
-const CallablePtr& Value::call_ptr() const { return std::get<CallablePtr>(data_); }
+// The accessors below are only called after a kind check; a mismatch is a bug in the
+// interpreter, reported as a template error rather than an uncaught bad_variant_access.
+template <class T, class V>
+const T& checked_get(const V& data, const char* what) {
+  if (auto p = std::get_if<T>(&data)) return *p;
+  fault(cat("internal error: value is not a ", what));
+}
+
+const List& Value::items() const { return *checked_get<ListPtr>(data_, "list"); }
+const ListPtr& Value::items_ptr() const { return checked_get<ListPtr>(data_, "list"); }
+Dict& Value::dict() const { return *checked_get<DictPtr>(data_, "dict"); }
+const DictPtr& Value::dict_ptr() const { return checked_get<DictPtr>(data_, "dict"); }
+Callable& Value::call() const { return *checked_get<CallablePtr>(data_, "callable"); }
+const CallablePtr& Value::call_ptr() const { return checked_get<CallablePtr>(data_, "callable"); }
 
 bool Value::truthy() const {
   switch (kind_) {
@@ -425,6 +443,7 @@ bool equal_impl(const Value& a, const Value& b, int depth) {
       const List& x = a.items();
       const List& y = b.items();
       if (x.size() != y.size()) return false;
+      charge_steps(int64_t(x.size() >> 4));
       for (size_t i = 0; i < x.size(); ++i)
         if (!equal_impl(x[i], y[i], depth + 1)) return false;
       return true;

@@ -86,7 +86,8 @@ class Value {
   bool is_callable() const { return kind_ == Kind::kCallable; }
   bool is_markup() const { return kind_ == Kind::kString && markup_; }
 
-  bool as_bool() const { return std::get<bool>(data_); }
+  // Accessors: as_int / as_float fault (TypeError) on values that are not numbers.
+  bool as_bool() const;
   int64_t as_int() const;          // bool or int
   double as_float() const;         // any number
   const std::string& str() const;  // string contents, or the undefined hint
