@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages strata needs to build and test (list: .ci/packages.txt).
+# A line "PACKAGE COMMAND" counts as installed when COMMAND is on PATH: Node.js from another
+# source (NodeSource's nodejs bundles npm) conflicts with Debian's npm package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t pkgs < <(grep -v '^\s*#' .ci/packages.txt | sed '/^\s*$/d' | sort -u)
 missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+while read -r pkg cmd _; do
+  [ -n "$pkg" ] || continue
+  if [ -n "${cmd:-}" ] && command -v "$cmd" >/dev/null; then continue; fi
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done < <(sed -e 's/#.*//' -e '/^\s*$/d' .ci/packages.txt | sort -u)
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   SUDO=""
