@@ -202,6 +202,66 @@ TEST(EngineApi, StopRules) {
   expect_no_leak(*short_ctx);
 }
 
+// Even ids are the lead byte of a two-byte character (0xC3), odd ids its continuation (0xA9):
+// "é" needs two tokens, and a lone byte decodes to U+FFFD, as a lossy UTF-8 decoder does.
+class SplitCharDetokenizer : public Detokenizer {
+ public:
+  std::string decode(const std::vector<int32_t>& ids) override {
+    std::string s;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] % 2 == 0 && i + 1 < ids.size() && ids[i + 1] % 2 == 1) {
+        s += "\xC3\xA9";
+        ++i;
+      } else {
+        s += "\xEF\xBF\xBD";
+      }
+    }
+    return s;
+  }
+};
+
+TEST(EngineApi, StreamedTextEqualsTheWholeDecode) {
+  const int64_t vocab = fixture_model(kModel)->info().vocab_size;
+  std::mt19937_64 rng(36);
+  auto engine = make_engine(kModel, test_config(kModel));
+  auto detok = std::make_shared<SplitCharDetokenizer>();
+  engine->set_detokenizer(detok);
+  SamplingParams p;
+  p.temperature = 1.5;
+  p.max_tokens = 40;
+  p.ignore_eos = true;
+  p.seed = 9;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(random_ids(rng, 12, vocab));
+  std::vector<std::string> streamed(prompts.size());
+  std::vector<RequestOutput> outs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) engine->add_request(cat("s", i), prompts[i], p);
+  while (engine->has_unfinished()) {
+    for (const RequestOutput& d : engine->step()) {
+      const size_t i = std::stoul(d.request_id.substr(1));
+      accumulate_output(outs[i], d);
+      for (const CompletionOutput& c : d.outputs) {
+        if (!c.finished() && c.text.size() >= 3) {
+          EXPECT_NE(c.text.compare(c.text.size() - 3, 3, "\xEF\xBF\xBD"), 0) << "a delta ends in U+FFFD";
+        }
+      }
+    }
+  }
+  int chars = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(outs[i].outputs[0].text, detok->decode(outs[i].outputs[0].token_ids)) << i;
+    for (size_t k = 0; k + 1 < outs[i].outputs[0].text.size(); ++k) chars += outs[i].outputs[0].text.compare(k, 2, "\xC3\xA9") == 0;
+  }
+  EXPECT_GT(chars, 5) << "the test never split a character across tokens";
+  // A stop string made of a split character.
+  p.stop = {"\xC3\xA9"};
+  const RequestOutput o = run_all(*engine, {prompts[0]}, p, "x")[0];
+  const std::string whole = detok->decode(outs[0].outputs[0].token_ids);
+  EXPECT_EQ(o.outputs[0].text, whole.substr(0, whole.find("\xC3\xA9")));
+  EXPECT_EQ(o.outputs[0].finish_reason, "stop");
+  expect_no_leak(*engine);
+}
+
 TEST(EngineApi, AbortsAndMixedWorkloadsLeakNothing) {
   const int64_t vocab = fixture_model(kModel)->info().vocab_size;
   std::mt19937_64 rng(34);
@@ -261,8 +321,10 @@ TEST(EngineApi, RequestsFromAnotherThread) {
   });
   std::map<std::string, RequestOutput> outs;
   while (submitted.load() < 16 || engine->has_unfinished()) {
+    if (!engine->has_unfinished()) engine->wait_for_work(0.01);
     for (const RequestOutput& d : engine->step()) accumulate_output(outs[d.request_id], d);
   }
+  EXPECT_FALSE(engine->wait_for_work(0.001));  // nothing left: times out
   client.join();
   EXPECT_EQ(outs.size(), 16u);
   // Each equals its run alone.

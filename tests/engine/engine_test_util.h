@@ -74,6 +74,7 @@ inline void expect_no_leak(Engine& engine) {
   EXPECT_EQ(s.running, 0);
   EXPECT_EQ(s.waiting, 0);
   EXPECT_EQ(s.cache.used_blocks, 0);
+  EXPECT_EQ(s.cache.page_refs, 0);
   EXPECT_EQ(s.cache.free_blocks, s.cache.num_blocks);
   EXPECT_EQ(s.cache.free_seq_slots, s.cache.seq_slots);
   EXPECT_LE(s.cache.snapshots, s.cache.snapshot_slots);

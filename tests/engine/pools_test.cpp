@@ -26,11 +26,13 @@ TEST(EngineBlockPool, RefCountsAndFreeList) {
   for (int32_t b : a) EXPECT_EQ(pool.ref_count(b), 1);
   pool.acquire(a[0]);
   EXPECT_EQ(pool.ref_count(a[0]), 2);
+  EXPECT_EQ(pool.total_refs(), 4);
   pool.release(a);
   EXPECT_EQ(pool.ref_count(a[0]), 1);
   EXPECT_EQ(pool.num_free(), 7);
   pool.release({a[0]});
   EXPECT_EQ(pool.num_free(), 8);
+  EXPECT_EQ(pool.total_refs(), 0);
   EXPECT_THROW(pool.release({a[0]}), Error);
   EXPECT_THROW(pool.allocate(9), Error);
 }

@@ -70,6 +70,11 @@ int run(int argc, char** argv) {
         std::printf("prompt %zu completion %d (%s, %zu tokens, %d cached): %s\n", i, c.index,
                     c.finish_reason.c_str(), c.token_ids.size(), outs[i].metrics.num_cached_tokens,
                     join_ids(c.token_ids).c_str());
+        for (size_t t = 0; t < c.logprobs.size(); ++t) {
+          std::string alts;
+          for (const TokenLogprob& a : c.top_logprobs[t]) alts += cat(" ", a.token_id, ":", a.logprob);
+          std::printf("  token %d logprob %.6f top:%s\n", c.token_ids[t], c.logprobs[t], alts.c_str());
+        }
       }
     }
   }

@@ -64,6 +64,7 @@ std::vector<int32_t> BlockPool::allocate(int32_t n) {
     Block& k = blocks_[size_t(b)];
     ++k.generation;
     k.refs = 1;
+    ++total_refs_;
     out.push_back(b);
   }
   return out;
@@ -73,12 +74,14 @@ void BlockPool::acquire(int32_t block) {
   Block& k = blocks_[size_t(block)];
   if (k.refs == 0) unlink(block);
   ++k.refs;
+  ++total_refs_;
 }
 
 void BlockPool::release(const std::vector<int32_t>& blocks) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
     Block& k = blocks_[size_t(*it)];
     STRATA_CHECK(k.refs > 0, "block pool: page ", *it, " released more often than taken");
+    --total_refs_;
     if (--k.refs == 0) {
       if (k.cached) push_back(*it); else push_front(*it);
     }

@@ -35,6 +35,7 @@ class BlockPool {
   int32_t num_free() const { return num_free_; }
   int32_t num_cached() const { return int32_t(by_hash_.size()); }
   int32_t ref_count(int32_t block) const { return blocks_[size_t(block)].refs; }
+  int64_t total_refs() const { return total_refs_; }  // over all pages
   bool is_cached(int32_t block) const { return blocks_[size_t(block)].cached; }
 
   // Takes n pages with one reference each; n must not exceed num_free(). Cached pages taken
@@ -79,6 +80,7 @@ class BlockPool {
   std::vector<int32_t> tokens_;  // [num_blocks * block_size]: the ids of each cached page
   std::unordered_map<uint64_t, int32_t> by_hash_;
   int32_t head_ = -1, tail_ = -1, num_free_ = 0;
+  int64_t total_refs_ = 0;
 };
 
 }  // namespace strata

@@ -190,7 +190,8 @@ CacheUsage CacheManager::usage() const {
   u.num_blocks = blocks_.num_blocks();
   u.free_blocks = blocks_.num_free();
   u.cached_blocks = blocks_.num_cached();
-  for (int32_t b = 0; b < u.num_blocks; ++b) u.used_blocks += blocks_.ref_count(b) > 0;
+  u.used_blocks = u.num_blocks - u.free_blocks;  // a page is free exactly when unreferenced
+  u.page_refs = blocks_.total_refs();
   u.seq_slots = states_.seq_slots();
   u.free_seq_slots = states_.num_free_seq_slots();
   u.snapshot_slots = states_.snapshot_slots();

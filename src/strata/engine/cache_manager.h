@@ -44,6 +44,7 @@ struct PrefixHit {
 
 struct CacheUsage {
   int32_t num_blocks = 0, free_blocks = 0, cached_blocks = 0, used_blocks = 0;
+  int64_t page_refs = 0;  // references held on pages, by all sequences
   int32_t seq_slots = 0, free_seq_slots = 0, snapshot_slots = 0, snapshots = 0;
 };
 

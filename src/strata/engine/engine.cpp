@@ -118,11 +118,20 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
   live_ids_.insert(request_id);
   inbox_.push_back(std::move(req));
   ++unfinished_;
+  inbox_cv_.notify_all();
+}
+
+bool Engine::wait_for_work(double timeout_s) {
+  std::unique_lock<std::mutex> lock(inbox_mutex_);
+  return inbox_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [this] {
+    return unfinished_.load() > 0 || !abort_inbox_.empty();
+  });
 }
 
 void Engine::abort(const std::string& request_id) {
   std::lock_guard<std::mutex> lock(inbox_mutex_);
   abort_inbox_.push_back(request_id);
+  inbox_cv_.notify_all();
 }
 
 void Engine::drain_inbox() {
@@ -176,17 +185,41 @@ void Engine::append_token(Sequence& seq, const SampleResult& r) {
   if (seq.request->metrics.first_token_time == 0) seq.request->metrics.first_token_time = now();
 }
 
+namespace {
+
+bool ends_incomplete(const std::string& s) {
+  return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;  // U+FFFD
+}
+
+}  // namespace
+
+// vLLM's incremental detokenization over a whole-sequence decode(): the new text is
+// decode(out[prefix:]) minus decode(out[prefix:read]), a short window of emitted tokens giving
+// the decoder its context (leading spaces, multi-byte characters). While the result ends in
+// an incomplete character it waits for more tokens, unless `flush`.
+void Engine::detokenize(Sequence& seq, bool flush) {
+  const auto out = seq.tokens.begin() + seq.prompt_len;
+  const std::string full = detokenizer_->decode(std::vector<int32_t>(out + seq.detok_prefix, seq.tokens.end()));
+  const std::string prefix = seq.detok_read > seq.detok_prefix
+      ? detokenizer_->decode(std::vector<int32_t>(out + seq.detok_prefix, out + seq.detok_read))
+      : std::string();
+  if (full.size() <= prefix.size() || (ends_incomplete(full) && !flush)) return;
+  seq.text += full.substr(prefix.size());
+  seq.detok_prefix = seq.detok_read;
+  seq.detok_read = seq.num_generated();
+}
+
 void Engine::check_stop(Sequence& seq, int32_t token) {
   const ResolvedSampling& p = seq.request->sampling;
   const SamplingParams& sp = p.params;
-  if (detokenizer_ && (sp.detokenize || !sp.stop.empty())) {
+  const bool text = detokenizer_ && (sp.detokenize || !sp.stop.empty());
+  if (text) {
     const size_t before = seq.text.size();
-    seq.text = detokenizer_->decode(
-        std::vector<int32_t>(seq.tokens.begin() + seq.prompt_len, seq.tokens.end()));
-    if (seq.num_generated() >= sp.min_tokens && !sp.stop.empty()) {
+    detokenize(seq, false);
+    if (seq.num_generated() >= sp.min_tokens && !sp.stop.empty() && seq.text.size() > before) {
       size_t longest = 0;
       for (const std::string& s : sp.stop) longest = std::max(longest, s.size());
-      const size_t from = before > longest ? before - longest : 0;
+      const size_t from = before >= longest ? before - longest + 1 : 0;
       size_t best = std::string::npos;
       const std::string* which = nullptr;
       for (const std::string& s : sp.stop) {
@@ -203,19 +236,22 @@ void Engine::check_stop(Sequence& seq, int32_t token) {
       }
     }
   }
+  std::string reason, stop_reason;
   if (seq.num_generated() >= sp.min_tokens) {
     if (std::binary_search(p.eos_ids.begin(), p.eos_ids.end(), token)) {
-      finish_sequence(seq, "stop");
-      return;
-    }
-    if (std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end()) {
-      finish_sequence(seq, "stop", std::to_string(token));
-      return;
+      reason = "stop";
+    } else if (std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) !=
+               sp.stop_token_ids.end()) {
+      reason = "stop";
+      stop_reason = std::to_string(token);
     }
   }
-  if (seq.num_generated() >= sp.max_tokens || seq.num_tokens() >= max_model_len_) {
-    finish_sequence(seq, "length");
+  if (reason.empty() && (seq.num_generated() >= sp.max_tokens || seq.num_tokens() >= max_model_len_)) {
+    reason = "length";
   }
+  if (reason.empty()) return;
+  if (text) detokenize(seq, true);
+  finish_sequence(seq, reason, stop_reason);
 }
 
 void Engine::process_sample(Sequence& seq, const float* logits, bool first_of_prompt) {

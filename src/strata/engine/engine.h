@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -77,7 +78,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Stop strings and text output need one; without it outputs carry ids only.
+  // Stop strings and text output need one; without it outputs carry ids only. Set it before
+  // other threads add requests.
   void set_detokenizer(std::shared_ptr<Detokenizer> detokenizer);
 
   // Queues a request. Throws Error naming the field on bad input (empty prompt, an id outside
@@ -91,6 +93,9 @@ class Engine {
   // unknown or finished id is ignored.
   void abort(const std::string& request_id);
   bool has_unfinished() const { return unfinished_.load() > 0; }
+  // Blocks the driver thread until a request is unfinished (or was aborted) or `timeout_s`
+  // passes; true when there is work. For a server loop that idles without spinning.
+  bool wait_for_work(double timeout_s);
 
   std::vector<RequestOutput> step();
 
@@ -111,6 +116,7 @@ class Engine {
   void process_sample(Sequence& seq, const float* logits, bool first_of_prompt);
   void append_token(Sequence& seq, const SampleResult& r);
   void check_stop(Sequence& seq, int32_t token);
+  void detokenize(Sequence& seq, bool flush);
   void fork_children(Sequence& parent, const float* logits);
   void finish_sequence(Sequence& seq, const std::string& reason, const std::string& stop_reason = "");
   RequestOutput report(Request& req);
@@ -134,6 +140,7 @@ class Engine {
 
   // Shared with other threads.
   mutable std::mutex inbox_mutex_;
+  std::condition_variable inbox_cv_;
   std::vector<std::unique_ptr<Request>> inbox_;
   std::vector<std::string> abort_inbox_;
   std::unordered_set<std::string> live_ids_;

@@ -54,6 +54,9 @@ struct Sequence {
   std::vector<float> new_logprobs;
   std::vector<std::vector<TokenLogprob>> new_top_logprobs;
   std::string text;  // the decoded output so far (stop strings cut it)
+  // Incremental detokenization: output tokens [detok_prefix, detok_read) are the context
+  // window of the next decode; tokens from detok_read on are not in `text` yet.
+  int32_t detok_prefix = 0, detok_read = 0;
   size_t reported_text = 0;
   std::string finish_reason, stop_reason;
   bool finish_reported = false;
