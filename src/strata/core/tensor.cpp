@@ -33,6 +33,10 @@ Allocator& allocator_for(Device d) {
 
 void set_allocator(Device device, Allocator* allocator) { g_allocators[int(device)] = allocator; }
 
+void Allocator::copy(void* dst, Device, const void* src, Device, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
 std::string shape_str(const Shape& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -108,6 +112,14 @@ Tensor Tensor::to_f32() const {
   STRATA_CHECK(device_ == Device::kCpu, "to_f32: tensor is not on the CPU");
   Tensor out = empty(shape_, DType::kF32);
   strata::to_f32(dtype_, raw(), out.data<float>(), size_t(numel()));
+  return out;
+}
+
+Tensor Tensor::to(Device device) const {
+  Tensor out = empty(shape_, dtype_, device);
+  // The non-CPU side's allocator knows how to move bytes across.
+  Allocator& a = allocator_for(device == Device::kCpu ? device_ : device);
+  a.copy(out.raw(), device, raw(), device_, nbytes());
   return out;
 }
 

@@ -23,6 +23,9 @@ class Allocator {
   virtual ~Allocator() = default;
   virtual std::shared_ptr<void> allocate(size_t bytes) = 0;
   virtual void zero(void* ptr, size_t bytes) = 0;
+  // Copies `bytes` from src (on src_device) to dst (on dst_device), one of which is this
+  // allocator's device; returns once dst holds the data when dst is host memory.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 };
 void set_allocator(Device device, Allocator* allocator);
 
@@ -57,6 +60,8 @@ class Tensor {
   Tensor rows(int64_t begin, int64_t end) const;
   // A CPU float32 copy (converting from any float or integer type).
   Tensor to_f32() const;
+  // A copy on `device` (same dtype and shape); always a new tensor.
+  Tensor to(Device device) const;
   std::string describe() const;  // "BF16[2, 3]"
 
  private:

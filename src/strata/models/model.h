@@ -87,4 +87,16 @@ class Model {
 // Loads a checkpoint folder, picking the family from config.json (models/registry.cpp).
 std::unique_ptr<Model> load_model(const std::string& dir, Device device = Device::kCpu);
 
+// Where the weights come from: the folder's safetensors, or (kDummy, `--load-format dummy`)
+// nowhere: a folder holding only config.json gets seeded uniform random weights of the real
+// shapes, made on the device (benchmarks at real sizes without checkpoints).
+enum class LoadFormat { kSafetensors, kDummy };
+struct LoadOptions {
+  Device device = Device::kCpu;
+  LoadFormat format = LoadFormat::kSafetensors;
+};
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
+// "auto" or "safetensors" -> kSafetensors, "dummy" -> kDummy; an Error naming --load-format else.
+LoadFormat parse_load_format(const std::string& name);
+
 }  // namespace strata

@@ -132,14 +132,16 @@ struct Mlp {
 struct Layer {
   bool linear = false;
   Tensor input_norm, post_norm;
-  // Gated DeltaNet
-  Tensor in_qkv, in_z, in_b, in_a, conv_w, a_log, dt_bias, gdn_norm, out_proj;
-  // attention
-  Tensor q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
-  // feed-forward
+  // Gated DeltaNet; in_proj = [in_proj_qkv; in_proj_z; in_proj_b; in_proj_a] (one pass over x)
+  Tensor in_proj, conv_w, a_log, dt_bias, gdn_norm, out_proj;
+  // attention; qkv_proj = [q_proj; k_proj; v_proj]
+  Tensor qkv_proj, o_proj, q_norm, k_norm;
+  // feed-forward; router_shared = [gate; shared_expert_gate; shared gate_proj; shared up_proj]
+  // with a shared expert, else the router alone
   bool moe = false;
   Mlp mlp;
-  Tensor router, experts_gate_up, experts_down, shared_gate;
+  Tensor router_shared, experts_gate_up, experts_down;
+  bool has_shared = false;
   Mlp shared;
 };
 
@@ -197,46 +199,53 @@ class Qwen35Model final : public Model {
     batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
     STRATA_CHECK(caches.layers.size() == layers_.size(), "forward: caches for ", caches.layers.size(),
                  " layers, model has ", layers_.size());
+    const int64_t n = int64_t(batch.logit_rows.size());
+    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
+      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
+    }
+    // Everything below is the forward's workspace (on CUDA: an arena reset per forward).
+    ops::ForwardScope scope(device_, batch);
     const int64_t t = batch.num_tokens();
     Tensor h = act({t, cfg_.hidden});
     ops::embedding(embed_, batch.token_ids, h);
     Tensor x = act({t, cfg_.hidden}), y = act({t, cfg_.hidden});
+    // Each residual add is fused into the norm that follows it.
+    ops::rms_norm(h, layers_[0].input_norm, float(cfg_.eps), true, x);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Layer& l = layers_[i];
-      ops::rms_norm(h, l.input_norm, float(cfg_.eps), true, x);
       if (l.linear) {
         gated_delta_net(l, x, batch, caches.layers[i], y);
       } else {
         attention(l, x, batch, caches.layers[i], y);
       }
-      ops::add(h, y, h);
-      ops::rms_norm(h, l.post_norm, float(cfg_.eps), true, x);
+      ops::add_rms_norm(h, y, l.post_norm, float(cfg_.eps), true, x);
       if (l.moe) {
         moe(l, x, y);
       } else {
         mlp(l.mlp, x, y);
       }
-      ops::add(h, y, h);
+      if (i + 1 < layers_.size()) {
+        ops::add_rms_norm(h, y, layers_[i + 1].input_norm, float(cfg_.eps), true, x);
+      } else {
+        ops::add(h, y, h);
+      }
     }
-    const int64_t n = int64_t(batch.logit_rows.size());
     Tensor last = act({n, cfg_.hidden}), normed = act({n, cfg_.hidden});
     ops::gather_rows(h, batch.logit_rows, last);
     ops::rms_norm(last, final_norm_, float(cfg_.eps), true, normed);
-    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
-      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
-    }
     ops::linear(normed, lm_head_, logits);
   }
 
  private:
-  DType act_dtype() const { return DType::kF32; }
+  // Activations, KV and conv caches: F32 on the CPU, BF16 on CUDA (the GDN state stays F32).
+  DType act_dtype() const { return device_ == Device::kCuda ? DType::kBF16 : DType::kF32; }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
 
   void load(WeightLoader& w) {
     const int64_t hsz = cfg_.hidden;
     embed_ = w.get("embed_tokens.weight", {cfg_.vocab, hsz});
     final_norm_ = w.get("norm.weight", {hsz});
-    if (w.has_top("lm_head.weight")) {
+    if (w.has_top("lm_head.weight") || (w.dummy() && !cfg_.tie_embeddings)) {
       lm_head_ = w.get_top("lm_head.weight", {cfg_.vocab, hsz});
     } else if (cfg_.tie_embeddings) {
       lm_head_ = embed_;
@@ -266,18 +275,16 @@ class Qwen35Model final : public Model {
 
   Mlp load_mlp(WeightLoader& w, const std::string& p, int64_t inter) {
     STRATA_CHECK(inter > 0, w.checkpoint().dir(), "/config.json: intermediate size of ", p, " is 0");
-    Tensor gate = w.raw(w.prefix() + p + "gate_proj.weight", {inter, cfg_.hidden}).to_f32();
-    Tensor up = w.raw(w.prefix() + p + "up_proj.weight", {inter, cfg_.hidden}).to_f32();
     Mlp m;
-    m.gate_up = w.to_device(concat_rows({gate, up}));
+    m.gate_up = w.get_rows({{p + "gate_proj.weight", {inter, cfg_.hidden}},
+                            {p + "up_proj.weight", {inter, cfg_.hidden}}});
     m.down = w.get(p + "down_proj.weight", {cfg_.hidden, inter});
     return m;
   }
 
   void load_moe(WeightLoader& w, const std::string& p, Layer& l) {
     const int64_t e = cfg_.experts, inter = cfg_.moe_inter, hsz = cfg_.hidden;
-    l.router = w.get(p + "gate.weight", {e, hsz});
-    if (w.has(p + "experts.gate_up_proj")) {
+    if (w.dummy() || w.has(p + "experts.gate_up_proj")) {
       l.experts_gate_up = w.get(p + "experts.gate_up_proj", {e, 2 * inter, hsz});
       l.experts_down = w.get(p + "experts.down_proj", {e, hsz, inter});
     } else {
@@ -292,17 +299,24 @@ class Qwen35Model final : public Model {
       l.experts_gate_up = w.to_device(concat_rows(gu).reshape({e, 2 * inter, hsz}));
       l.experts_down = w.to_device(concat_rows(down).reshape({e, hsz, inter}));
     }
-    if (cfg_.shared_inter > 0) {
-      l.shared = load_mlp(w, p + "shared_expert.", cfg_.shared_inter);
-      l.shared_gate = w.get(p + "shared_expert_gate.weight", {1, hsz});
+    l.has_shared = cfg_.shared_inter > 0;
+    if (l.has_shared) {
+      const int64_t si = cfg_.shared_inter;
+      l.router_shared = w.get_rows({{p + "gate.weight", {e, hsz}},
+                                    {p + "shared_expert_gate.weight", {1, hsz}},
+                                    {p + "shared_expert.gate_proj.weight", {si, hsz}},
+                                    {p + "shared_expert.up_proj.weight", {si, hsz}}});
+      l.shared.down = w.get(p + "shared_expert.down_proj.weight", {hsz, si});
+    } else {
+      l.router_shared = w.get(p + "gate.weight", {e, hsz});
     }
   }
 
   void load_attention(WeightLoader& w, const std::string& p, Layer& l) {
     const int64_t d = cfg_.head_dim, hsz = cfg_.hidden;
-    l.q_proj = w.get(p + "q_proj.weight", {cfg_.heads * d * 2, hsz});
-    l.k_proj = w.get(p + "k_proj.weight", {cfg_.kv_heads * d, hsz});
-    l.v_proj = w.get(p + "v_proj.weight", {cfg_.kv_heads * d, hsz});
+    l.qkv_proj = w.get_rows({{p + "q_proj.weight", {cfg_.heads * d * 2, hsz}},
+                             {p + "k_proj.weight", {cfg_.kv_heads * d, hsz}},
+                             {p + "v_proj.weight", {cfg_.kv_heads * d, hsz}}});
     l.o_proj = w.get(p + "o_proj.weight", {hsz, cfg_.heads * d});
     l.q_norm = w.get(p + "q_norm.weight", {d});
     l.k_norm = w.get(p + "k_norm.weight", {d});
@@ -312,7 +326,7 @@ class Qwen35Model final : public Model {
     const int64_t hk = cfg_.lin_k_heads, hv = cfg_.lin_v_heads, dk = cfg_.lin_k_dim,
                   dv = cfg_.lin_v_dim, hsz = cfg_.hidden, r = hv / hk;
     const int64_t conv_dim = 2 * hk * dk + hv * dv;
-    if (w.has(p + "in_proj_qkvz.weight")) {
+    if (!w.dummy() && w.has(p + "in_proj_qkvz.weight")) {
       // Qwen3-Next groups the rows per key head: [q (dk), k (dk), v (r*dv), z (r*dv)] and
       // [b (r), a (r)]. Regroup into Qwen3.5's split layout.
       Tensor qkvz = w.raw(w.prefix() + p + "in_proj_qkvz.weight", {hk * (2 * dk + 2 * r * dv), hsz}).to_f32();
@@ -328,18 +342,14 @@ class Qwen35Model final : public Model {
         b.push_back(ba.rows(g * 2 * r, g * 2 * r + r));
         a.push_back(ba.rows(g * 2 * r + r, (g + 1) * 2 * r));
       }
-      std::vector<Tensor> qkv = q;
-      qkv.insert(qkv.end(), k.begin(), k.end());
-      qkv.insert(qkv.end(), v.begin(), v.end());
-      l.in_qkv = w.to_device(concat_rows(qkv));
-      l.in_z = w.to_device(concat_rows(z));
-      l.in_b = w.to_device(concat_rows(b));
-      l.in_a = w.to_device(concat_rows(a));
+      std::vector<Tensor> rows = q;
+      for (const std::vector<Tensor>* part : {&k, &v, &z, &b, &a}) rows.insert(rows.end(), part->begin(), part->end());
+      l.in_proj = w.to_device(concat_rows(rows));
     } else {
-      l.in_qkv = w.get(p + "in_proj_qkv.weight", {conv_dim, hsz});
-      l.in_z = w.get(p + "in_proj_z.weight", {hv * dv, hsz});
-      l.in_b = w.get(p + "in_proj_b.weight", {hv, hsz});
-      l.in_a = w.get(p + "in_proj_a.weight", {hv, hsz});
+      l.in_proj = w.get_rows({{p + "in_proj_qkv.weight", {conv_dim, hsz}},
+                              {p + "in_proj_z.weight", {hv * dv, hsz}},
+                              {p + "in_proj_b.weight", {hv, hsz}},
+                              {p + "in_proj_a.weight", {hv, hsz}}});
     }
     l.conv_w = w.get(p + "conv1d.weight", {conv_dim, 1, cfg_.conv_kernel}).reshape({conv_dim, cfg_.conv_kernel});
     l.a_log = w.get(p + "A_log", {hv});
@@ -357,19 +367,27 @@ class Qwen35Model final : public Model {
   }
 
   void moe(const Layer& l, const Tensor& x, Tensor& y) {
-    const int64_t t = x.dim(0);
-    Tensor logits = act({t, cfg_.experts});
-    ops::linear(x, l.router, logits);
+    const int64_t t = x.dim(0), si = cfg_.shared_inter;
+    // Router logits stay F32 on every device: expert choice is sensitive to their rounding.
+    Tensor logits = Tensor::empty({t, cfg_.experts}, DType::kF32, device_);
+    Tensor gate, shared_gu;
+    if (l.has_shared) {
+      // One pass over x for the router, the shared expert's gate and its gate/up projections.
+      gate = act({t, 1});
+      shared_gu = act({t, 2 * si});
+      ops::linear_split(x, l.router_shared, {logits, gate, shared_gu});
+    } else {
+      ops::linear(x, l.router_shared, logits);
+    }
     Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
     Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
     ops::moe_route_softmax(logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights);
     ops::moe_experts(x, l.experts_gate_up, l.experts_down, ids, weights, y);
-    if (l.shared_gate.defined()) {
-      Tensor shared = act({t, cfg_.hidden}), gate = act({t, 1});
-      mlp(l.shared, x, shared);
-      ops::linear(x, l.shared_gate, gate);
-      ops::mul_sigmoid(shared, gate);
-      ops::add(y, shared, y);
+    if (l.has_shared) {
+      Tensor a = act({t, si}), shared = act({t, cfg_.hidden});
+      ops::silu_mul(shared_gu, a);
+      ops::linear(a, l.shared.down, shared);
+      ops::add_sigmoid_gated(y, shared, gate);
     }
   }
 
@@ -378,15 +396,10 @@ class Qwen35Model final : public Model {
     const int64_t t = x.dim(0), d = cfg_.head_dim, hq = cfg_.heads, hkv = cfg_.kv_heads;
     // q_proj gives per head [query (d) | gate (d)].
     Tensor qg = act({t, hq * 2 * d});
-    ops::linear(x, l.q_proj, qg);
-    Tensor q = act({t, hq, d}), gate = act({t, hq * d});
-    ops::copy_columns(qg.reshape({t * hq, 2 * d}), 0, q.reshape({t * hq, d}));
-    Tensor gate_rows = gate.reshape({t * hq, d});
-    ops::copy_columns(qg.reshape({t * hq, 2 * d}), d, gate_rows);
     Tensor k = act({t, hkv, d}), v = act({t, hkv, d});
-    Tensor k2 = k.reshape({t, hkv * d}), v2 = v.reshape({t, hkv * d});
-    ops::linear(x, l.k_proj, k2);
-    ops::linear(x, l.v_proj, v2);
+    ops::linear_split(x, l.qkv_proj, {qg, k.reshape({t, hkv * d}), v.reshape({t, hkv * d})});
+    Tensor q = act({t, hq, d}), gate = act({t, hq * d});
+    ops::split_columns(qg.reshape({t * hq, 2 * d}), {q.reshape({t * hq, d}), gate.reshape({t * hq, d})});
     ops::rms_norm(q, l.q_norm, float(cfg_.eps), true, q);
     ops::rms_norm(k, l.k_norm, float(cfg_.eps), true, k);
     ops::rope(q, batch.positions, cfg_.rope);
@@ -404,18 +417,21 @@ class Qwen35Model final : public Model {
                   dk = cfg_.lin_k_dim, dv = cfg_.lin_v_dim;
     const int64_t conv_dim = 2 * hk * dk + hv * dv;
     Tensor qkv = act({t, conv_dim}), z = act({t, hv, dv}), b = act({t, hv}), a = act({t, hv});
-    ops::linear(x, l.in_qkv, qkv);
-    Tensor z2 = z.reshape({t, hv * dv});
-    ops::linear(x, l.in_z, z2);
-    ops::linear(x, l.in_b, b);
-    ops::linear(x, l.in_a, a);
+    ops::linear_split(x, l.in_proj, {qkv, z.reshape({t, hv * dv}), b, a});
+    bool single_tokens = true;
+    for (const SeqInBatch& s : batch.seqs) single_tokens = single_tokens && s.q_len == 1;
+    if (single_tokens) {
+      // Decode: conv, gates, recurrence and gated norm in one op (one kernel on CUDA).
+      Tensor normed = act({t, hv, dv});
+      ops::gdn_decode_step(qkv, z, a, b, l.conv_w, cache.slots[1], l.a_log, l.dt_bias, cache.slots[0],
+                           l.gdn_norm, float(cfg_.eps), batch, normed);
+      ops::linear(normed.reshape({t, hv * dv}), l.out_proj, y);
+      return;
+    }
     Tensor mixed = act({t, conv_dim});
     ops::causal_conv1d(qkv, l.conv_w, cache.slots[1], batch, mixed);
     Tensor q = act({t, hk, dk}), k = act({t, hk, dk}), v = act({t, hv, dv});
-    Tensor q2 = q.reshape({t, hk * dk}), k2 = k.reshape({t, hk * dk}), v2 = v.reshape({t, hv * dv});
-    ops::copy_columns(mixed, 0, q2);
-    ops::copy_columns(mixed, hk * dk, k2);
-    ops::copy_columns(mixed, 2 * hk * dk, v2);
+    ops::split_columns(mixed, {q.reshape({t, hk * dk}), k.reshape({t, hk * dk}), v.reshape({t, hv * dv})});
     Tensor g = Tensor::empty({t, hv}, DType::kF32, device_), beta = Tensor::empty({t, hv}, DType::kF32, device_);
     ops::gdn_gates(a, b, l.a_log, l.dt_bias, g, beta);
     Tensor core = act({t, hv, dv});

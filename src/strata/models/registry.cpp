@@ -30,7 +30,19 @@ const std::vector<Family>& families() {
 }  // namespace
 
 std::unique_ptr<Model> load_model(const std::string& dir, Device device) {
-  Checkpoint ckpt = Checkpoint::open(dir);
+  return load_model(dir, LoadOptions{device, LoadFormat::kSafetensors});
+}
+
+LoadFormat parse_load_format(const std::string& name) {
+  if (name == "auto" || name == "safetensors") return LoadFormat::kSafetensors;
+  if (name == "dummy") return LoadFormat::kDummy;
+  fail("--load-format: expected auto, safetensors or dummy, got '", name, "'");
+}
+
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
+  const Device device = options.device;
+  Checkpoint ckpt = options.format == LoadFormat::kDummy ? Checkpoint::open_config_only(dir)
+                                                         : Checkpoint::open(dir);
   const nlohmann::json& cfg = ckpt.config();
   STRATA_CHECK(cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string(),
                dir, "/config.json: field 'model_type' missing or not a string");

@@ -1,6 +1,10 @@
 #include "strata/models/weights.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "strata/core/error.h"
+#include "strata/ops/ops.h"
 
 namespace strata {
 
@@ -8,6 +12,7 @@ WeightLoader::WeightLoader(const Checkpoint& ckpt, std::string prefix, Device de
     : ckpt_(ckpt), prefix_(std::move(prefix)), device_(device) {}
 
 std::string WeightLoader::detect_prefix(const Checkpoint& ckpt) {
+  if (ckpt.weightless()) return "model.";
   for (const char* p : {"model.language_model.", "model.", "language_model.model.", ""}) {
     if (ckpt.has(std::string(p) + "embed_tokens.weight")) return p;
   }
@@ -16,6 +21,8 @@ std::string WeightLoader::detect_prefix(const Checkpoint& ckpt) {
 }
 
 Tensor WeightLoader::raw(const std::string& full_name, const Shape& shape) {
+  STRATA_CHECK(!dummy(), ckpt_.dir(), ": tensor '", full_name,
+               "' must be read as stored, which --load-format dummy cannot do");
   const TensorInfo& info = ckpt_.info(full_name);
   STRATA_CHECK(info.shape == shape, ckpt_.file_of(full_name), ": tensor '", full_name,
                "': expected shape ", shape_str(shape), ", got ", shape_str(info.shape));
@@ -28,6 +35,7 @@ Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
 }
 
 Tensor WeightLoader::get_top(const std::string& full_name, const Shape& shape) {
+  if (dummy()) return random(full_name, shape);
   Tensor stored = raw(full_name, shape);
   const DType t = stored.dtype();
   STRATA_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16,
@@ -36,14 +44,67 @@ Tensor WeightLoader::get_top(const std::string& full_name, const Shape& shape) {
   return to_device(stored.to_f32());
 }
 
+DType WeightLoader::device_dtype(const Shape& shape) const {
+  return device_ == Device::kCuda && shape.size() >= 2 ? DType::kBF16 : DType::kF32;
+}
+
 Tensor WeightLoader::to_device(const Tensor& cpu_f32) const {
-  STRATA_CHECK(device_ == Device::kCpu, "WeightLoader: the CUDA backend is not built in");
-  const_cast<WeightLoader*>(this)->bytes_ += cpu_f32.nbytes();
-  return cpu_f32;
+  auto* self = const_cast<WeightLoader*>(this);
+  if (device_ == Device::kCpu) {
+    self->bytes_ += cpu_f32.nbytes();
+    return cpu_f32;
+  }
+  Tensor host = cpu_f32;
+  if (device_dtype(cpu_f32.shape()) == DType::kBF16) {
+    host = Tensor::empty(cpu_f32.shape(), DType::kBF16);
+    const float* src = cpu_f32.data<float>();
+    uint16_t* dst = host.data<uint16_t>();
+    for (int64_t i = 0; i < host.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
+  }
+  self->bytes_ += host.nbytes();
+  return host.to(device_);
+}
+
+Tensor WeightLoader::random(const std::string& name, const Shape& shape) {
+  // HF's initializer_range 0.02 as the standard deviation of a uniform distribution.
+  constexpr float kScale = 0.0346f;
+  uint64_t seed = 1469598103934665603ull;  // FNV-1a of the name: stable across runs
+  for (unsigned char c : name) seed = (seed ^ c) * 1099511628211ull;
+  Tensor t = Tensor::empty(shape, device_dtype(shape), device_);
+  ops::fill_random_uniform(t, seed, kScale);
+  bytes_ += t.nbytes();
+  return t;
+}
+
+Tensor WeightLoader::get_rows(const std::vector<std::pair<std::string, Shape>>& parts) {
+  STRATA_CHECK(!parts.empty(), "get_rows: no tensors");
+  Shape total = parts[0].second;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    STRATA_CHECK(parts[i].second.size() == total.size() &&
+                     std::equal(total.begin() + 1, total.end(), parts[i].second.begin() + 1),
+                 "get_rows: '", parts[i].first, "' ", shape_str(parts[i].second), " does not stack on ",
+                 shape_str(total));
+    total[0] += parts[i].second[0];
+  }
+  if (dummy()) return random(prefix_ + parts[0].first, total);
+  Tensor out = Tensor::empty(total, DType::kF32);
+  char* dst = static_cast<char*>(out.raw());
+  for (const auto& [name, shape] : parts) {
+    Tensor part = raw(prefix_ + name, shape);
+    const DType t = part.dtype();
+    STRATA_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16, ckpt_.file_of(prefix_ + name),
+                 ": tensor '", prefix_ + name, "': dtype ", dtype_name(t),
+                 " needs a quantised loader (expected BF16, F16 or F32)");
+    Tensor f = part.to_f32();
+    std::memcpy(dst, f.raw(), f.nbytes());
+    dst += f.nbytes();
+  }
+  return to_device(out);
 }
 
 std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignored) const {
   std::vector<std::string> out;
+  if (dummy()) return out;
   for (const std::string& n : ckpt_.names()) {
     if (used_.count(n)) continue;
     bool skip = false;

@@ -4,6 +4,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "strata/core/tensor.h"
 #include "strata/io/checkpoint.h"
@@ -30,8 +32,16 @@ class WeightLoader {
   Tensor get_top(const std::string& full_name, const Shape& shape);
   // As stored (any dtype, CPU view), checked against `shape`; marks it used.
   Tensor raw(const std::string& full_name, const Shape& shape);
-  // Moves a CPU float32 tensor to the device's compute dtype.
+  // Moves a CPU float32 tensor to the device's compute dtype: F32 on the CPU; on CUDA, BF16 for
+  // tensors of rank >= 2 (the matrices, embeddings, conv kernels) and F32 for vectors (norm
+  // weights, A_log, dt_bias: small, and read once per row).
   Tensor to_device(const Tensor& cpu_f32) const;
+  // The row-wise concatenation of prefix + name tensors (several projections of one input fused
+  // into one matrix), checked against their shapes, on the device.
+  Tensor get_rows(const std::vector<std::pair<std::string, Shape>>& parts);
+  // True for a config-only checkpoint (--load-format dummy): get() and get_rows() then return
+  // seeded uniform random values of the requested shapes, generated on the device.
+  bool dummy() const { return ckpt_.weightless(); }
 
   // Tensors of the checkpoint never read, minus the prefixes recognised as not ours
   // (e.g. "model.visual.", "mtp."). A non-empty result is an error for strict loading.
@@ -39,6 +49,9 @@ class WeightLoader {
   size_t bytes_loaded() const { return bytes_; }
 
  private:
+  DType device_dtype(const Shape& shape) const;
+  Tensor random(const std::string& name, const Shape& shape);
+
   const Checkpoint& ckpt_;
   std::string prefix_;
   Device device_;

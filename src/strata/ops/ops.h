@@ -109,4 +109,71 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
 // dtype: the engine's state snapshots and copy-on-fork of a partly filled page.
 void copy_slot(const Tensor& pool, int64_t src, int64_t dst);
 
+// ---- forward scope, fused ops, sampling (added with the CUDA backend) ----
+
+// Brackets one model forward. On CUDA it uploads the batch's index arrays (token ids,
+// positions, per-sequence rows, lengths, slots, block tables, logit rows) to the device once,
+// and serves the tensors allocated on this thread while it is open from a workspace arena that
+// is reset per forward, so that intermediate addresses repeat from step to step (CUDA graph
+// replay needs this). Tensors allocated inside the scope must not outlive it (allocate results
+// such as the logits before opening it). A no-op on the CPU.
+class ForwardScope {
+ public:
+  ForwardScope(Device device, const ForwardBatch& batch);
+  ~ForwardScope();
+  ForwardScope(const ForwardScope&) = delete;
+  ForwardScope& operator=(const ForwardScope&) = delete;
+
+ private:
+  Device device_;
+};
+
+// The residual add fused into the following norm: h += y, then out = rms_norm(h) (as rms_norm).
+// On the device h keeps the activation dtype, and the norm reads the rounded sum.
+void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
+                  const Tensor& out);
+// Splits x [T, C] by columns: outs[i] [T, n_i] takes columns [sum_{j<i} n_j, + n_i); the n_i
+// must sum to C.
+void split_columns(const Tensor& x, const std::vector<Tensor>& outs);
+// linear(x, w) split by columns into outs as split_columns: w's rows are the outputs'
+// columns, concatenated (several projections of one input in one pass over x). The outputs
+// may differ in dtype on the device (e.g. F32 router logits beside BF16 activations).
+void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs);
+// y += x * sigmoid(gate), one gate per row of x (gate has one element per row).
+void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
+
+// One Gated DeltaNet token-mixer step for batches whose sequences all have q_len == 1, fused:
+// causal_conv1d of qkv [T, 2*Hk*Dk + Hv*Dv] with the conv state, the split into q, k, v,
+// gdn_gates(a, b [T, Hv], a_log, dt_bias), the recurrent gated delta rule on the state pool
+// [slots, Hv, Dk, Dv], and rms_norm_gated with z [T, Hv, Dv] and norm_w [Dv]; out [T, Hv, Dv].
+// The same result as those ops one after the other.
+void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b,
+                     const Tensor& conv_w, const Tensor& conv_state, const Tensor& a_log,
+                     const Tensor& dt_bias, const Tensor& state, const Tensor& norm_w, float eps,
+                     const ForwardBatch& batch, const Tensor& out);
+
+// Fills t (F32 or BF16) with uniform values in [-scale, scale) from a counter-based hash of
+// (seed, element index): the same values on every device (BF16 rounds the same float). The
+// --load-format dummy weights.
+void fill_random_uniform(const Tensor& t, uint64_t seed, float scale);
+
+// ids[r] = the index of the largest logits[r, :] (the lower index wins a tie); logits [N, V]
+// F32, ids [N] I32.
+void argmax(const Tensor& logits, const Tensor& ids);
+
+// Per-row sampling parameters. temperature <= 0 means greedy (argmax).
+struct SampleRow {
+  float temperature = 1.f;
+  int top_k = 0;        // <= 0: no top-k cut
+  float top_p = 1.f;    // >= 1: no top-p cut
+  float uniform = 0.f;  // the row's random draw in [0, 1), from the caller's generator
+};
+// One draw per row of logits [N, V] F32 into ids [N] I32, defined by thresholds so that every
+// device computes the same set: p = softmax(logits / temperature); top-k keeps the tokens with
+// p >= the k-th largest p (ties at the cut are kept); top-p then keeps the tokens with
+// p >= tau, tau the largest kept value whose kept tokens with p >= tau hold at least top_p of
+// the kept mass; the draw is the first token, in index order, at which the running sum of kept
+// p exceeds uniform * (kept mass).
+void sample(const Tensor& logits, const std::vector<SampleRow>& rows, const Tensor& ids);
+
 }  // namespace strata::ops

@@ -6,12 +6,14 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/ops.h"
 
 namespace strata::ops {
 
 void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                      const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(q, paged_attention(q, k, v, k_cache, v_cache, batch, scale, out));
   expect_cpu_f32(q, "paged_attention", "q");
   expect_cpu_f32(k_cache, "paged_attention", "k_cache");
   const int64_t t = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);

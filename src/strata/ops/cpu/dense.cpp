@@ -7,6 +7,7 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/ops.h"
 
 namespace strata::ops {
@@ -18,6 +19,7 @@ inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 }  // namespace
 
 void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
+  STRATA_CUDA_DISPATCH(x, linear(x, w, y));
   expect_cpu_f32(x, "linear", "x");
   expect_cpu_f32(w, "linear", "weight");
   expect_cpu_f32(y, "linear", "y");
@@ -45,6 +47,7 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
 }
 
 void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(out, embedding(table, ids, out));
   expect_cpu_f32(out, "embedding", "out");
   const int64_t h = table.dim(1), vocab = table.dim(0);
   expect_shape(out, {int64_t(ids.size()), h}, "embedding", "out");
@@ -57,6 +60,7 @@ void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tenso
 }
 
 void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, gather_rows(x, rows, out));
   expect_cpu_f32(x, "gather_rows", "x");
   const int64_t d = x.dim(-1), n = rows_of(x);
   expect_shape(out, {int64_t(rows.size()), d}, "gather_rows", "out");
@@ -67,6 +71,7 @@ void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, const Tensor
 }
 
 void copy_columns(const Tensor& x, int64_t col0, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, copy_columns(x, col0, out));
   expect_cpu_f32(x, "copy_columns", "x");
   const int64_t c = x.dim(-1), t = rows_of(x), n = out.dim(-1);
   STRATA_CHECK(rows_of(out) == t && col0 >= 0 && col0 + n <= c, "copy_columns: [", col0, ", +", n,
@@ -77,6 +82,7 @@ void copy_columns(const Tensor& x, int64_t col0, const Tensor& out) {
 }
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(a, add(a, b, out));
   STRATA_CHECK(a.numel() == b.numel() && a.numel() == out.numel(), "add: sizes differ: ",
                a.describe(), " ", b.describe(), " ", out.describe());
   const float *pa = a.data<float>(), *pb = b.data<float>();
@@ -85,6 +91,7 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 void mul_sigmoid(const Tensor& x, const Tensor& gate) {
+  STRATA_CUDA_DISPATCH(x, mul_sigmoid(x, gate));
   const int64_t rows = rows_of(x), d = x.ndim() ? x.dim(-1) : 0;
   STRATA_CHECK(x.numel() == gate.numel() || gate.numel() == rows, "mul_sigmoid: gate ",
                gate.describe(), " does not fit x ", x.describe());
@@ -101,6 +108,7 @@ void mul_sigmoid(const Tensor& x, const Tensor& gate) {
 }
 
 void silu_mul(const Tensor& gate_up, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(out, silu_mul(gate_up, out));
   const int64_t inter = out.dim(-1), t = rows_of(out);
   STRATA_CHECK(gate_up.dim(-1) == 2 * inter && rows_of(gate_up) == t, "silu_mul: ",
                gate_up.describe(), " does not match ", out.describe());
@@ -112,6 +120,7 @@ void silu_mul(const Tensor& gate_up, const Tensor& out) {
 }
 
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, rms_norm(x, w, eps, zero_centered, out));
   expect_cpu_f32(x, "rms_norm", "x");
   expect_cpu_f32(w, "rms_norm", "weight");
   const int64_t d = x.dim(-1), rows = rows_of(x);
@@ -129,6 +138,7 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, c
 }
 
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, rms_norm_gated(x, z, w, eps, out));
   expect_cpu_f32(x, "rms_norm_gated", "x");
   const int64_t d = x.dim(-1), rows = rows_of(x);
   STRATA_CHECK(w.numel() == d && z.numel() == x.numel() && out.numel() == x.numel(),
@@ -147,6 +157,7 @@ void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps
 }
 
 void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec& spec) {
+  STRATA_CUDA_DISPATCH(x, rope(x, positions, spec));
   expect_cpu_f32(x, "rope", "x");
   const int64_t t = x.dim(0), heads = x.dim(1), d = x.dim(2);
   const int half = spec.rotary_dim / 2;

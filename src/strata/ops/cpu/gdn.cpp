@@ -7,6 +7,7 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/ops.h"
 
 namespace strata::ops {
@@ -139,6 +140,7 @@ void chunked(const HeadSpan& h) {
 
 void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, const ForwardBatch& batch,
                    const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, causal_conv1d(x, w, conv_state, batch, out));
   expect_cpu_f32(x, "causal_conv1d", "x");
   expect_cpu_f32(conv_state, "causal_conv1d", "conv_state");
   const int64_t t = x.dim(0), c = x.dim(1), kw = w.dim(1);
@@ -170,6 +172,7 @@ void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, c
 
 void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
                const Tensor& g, const Tensor& beta) {
+  STRATA_CUDA_DISPATCH(a, gdn_gates(a, b, a_log, dt_bias, g, beta));
   expect_cpu_f32(a, "gdn_gates", "a");
   const int64_t t = a.dim(0), hv = a.dim(1);
   expect_shape(b, {t, hv}, "gdn_gates", "b");
@@ -190,6 +193,7 @@ void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tens
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                       const Tensor& beta, const Tensor& state, const ForwardBatch& batch,
                       const Tensor& out, GdnAlgorithm algorithm) {
+  STRATA_CUDA_DISPATCH(q, gated_delta_rule(q, k, v, g, beta, state, batch, out, algorithm));
   expect_cpu_f32(q, "gated_delta_rule", "q");
   expect_cpu_f32(state, "gated_delta_rule", "state");
   const int64_t t = q.dim(0), hk = q.dim(1), dk = q.dim(2), hv = v.dim(1), dv = v.dim(2);

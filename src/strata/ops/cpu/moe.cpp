@@ -8,6 +8,7 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/ops.h"
 
 namespace strata::ops {
@@ -29,6 +30,7 @@ void top_k_indices(const float* v, int64_t n, int k, int32_t* out) {
 
 void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids,
                        const Tensor& weights) {
+  STRATA_CUDA_DISPATCH(logits, moe_route_softmax(logits, top_k, norm_topk, ids, weights));
   expect_cpu_f32(logits, "moe_route_softmax", "logits");
   const int64_t t = logits.dim(0), e = logits.dim(1);
   STRATA_CHECK(top_k >= 1 && top_k <= e, "moe_route_softmax: top_k ", top_k, " of ", e, " experts");
@@ -54,6 +56,7 @@ void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Te
 
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                  const Tensor& weights, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, moe_experts(x, gate_up, down, ids, weights, out));
   expect_cpu_f32(x, "moe_experts", "x");
   expect_cpu_f32(gate_up, "moe_experts", "gate_up");
   expect_cpu_f32(down, "moe_experts", "down");

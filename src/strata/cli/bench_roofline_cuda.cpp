@@ -1,0 +1,369 @@
+// strata bench --roofline: decode and prefill throughput of a model on the GPU, each set against
+// the two ceilings measured in the same run (a device-to-device copy and a large cuBLASLt bf16
+// GEMM), with the bytes and FLOPs each step must move and do, and a per-op GPU time breakdown.
+//   strata bench --roofline --model tools/device/qwen3_5_35b_a3b --load-format dummy
+#if defined(STRATA_WITH_CUDA)
+
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "strata/cli/bench_roofline.h"
+#include "strata/cli/common.h"
+#include "strata/core/error.h"
+#include "strata/io/config.h"
+#include "strata/models/model.h"
+#include "strata/ops/cuda/cuda_ops.h"
+#include "strata/ops/cuda/gemm.h"
+#include "strata/ops/cuda/graphs.h"
+#include "strata/ops/cuda/profile.h"
+#include "strata/ops/cuda/runtime.h"
+#include "strata/ops/ops.h"
+
+namespace strata::cli {
+namespace {
+
+namespace cu = ops::cuda;
+
+// The shapes of a Qwen3.5-family config that the cost model needs.
+struct Dims {
+  int64_t vocab, hidden, heads, kv_heads, head_dim, hk, hv, dk, dv, conv_kernel;
+  int64_t experts, top_k, moe_inter, shared_inter, inter;
+  int64_t n_linear = 0, n_full = 0, n_moe = 0, n_dense = 0;
+};
+
+Dims read_dims(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  const nlohmann::json root = read_json_file(path);
+  ConfigView c = ConfigView::text_config(root, path);
+  Dims d;
+  d.vocab = c.get_int("vocab_size");
+  d.hidden = c.get_int("hidden_size");
+  d.heads = c.get_int("num_attention_heads");
+  d.kv_heads = c.get_int("num_key_value_heads");
+  d.head_dim = c.get_int("head_dim", d.hidden / d.heads);
+  d.hk = c.get_int("linear_num_key_heads");
+  d.hv = c.get_int("linear_num_value_heads");
+  d.dk = c.get_int("linear_key_head_dim");
+  d.dv = c.get_int("linear_value_head_dim");
+  d.conv_kernel = c.get_int("linear_conv_kernel_dim");
+  d.experts = c.get_int("num_experts", 0);
+  d.top_k = c.get_int("num_experts_per_tok", 0);
+  d.moe_inter = c.get_int("moe_intermediate_size", 0);
+  d.shared_inter = c.get_int("shared_expert_intermediate_size", 0);
+  d.inter = c.get_int("intermediate_size", 0);
+  const int64_t layers = c.get_int("num_hidden_layers");
+  std::vector<std::string> types;
+  if (c.has("layer_types")) {
+    types = c.get_string_list("layer_types");
+  } else {
+    const int64_t every = c.get_int("full_attention_interval", 4);
+    for (int64_t i = 0; i < layers; ++i) types.push_back((i + 1) % every == 0 ? "full_attention" : "linear_attention");
+  }
+  for (const std::string& t : types) (t == "full_attention" ? d.n_full : d.n_linear) += 1;
+  (d.experts > 0 ? d.n_moe : d.n_dense) = layers;
+  return d;
+}
+
+struct Cost {
+  double weight_bytes = 0, cache_bytes = 0, flops = 0;
+  double bytes() const { return weight_bytes + cache_bytes; }
+};
+
+// Expected distinct experts hit by `tokens` tokens of top_k picks each under uniform routing
+// (what the dummy weights give).
+double active_experts(const Dims& d, double tokens) {
+  if (d.experts == 0) return 0;
+  return double(d.experts) * (1.0 - std::pow(1.0 - double(d.top_k) / double(d.experts), tokens));
+}
+
+// One forward of `tokens` new tokens in `seqs` sequences, each with `ctx` cached tokens before
+// the step; `logit_rows` rows through the LM head. Fewest bytes: every weight read once (only
+// the experts hit), caches read and written once; activations are not counted.
+Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int64_t logit_rows) {
+  const double h = double(d.hidden), bf = 2, f32 = 4;
+  const double conv_dim = double(2 * d.hk * d.dk + d.hv * d.dv);
+  const double gdn_params = (conv_dim + d.hv * d.dv + 2 * d.hv) * h + h * d.hv * d.dv;
+  const double attn_params = double(2 * d.heads * d.head_dim + 2 * d.kv_heads * d.head_dim) * h +
+                             h * d.heads * d.head_dim;
+  const double expert_params = 3.0 * d.moe_inter * h;
+  const double moe_dense = (d.experts + 1 + 2.0 * d.shared_inter) * h + h * d.shared_inter;
+  const double mlp_params = 3.0 * d.inter * h;
+  const double t = double(tokens);
+  Cost c;
+  c.weight_bytes += bf * (d.n_linear * (gdn_params + conv_dim * d.conv_kernel) + d.n_full * attn_params);
+  c.weight_bytes += bf * (d.n_moe * (moe_dense + active_experts(d, t) * expert_params) + d.n_dense * mlp_params);
+  c.weight_bytes += bf * (double(d.vocab) * h + t * h);  // LM head, embedding rows
+  c.flops += 2 * t * (d.n_linear * gdn_params + d.n_full * attn_params);
+  c.flops += 2 * t * (d.n_moe * (moe_dense + double(d.top_k) * expert_params) + d.n_dense * mlp_params);
+  c.flops += 2 * double(logit_rows) * double(d.vocab) * h;
+  // Attention: KV read once and written once; QK^T and PV over the visible keys.
+  const double kv_token = 2.0 * d.kv_heads * d.head_dim * bf;
+  const double per_seq = t / double(seqs);
+  c.cache_bytes += d.n_full * double(seqs) * (double(ctx) + per_seq) * kv_token;  // read
+  c.cache_bytes += d.n_full * t * kv_token;                                         // write
+  const double visible = double(seqs) * (per_seq * double(ctx) + per_seq * (per_seq + 1) / 2);
+  c.flops += d.n_full * 4.0 * d.heads * d.head_dim * visible;
+  // Gated DeltaNet: the state read and written once per sequence, ~7 flops per state element
+  // per token (decay, k^T S, the rank-1 update, S^T q); the conv state likewise.
+  const double state = double(d.hv * d.dk * d.dv);
+  c.cache_bytes += d.n_linear * double(seqs) * (2 * state * f32 + 2.0 * (d.conv_kernel - 1) * conv_dim * bf);
+  c.flops += d.n_linear * t * 7 * state;
+  return c;
+}
+
+double event_ms(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  return ms;
+}
+
+struct Ceilings {
+  double copy_gbs = 0, gemm_tflops = 0;
+};
+
+Ceilings measure_ceilings() {
+  Ceilings c;
+  cudaEvent_t e0, e1;
+  STRATA_CUDA_CHECK(cudaEventCreate(&e0));
+  STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+  {
+    const int64_t n = int64_t(1) << 30;  // 2 GiB of bf16 each way
+    Tensor a = Tensor::empty({n}, DType::kBF16, Device::kCuda), b = Tensor::empty({n}, DType::kBF16, Device::kCuda);
+    ops::fill_random_uniform(a, 1, 1.f);
+    for (int i = 0; i < 2; ++i) STRATA_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), a.nbytes(), cudaMemcpyDeviceToDevice, cu::stream()));
+    const int reps = 10;
+    STRATA_CUDA_CHECK(cudaEventRecord(e0, cu::stream()));
+    for (int i = 0; i < reps; ++i) STRATA_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), a.nbytes(), cudaMemcpyDeviceToDevice, cu::stream()));
+    STRATA_CUDA_CHECK(cudaEventRecord(e1, cu::stream()));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
+    c.copy_gbs = 2.0 * double(a.nbytes()) * reps / (event_ms(e0, e1) * 1e-3) / 1e9;
+  }
+  {
+    const int64_t m = 8192;
+    Tensor x = Tensor::empty({m, m}, DType::kBF16, Device::kCuda), w = Tensor::empty({m, m}, DType::kBF16, Device::kCuda);
+    Tensor y = Tensor::empty({m, m}, DType::kBF16, Device::kCuda);
+    ops::fill_random_uniform(x, 2, 1.f);
+    ops::fill_random_uniform(w, 3, 1.f);
+    for (int i = 0; i < 3; ++i) cu::gemm_bf16(x.raw(), w.raw(), y.raw(), false, m, m, m);
+    const int reps = 10;
+    STRATA_CUDA_CHECK(cudaEventRecord(e0, cu::stream()));
+    for (int i = 0; i < reps; ++i) cu::gemm_bf16(x.raw(), w.raw(), y.raw(), false, m, m, m);
+    STRATA_CUDA_CHECK(cudaEventRecord(e1, cu::stream()));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
+    c.gemm_tflops = 2.0 * double(m) * m * m * reps / (event_ms(e0, e1) * 1e-3) / 1e12;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return c;
+}
+
+// `seqs` sequences of `q_len` new tokens after `ctx` cached ones, pages laid out one after the
+// other, slot i for sequence i.
+ForwardBatch make_batch(int seqs, int q_len, int ctx, int block_size, int pages_per_seq, std::mt19937& rng,
+                        int64_t vocab) {
+  ForwardBatch b;
+  for (int s = 0; s < seqs; ++s) {
+    SeqInBatch q;
+    q.q_start = s * q_len;
+    q.q_len = q_len;
+    q.ctx_len = ctx;
+    q.state_slot = s;
+    for (int p = 0; p < pages_per_seq; ++p) q.block_table.push_back(s * pages_per_seq + p);
+    for (int i = 0; i < q_len; ++i) {
+      b.token_ids.push_back(int32_t(rng() % uint64_t(vocab)));
+      b.positions.push_back(ctx + i);
+    }
+    b.seqs.push_back(std::move(q));
+  }
+  (void)block_size;
+  return b;
+}
+
+struct Row {
+  std::string what;
+  int64_t tokens = 0;
+  double ms = 0;  // per step
+  Cost cost;
+};
+
+std::string breakdown_table(const std::vector<cu::OpTime>& ops_time, int steps) {
+  double total = 0;
+  for (const auto& t : ops_time) total += t.ms;
+  std::ostringstream os;
+  os << "| op (weight N x K) | calls/step | us/step | share |\n|---|---:|---:|---:|\n";
+  char buf[256];
+  for (const auto& t : ops_time) {
+    std::snprintf(buf, sizeof buf, "| %s | %.0f | %.1f | %.1f%% |\n", t.name.c_str(), double(t.calls) / steps,
+                  t.ms * 1e3 / steps, 100.0 * t.ms / total);
+    os << buf;
+  }
+  std::snprintf(buf, sizeof buf, "| **sum of ops** | | **%.1f** | |\n", total * 1e3 / steps);
+  os << buf;
+  return os.str();
+}
+
+// Per-op GPU time of one eager forward, the host queuing it behind a stall.
+std::vector<cu::OpTime> profile_forward(Model& model, const ForwardBatch& batch, Caches& caches) {
+  Tensor logits;
+  cu::stall_stream(200.0);
+  cu::profile_begin();
+  model.forward(batch, caches, logits);
+  return cu::profile_end();
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"GPU roofline benchmark: decode and prefill against the measured copy bandwidth and bf16 GEMM rate",
+               "strata bench --roofline"};
+  std::string model_dir, load_format = "auto", batches_text = "1,8,64,256", prefill_text = "2048,8192", out;
+  int context = 1024, steps = 32;
+  bool breakdown = true;
+  bool roofline = true;
+  app.add_flag("--roofline", roofline, "run this benchmark");
+  app.add_option("--model", model_dir, "model folder (config.json; weights unless --load-format dummy)")->required();
+  app.add_option("--load-format", load_format, "auto | safetensors | dummy (random weights made on the GPU)");
+  app.add_option("--batches", batches_text, "decode batch sizes (default 1,8,64,256)");
+  app.add_option("--prefill", prefill_text, "prefill prompt lengths (default 2048,8192)");
+  app.add_option("--context", context, "tokens already cached per sequence when decode is timed (default 1024)");
+  app.add_option("--steps", steps, "timed decode steps per batch size (default 32)");
+  app.add_option("--out", out, "also write the results as a markdown file");
+  app.add_flag("!--no-breakdown", breakdown, "skip the per-op time breakdown");
+  CLI11_PARSE(app, argc, argv);
+  const std::vector<int32_t> batches = parse_ids(batches_text, "--batches");
+  const std::vector<int32_t> prompts = prefill_text.empty() ? std::vector<int32_t>{} : parse_ids(prefill_text, "--prefill");
+  STRATA_CHECK(context >= 0 && steps > 0, "--context must be >= 0 and --steps > 0");
+  cu::init();
+
+  std::ostringstream md;
+  char buf[512];
+  const Ceilings ceil = measure_ceilings();
+  std::snprintf(buf, sizeof buf, "ceilings: device-to-device copy %.0f GB/s (read + write), cuBLASLt bf16 GEMM "
+                "8192^3 %.0f TFLOP/s\n", ceil.copy_gbs, ceil.gemm_tflops);
+  std::fputs(buf, stderr);
+  md << "Ceilings measured in this run: device-to-device copy **" << int(ceil.copy_gbs)
+     << " GB/s** (bytes read + written), cuBLASLt bf16 GEMM 8192^3 **" << int(ceil.gemm_tflops) << " TFLOP/s**.\n\n";
+
+  const Dims dims = read_dims(model_dir);
+  const auto t_load = std::chrono::steady_clock::now();
+  std::unique_ptr<Model> model = load_model(model_dir, LoadOptions{Device::kCuda, parse_load_format(load_format)});
+  cu::synchronize();
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  std::snprintf(buf, sizeof buf, "model: %s, %.1f GB of weights on the GPU, loaded in %.1f s\n",
+                model->info().model_type.c_str(), double(model->info().weight_bytes) / 1e9, load_s);
+  std::fputs(buf, stderr);
+  md << "Model: `" << model->info().model_type << "`, " << double(model->info().weight_bytes) / 1e9
+     << " GB of weights on the GPU (" << load_format << ").\n\n";
+  const int64_t vocab = model->info().vocab_size;
+  const int block_size = 16;
+  std::mt19937 rng(7);
+  std::vector<Row> rows;
+  std::vector<std::pair<std::string, std::string>> breakdowns;
+
+  for (int32_t b : batches) {
+    STRATA_CHECK(b > 0 && b <= 256, "--batches: sizes must be in [1, 256], got ", b);
+    const int pages = (context + steps + 8 + block_size - 1) / block_size;
+    Caches caches = Caches::allocate(model->info().cache, b * pages, block_size, b, Device::kCuda);
+    cu::DecodeGraphs graphs(vocab);
+    ForwardBatch batch = make_batch(b, 1, context, block_size, pages, rng, vocab);
+    for (int s = 0; s < b; ++s) batch.logit_rows.push_back(s);
+    Tensor ids = Tensor::empty({b}, DType::kI32, Device::kCuda);
+    auto forward = [&](const ForwardBatch& fb, Tensor& logits) { model->forward(fb, caches, logits); };
+    auto step = [&](bool graph) {
+      Tensor logits;
+      if (graph) {
+        logits = graphs.run(batch, forward);
+      } else {
+        model->forward(batch, caches, logits);
+      }
+      ops::argmax(logits, ids);
+      Tensor host = ids.to(Device::kCpu);  // the step's tokens: the next step's input
+      for (int s = 0; s < b; ++s) {
+        batch.token_ids[s] = host.data<int32_t>()[s];
+        batch.positions[s] += 1;
+        batch.seqs[s].ctx_len += 1;
+      }
+    };
+    for (int i = 0; i < 3; ++i) step(true);  // eager, capture, first replay
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step(true);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    const int mid_ctx = context + 3 + steps / 2;
+    rows.push_back({cat("decode batch ", b, " (graphs)"), b, ms, forward_cost(dims, b, b, mid_ctx, b)});
+    if (b == batches.front()) {
+      const int eager_steps = 4;
+      const auto e0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < eager_steps; ++i) step(false);
+      const double ems = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - e0).count() / eager_steps;
+      rows.push_back({cat("decode batch ", b, " (eager, no graphs)"), b, ems, forward_cost(dims, b, b, mid_ctx, b)});
+    }
+    if (breakdown && (b == 1 || b == batches.back())) {
+      breakdowns.push_back({cat("decode batch ", b, ", context ~", batch.seqs[0].ctx_len, " (graph step ",
+                                std::to_string(ms * 1e3).substr(0, 7), " us)"),
+                            breakdown_table(profile_forward(*model, batch, caches), 1)});
+    }
+    std::fprintf(stderr, "decode batch %d: %.3f ms/step, %.0f tokens/s (%d graphs)\n", b, ms, b * 1e3 / ms,
+                 graphs.captured());
+  }
+
+  for (int32_t len : prompts) {
+    STRATA_CHECK(len > 0, "--prefill: lengths must be positive");
+    const int pages = (len + block_size - 1) / block_size;
+    Caches caches = Caches::allocate(model->info().cache, pages, block_size, 1, Device::kCuda);
+    ForwardBatch batch = make_batch(1, len, 0, block_size, pages, rng, vocab);
+    batch.logit_rows.push_back(len - 1);
+    Tensor logits;
+    model->forward(batch, caches, logits);  // warm-up: sizes the workspace, picks GEMM algorithms
+    cudaEvent_t e0, e1;
+    STRATA_CUDA_CHECK(cudaEventCreate(&e0));
+    STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+    const int reps = 3;
+    STRATA_CUDA_CHECK(cudaEventRecord(e0, cu::stream()));
+    for (int i = 0; i < reps; ++i) model->forward(batch, caches, logits);
+    STRATA_CUDA_CHECK(cudaEventRecord(e1, cu::stream()));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
+    const double ms = event_ms(e0, e1) / reps;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    rows.push_back({cat("prefill ", len, " tokens"), len, ms, forward_cost(dims, 1, len, 0, 1)});
+    if (breakdown && len == prompts.back()) {
+      breakdowns.push_back({cat("prefill ", len, " tokens (", std::to_string(ms).substr(0, 7), " ms)"),
+                            breakdown_table(profile_forward(*model, batch, caches), 1)});
+    }
+    std::fprintf(stderr, "prefill %d: %.2f ms, %.0f tokens/s\n", len, ms, len * 1e3 / ms);
+  }
+
+  md << "| run | tokens/s | ms/step | GB moved/step (weights + caches) | TFLOP/step | GB/s | % of copy BW | "
+        "TFLOP/s | % of GEMM rate |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const Row& r : rows) {
+    const double s = r.ms * 1e-3;
+    const double gbs = r.cost.bytes() / s / 1e9, tfs = r.cost.flops / s / 1e12;
+    std::snprintf(buf, sizeof buf, "| %s | %.0f | %.3f | %.2f (%.2f + %.2f) | %.3f | %.0f | %.1f%% | %.1f | %.1f%% |\n",
+                  r.what.c_str(), double(r.tokens) / s, r.ms, r.cost.bytes() / 1e9, r.cost.weight_bytes / 1e9,
+                  r.cost.cache_bytes / 1e9, r.cost.flops / 1e12, gbs, 100 * gbs / ceil.copy_gbs, tfs,
+                  100 * tfs / ceil.gemm_tflops);
+    md << buf;
+  }
+  for (const auto& [title, table] : breakdowns) md << "\nPer-op GPU time, " << title << ":\n\n" << table;
+  std::fputs(md.str().c_str(), stdout);
+  if (!out.empty()) {
+    std::ofstream f(out);
+    STRATA_CHECK(f.good(), "--out: cannot write ", out);
+    f << md.str();
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_roofline_bench(int argc, char** argv) { return run(argc, argv); }
+
+}  // namespace strata::cli
+
+#endif  // STRATA_WITH_CUDA

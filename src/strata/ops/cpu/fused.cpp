@@ -1,0 +1,133 @@
+// CPU reference for the fused ops (ops.h, "forward scope, fused ops"): each is the composition
+// of the plain ops it replaces, so the CPU path computes exactly what it computed before.
+#include <cmath>
+#include <cstring>
+
+#include "strata/core/parallel.h"
+#include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
+#include "strata/ops/ops.h"
+
+namespace strata::ops {
+namespace {
+
+inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+// The widths of outs, checked to tile the columns of x.
+void check_split(const Tensor& x, const std::vector<Tensor>& outs, const char* op) {
+  STRATA_CHECK(!outs.empty() && x.ndim() >= 1, op, ": no outputs for ", x.describe());
+  const int64_t t = rows_of(x);
+  int64_t cols = 0;
+  for (const Tensor& o : outs) {
+    STRATA_CHECK(o.ndim() >= 1 && rows_of(o) == t, op, ": output ", o.describe(),
+                 " does not have the ", t, " rows of ", x.describe());
+    cols += o.dim(-1);
+  }
+  STRATA_CHECK(cols == x.dim(-1), op, ": outputs cover ", cols, " of ", x.dim(-1), " columns");
+}
+
+}  // namespace
+
+ForwardScope::ForwardScope(Device device, const ForwardBatch& batch) : device_(device) {
+#if defined(STRATA_WITH_CUDA)
+  if (device_ == Device::kCuda) cuda::begin_forward(batch);
+#else
+  (void)batch;
+#endif
+}
+
+ForwardScope::~ForwardScope() {
+#if defined(STRATA_WITH_CUDA)
+  if (device_ == Device::kCuda) cuda::end_forward();
+#endif
+}
+
+void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
+                  const Tensor& out) {
+  STRATA_CUDA_DISPATCH(h, add_rms_norm(h, y, w, eps, zero_centered, out));
+  add(h, y, h);
+  rms_norm(h, w, eps, zero_centered, out);
+}
+
+void split_columns(const Tensor& x, const std::vector<Tensor>& outs) {
+  STRATA_CUDA_DISPATCH(x, split_columns(x, outs));
+  expect_cpu_f32(x, "split_columns", "x");
+  check_split(x, outs, "split_columns");
+  int64_t col = 0;
+  for (const Tensor& o : outs) {
+    copy_columns(x, col, o);
+    col += o.dim(-1);
+  }
+}
+
+void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) {
+  STRATA_CUDA_DISPATCH(x, linear_split(x, w, outs));
+  expect_cpu_f32(x, "linear_split", "x");
+  Tensor all = Tensor::empty({rows_of(x), w.dim(0)}, DType::kF32);
+  check_split(all, outs, "linear_split");
+  linear(x, w, all);
+  split_columns(all, outs);
+}
+
+void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate) {
+  STRATA_CUDA_DISPATCH(y, add_sigmoid_gated(y, x, gate));
+  expect_cpu_f32(y, "add_sigmoid_gated", "y");
+  expect_cpu_f32(x, "add_sigmoid_gated", "x");
+  expect_cpu_f32(gate, "add_sigmoid_gated", "gate");
+  const int64_t rows = rows_of(x), d = x.ndim() ? x.dim(-1) : 0;
+  STRATA_CHECK(y.numel() == x.numel() && gate.numel() == rows, "add_sigmoid_gated: y ",
+               y.describe(), ", x ", x.describe(), ", gate ", gate.describe());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = sigmoid(gate.data<float>()[r]);
+    for (int64_t i = 0; i < d; ++i) y.data<float>()[r * d + i] += x.data<float>()[r * d + i] * s;
+  }
+}
+
+void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b,
+                     const Tensor& conv_w, const Tensor& conv_state, const Tensor& a_log,
+                     const Tensor& dt_bias, const Tensor& state, const Tensor& norm_w, float eps,
+                     const ForwardBatch& batch, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(qkv, gdn_decode_step(qkv, z, a, b, conv_w, conv_state, a_log, dt_bias,
+                                            state, norm_w, eps, batch, out));
+  expect_cpu_f32(qkv, "gdn_decode_step", "qkv");
+  STRATA_CHECK(out.ndim() == 3 && state.ndim() == 4 && qkv.ndim() == 2, "gdn_decode_step: out ",
+               out.describe(), ", state ", state.describe(), ", qkv ", qkv.describe());
+  for (const SeqInBatch& s : batch.seqs) {
+    STRATA_CHECK(s.q_len == 1, "gdn_decode_step: every sequence must have one new token");
+  }
+  const int64_t t = qkv.dim(0), conv_dim = qkv.dim(1), hv = out.dim(1), dv = out.dim(2);
+  const int64_t dk = state.dim(2);
+  const int64_t qk_cols = conv_dim - hv * dv;
+  STRATA_CHECK(qk_cols > 0 && qk_cols % (2 * dk) == 0, "gdn_decode_step: qkv ", qkv.describe(),
+               " does not hold q, k of width ", dk, " and v ", hv, "x", dv);
+  const int64_t hk = qk_cols / (2 * dk);
+  Tensor mixed = Tensor::empty({t, conv_dim}, DType::kF32);
+  causal_conv1d(qkv, conv_w, conv_state, batch, mixed);
+  Tensor q = Tensor::empty({t, hk, dk}, DType::kF32), k = Tensor::empty({t, hk, dk}, DType::kF32);
+  Tensor v = Tensor::empty({t, hv, dv}, DType::kF32);
+  split_columns(mixed, {q.reshape({t, hk * dk}), k.reshape({t, hk * dk}), v.reshape({t, hv * dv})});
+  Tensor g = Tensor::empty({t, hv}, DType::kF32), beta = Tensor::empty({t, hv}, DType::kF32);
+  gdn_gates(a, b, a_log, dt_bias, g, beta);
+  Tensor core = Tensor::empty({t, hv, dv}, DType::kF32);
+  gated_delta_rule(q, k, v, g, beta, state, batch, core, GdnAlgorithm::kRecurrent);
+  rms_norm_gated(core, z, norm_w, eps, out);
+}
+
+void fill_random_uniform(const Tensor& t, uint64_t seed, float scale) {
+  STRATA_CUDA_DISPATCH(t, fill_random_uniform(t, seed, scale));
+  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16,
+               "fill_random_uniform: F32 or BF16 tensor expected, got ", t.describe());
+  const int64_t n = t.numel();
+  parallel_for((n + 4095) / 4096, [&](int64_t blk) {
+    for (int64_t i = blk * 4096; i < std::min(n, (blk + 1) * 4096); ++i) {
+      const float v = random_uniform_value(seed, uint64_t(i), scale);
+      if (t.dtype() == DType::kF32) {
+        t.data<float>()[i] = v;
+      } else {
+        t.data<uint16_t>()[i] = f32_to_bf16(v);
+      }
+    }
+  });
+}
+
+}  // namespace strata::ops

@@ -1,0 +1,399 @@
+// CUDA: causal GQA attention over the paged KV cache. The new keys and values are written into
+// their pages first; then either
+//  - decode (every sequence has one new token): split-K over the sequence's pages, one block per
+//    (split, kv head, sequence) reading each cached key once for all its query heads, with a
+//    second kernel merging the splits' partial softmaxes; or
+//  - prefill (any batch): FlashAttention-style tiles of 64 queries x 64 keys with bf16 tensor
+//    cores (WMMA) and an online softmax, walking the keys page by page.
+#include <mma.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/profile.h"
+#include "strata/ops/cuda/cuda_ops.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+constexpr int kHeadsPerBlock = 8;  // query heads of one kv head handled by a decode block
+constexpr int kMaxSplits = 64;
+
+__global__ void kv_write_kernel(const bf16* k, const bf16* v, bf16* kc, bf16* vc, DeviceBatch b, int64_t row,
+                                int bs) {
+  const int t = blockIdx.x;
+  const int s = b.token_seq[t];
+  const int pos = b.ctx_len[s] + (t - b.q_start[s]);
+  const int page = b.block_table[int64_t(s) * *b.bt_stride + pos / bs];
+  if (page < 0) return;  // padding rows never touch the cache
+  const int64_t dst = (int64_t(page) * bs + pos % bs) * row, src = int64_t(t) * row;
+  for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+    kc[dst + i] = k[src + i];
+    vc[dst + i] = v[src + i];
+  }
+}
+
+// ---- decode ----
+
+template <int D>
+__global__ void __launch_bounds__(128) attn_decode_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kc,
+                                                          const bf16* __restrict__ vc, DeviceBatch b, int hq,
+                                                          int hkv, int bs, float scale, int splits,
+                                                          float* part_o, float* part_ml, bf16* out) {
+  constexpr int G = D / 8;          // lanes per token, 8 elements (16 bytes) each
+  constexpr int TPW = 32 / G;       // tokens per warp step
+  constexpr int NG = 4 * TPW;       // token groups per block
+  __shared__ float sm_acc[NG][kHeadsPerBlock][D];
+  __shared__ float sm_m[NG][kHeadsPerBlock], sm_l[NG][kHeadsPerBlock];
+
+  const int split = blockIdx.x, s = blockIdx.z;
+  const int group = hq / hkv, subgroups = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const int kvh = blockIdx.y / subgroups, sub = blockIdx.y % subgroups;
+  const int h0 = kvh * group + sub * kHeadsPerBlock;
+  const int nh = min(kHeadsPerBlock, group - sub * kHeadsPerBlock);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lig = lane % G, grp = lane / G;
+  const int t = b.q_start[s];
+  const int seq_len = b.ctx_len[s] + b.q_len[s];
+  const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
+  const bool padding = bt[0] < 0;
+  const int chunk = (seq_len + splits - 1) / splits;
+  const int t0 = padding ? 0 : split * chunk, t1 = padding ? 0 : min(seq_len, t0 + chunk);
+
+  float qf[kHeadsPerBlock][8], acc[kHeadsPerBlock][8], m[kHeadsPerBlock], l[kHeadsPerBlock];
+#pragma unroll
+  for (int h = 0; h < kHeadsPerBlock; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[h][e] = qf[h][e] = 0.f;
+    if (h < nh) {
+      unpack8(*reinterpret_cast<const uint4*>(q + (int64_t(t) * hq + h0 + h) * D + lig * 8), qf[h]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qf[h][e] *= scale;
+    }
+  }
+  for (int base = t0 + warp * TPW; base < t1; base += 4 * TPW) {
+    const int tok = base + grp;
+    const bool valid = tok < t1;
+    float kf[8], vf[8];
+    if (valid) {
+      const int page = bt[tok / bs];
+      const int64_t off = ((int64_t(page) * bs + tok % bs) * hkv + kvh) * D + lig * 8;
+      const uint4 ku = __ldg(reinterpret_cast<const uint4*>(kc + off));
+      const uint4 vu = __ldg(reinterpret_cast<const uint4*>(vc + off));
+      unpack8(ku, kf);
+      unpack8(vu, vf);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) kf[e] = vf[e] = 0.f;
+    }
+#pragma unroll
+    for (int h = 0; h < kHeadsPerBlock; ++h) {
+      if (h >= nh) break;
+      float sc = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sc = fmaf(qf[h][e], kf[e], sc);
+#pragma unroll
+      for (int o = G / 2; o > 0; o >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o);
+      if (valid) {
+        const float m_new = fmaxf(m[h], sc);
+        const float corr = __expf(m[h] - m_new), p = __expf(sc - m_new);
+        l[h] = l[h] * corr + p;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][e] = acc[h][e] * corr + p * vf[e];
+        m[h] = m_new;
+      }
+    }
+  }
+  const int g = warp * TPW + grp;
+#pragma unroll
+  for (int h = 0; h < kHeadsPerBlock; ++h) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sm_acc[g][h][lig * 8 + e] = acc[h][e];
+    if (lig == 0) {
+      sm_m[g][h] = m[h];
+      sm_l[g][h] = l[h];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+    const int h = i / D, d = i % D;
+    float mx = -INFINITY;
+    for (int j = 0; j < NG; ++j) mx = fmaxf(mx, sm_m[j][h]);
+    float lsum = 0.f, o = 0.f;
+    if (mx != -INFINITY) {
+      for (int j = 0; j < NG; ++j) {
+        const float w = sm_m[j][h] == -INFINITY ? 0.f : __expf(sm_m[j][h] - mx);
+        lsum += sm_l[j][h] * w;
+        o += sm_acc[j][h][d] * w;
+      }
+    }
+    const int64_t qh = int64_t(t) * hq + h0 + h;
+    if (splits == 1) {
+      out[qh * D + d] = f2bf(lsum > 0.f ? o / lsum : 0.f);
+    } else {
+      const int64_t p = (int64_t(s) * hq + h0 + h) * splits + split;
+      part_o[p * D + d] = o;
+      if (d == 0) {
+        part_ml[2 * p] = mx;
+        part_ml[2 * p + 1] = lsum;
+      }
+    }
+  }
+}
+
+__global__ void attn_combine_kernel(const float* part_o, const float* part_ml, DeviceBatch b, int hq, int d_dim,
+                                    int splits, bf16* out) {
+  const int s = blockIdx.x / hq, h = blockIdx.x % hq;
+  const int t = b.q_start[s];
+  const int64_t p0 = (int64_t(s) * hq + h) * splits;
+  float mx = -INFINITY;
+  for (int j = 0; j < splits; ++j) mx = fmaxf(mx, part_ml[2 * (p0 + j)]);
+  for (int d = threadIdx.x; d < d_dim; d += blockDim.x) {
+    float lsum = 0.f, o = 0.f;
+    if (mx != -INFINITY) {
+      for (int j = 0; j < splits; ++j) {
+        const float m = part_ml[2 * (p0 + j)];
+        if (m == -INFINITY) continue;
+        const float w = __expf(m - mx);
+        lsum += part_ml[2 * (p0 + j) + 1] * w;
+        o += part_o[(p0 + j) * d_dim + d] * w;
+      }
+    }
+    out[(int64_t(t) * hq + h) * d_dim + d] = f2bf(lsum > 0.f ? o / lsum : 0.f);
+  }
+}
+
+// ---- prefill ----
+
+constexpr int kBq = 64, kBk = 64;
+
+template <int D>
+struct PrefillSmem {
+  static constexpr int kLd = D + 8, kLdS = kBk + 4, kLdP = kBk + 8, kLdO = D + 4;
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kK = kQ + size_t(kBq) * kLd * 2;
+  static constexpr size_t kV = kK + size_t(kBk) * kLd * 2;
+  static constexpr size_t kS = kV + size_t(kBk) * kLd * 2;
+  static constexpr size_t kP = kS + size_t(kBq) * kLdS * 4;
+  static constexpr size_t kO = kP + size_t(kBq) * kLdP * 2;
+  static constexpr size_t kStats = kO + size_t(kBq) * kLdO * 4;
+  static constexpr size_t kBytes = kStats + 3 * kBq * 4;
+};
+
+template <int D>
+__global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kc,
+                                                           const bf16* __restrict__ vc, DeviceBatch b,
+                                                           const int32_t* tiles, int hq, int hkv, int bs,
+                                                           float scale, bf16* out) {
+  using namespace nvcuda;
+  using L = PrefillSmem<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);
+  bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);
+  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);
+  float* sc = reinterpret_cast<float*>(smem + L::kS);
+  bf16* ps = reinterpret_cast<bf16*>(smem + L::kP);
+  float* os = reinterpret_cast<float*>(smem + L::kO);
+  float* row_m = reinterpret_cast<float*>(smem + L::kStats);
+  float* row_l = row_m + kBq;
+  float* row_c = row_l + kBq;
+
+  const int s = tiles[2 * blockIdx.x], q0 = tiles[2 * blockIdx.x + 1];
+  const int h = blockIdx.y, kvh = h / (hq / hkv);
+  const int qlen = b.q_len[s], ctx = b.ctx_len[s], qstart = b.q_start[s];
+  const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
+  const int nq = min(kBq, qlen - q0);
+  const int kv_end = ctx + q0 + nq;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int kVecs = D / 8;
+
+  for (int i = tid; i < kBq * kVecs; i += blockDim.x) {
+    const int r = i / kVecs, c = i % kVecs;
+    uint4 u = make_uint4(0, 0, 0, 0);
+    if (r < nq) u = __ldg(reinterpret_cast<const uint4*>(q + (int64_t(qstart + q0 + r) * hq + h) * D + c * 8));
+    *reinterpret_cast<uint4*>(qs + r * L::kLd + c * 8) = u;
+  }
+  for (int i = tid; i < kBq * D; i += blockDim.x) os[(i / D) * L::kLdO + i % D] = 0.f;
+  if (tid < kBq) {
+    row_m[tid] = -INFINITY;
+    row_l[tid] = 0.f;
+  }
+  const int r0 = warp * 16;
+  for (int kt = 0; kt < kv_end; kt += kBk) {
+    __syncthreads();
+    for (int i = tid; i < kBk * kVecs; i += blockDim.x) {
+      const int r = i / kVecs, c = i % kVecs, j = kt + r;
+      uint4 ku = make_uint4(0, 0, 0, 0), vu = ku;
+      if (j < kv_end) {
+        const int64_t off = ((int64_t(bt[j / bs]) * bs + j % bs) * hkv + kvh) * D + c * 8;
+        ku = __ldg(reinterpret_cast<const uint4*>(kc + off));
+        vu = __ldg(reinterpret_cast<const uint4*>(vc + off));
+      }
+      *reinterpret_cast<uint4*>(ks + r * L::kLd + c * 8) = ku;
+      *reinterpret_cast<uint4*>(vs + r * L::kLd + c * 8) = vu;
+    }
+    __syncthreads();
+    // S = Q K^T for this warp's 16 query rows.
+#pragma unroll
+    for (int n = 0; n < kBk / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, qs + r0 * L::kLd + kk * 16, L::kLd);
+        wmma::load_matrix_sync(fb, ks + n * 16 * L::kLd + kk * 16, L::kLd);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(sc + r0 * L::kLdS + n * 16, acc, L::kLdS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // Online softmax over this tile, one row at a time (two columns per lane).
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = r0 + rr;
+      const int qpos = ctx + q0 + r;
+      const int j0 = kt + lane, j1 = kt + lane + 32;
+      float s0 = sc[r * L::kLdS + lane] * scale, s1 = sc[r * L::kLdS + lane + 32] * scale;
+      if (r >= nq || j0 > qpos) s0 = -INFINITY;
+      if (r >= nq || j1 > qpos) s1 = -INFINITY;
+      const float mx = warp_max(fmaxf(s0, s1));
+      const float m_old = row_m[r];
+      const float m_new = fmaxf(m_old, mx);
+      float p0 = 0.f, p1 = 0.f, corr = 1.f;
+      if (m_new != -INFINITY) {
+        p0 = __expf(s0 - m_new);
+        p1 = __expf(s1 - m_new);
+        corr = __expf(m_old - m_new);
+      }
+      const float sum = warp_sum(p0 + p1);
+      ps[r * L::kLdP + lane] = f2bf(p0);
+      ps[r * L::kLdP + lane + 32] = f2bf(p1);
+      if (lane == 0) {
+        row_l[r] = row_l[r] * corr + sum;
+        row_m[r] = m_new;
+        row_c[r] = corr;
+      }
+    }
+    __syncwarp();
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = r0 + rr;
+      const float c = row_c[r];
+      for (int d = lane; d < D; d += 32) os[r * L::kLdO + d] *= c;
+    }
+    __syncwarp();
+    // O += P V for this warp's rows.
+#pragma unroll
+    for (int j = 0; j < D / 16; ++j) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, os + r0 * L::kLdO + j * 16, L::kLdO, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < kBk / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, ps + r0 * L::kLdP + kk * 16, L::kLdP);
+        wmma::load_matrix_sync(fb, vs + kk * 16 * L::kLd + j * 16, L::kLd);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(os + r0 * L::kLdO + j * 16, acc, L::kLdO, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  __syncwarp();
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = r0 + rr;
+    if (r >= nq) break;
+    const float inv = row_l[r] > 0.f ? 1.f / row_l[r] : 0.f;
+    bf16* o = out + (int64_t(qstart + q0 + r) * hq + h) * D;
+    for (int d = lane; d < D; d += 32) o[d] = f2bf(os[r * L::kLdO + d] * inv);
+  }
+}
+
+template <int D>
+void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const DeviceBatch& db,
+                      const ForwardBatch& batch, int hq, int hkv, int bs, float scale, const Tensor& out) {
+  const auto* qp = static_cast<const bf16*>(q.raw());
+  const auto* kp = static_cast<const bf16*>(kc.raw());
+  const auto* vp = static_cast<const bf16*>(vc.raw());
+  auto* op = static_cast<bf16*>(out.raw());
+  const int nseq = db.num_seqs;
+  if (db.all_single_token) {
+    const int group = hq / hkv, subgroups = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
+    const int base = nseq * hkv * subgroups;
+    const int splits = std::clamp((2 * sm_count() + base - 1) / base, 1, kMaxSplits);
+    Tensor part_o, part_ml;
+    if (splits > 1) {
+      part_o = scratch({int64_t(nseq) * hq * splits * D}, DType::kF32);
+      part_ml = scratch({int64_t(nseq) * hq * splits * 2}, DType::kF32);
+    }
+    const dim3 grid(splits, hkv * subgroups, nseq);
+    attn_decode_kernel<D><<<grid, 128, 0, stream()>>>(
+        qp, kp, vp, db, hq, hkv, bs, scale, splits, splits > 1 ? part_o.data<float>() : nullptr,
+        splits > 1 ? part_ml.data<float>() : nullptr, op);
+    check_launch("attn_decode");
+    if (splits > 1) {
+      attn_combine_kernel<<<unsigned(nseq * hq), std::min(D, 256), 0, stream()>>>(
+          part_o.data<float>(), part_ml.data<float>(), db, hq, D, splits, op);
+      check_launch("attn_combine");
+    }
+    return;
+  }
+  std::vector<int32_t> tiles;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    for (int q0 = 0; q0 < batch.seqs[s].q_len; q0 += kBq) {
+      tiles.push_back(int32_t(s));
+      tiles.push_back(q0);
+    }
+  }
+  Tensor keep;
+  const int32_t* d_tiles = device_ints(tiles, &keep);
+  using L = PrefillSmem<D>;
+  static const bool kAttr = [] {
+    STRATA_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(L::kBytes)));
+    return true;
+  }();
+  (void)kAttr;
+  const dim3 grid(unsigned(tiles.size() / 2), unsigned(hq));
+  attn_prefill_kernel<D><<<grid, 128, L::kBytes, stream()>>>(qp, kp, vp, db, d_tiles, hq, hkv, bs, scale, op);
+  check_launch("attn_prefill");
+}
+
+}  // namespace
+
+void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                     const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out) {
+  OpTimer timer_("paged_attention");
+  for (const Tensor* t : {&q, &k, &v, &k_cache, &v_cache, &out}) {
+    expect_dtype(*t, DType::kBF16, "paged_attention", "q, k, v, caches and out");
+  }
+  const int64_t t = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
+  STRATA_CHECK(q.ndim() == 3 && k.shape() == Shape({t, hkv, d}) && v.shape() == k.shape() &&
+                   out.shape() == q.shape() && k_cache.ndim() == 4 && k_cache.dim(2) == hkv &&
+                   k_cache.dim(3) == d && v_cache.shape() == k_cache.shape() && hq % hkv == 0,
+               "paged_attention: q ", q.describe(), " k ", k.describe(), " v ", v.describe(), " caches ",
+               k_cache.describe(), " out ", out.describe());
+  STRATA_CHECK(int64_t(batch.token_ids.size()) == t, "paged_attention: batch has ", batch.token_ids.size(),
+               " tokens, q has ", t);
+  if (t == 0) return;
+  const int bs = int(k_cache.dim(1));
+  const DeviceBatch& db = device_batch(batch);
+  kv_write_kernel<<<unsigned(t), 128, 0, stream()>>>(
+      static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()), static_cast<bf16*>(k_cache.raw()),
+      static_cast<bf16*>(v_cache.raw()), db, hkv * d, bs);
+  check_launch("kv_write");
+  const int h = int(hq), kv = int(hkv);
+  switch (d) {
+    case 16: return launch_attention<16>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
+    case 32: return launch_attention<32>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
+    case 64: return launch_attention<64>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
+    case 128: return launch_attention<128>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
+    case 256: return launch_attention<256>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
+    default: fail("paged_attention: head_dim ", d, " is not supported on CUDA (16, 32, 64, 128 or 256)");
+  }
+}
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,73 @@
+// The CUDA backend's entry points: one per op of ops.h with the same meaning, reached through
+// STRATA_CUDA_DISPATCH when the tensors live on the GPU. Activations are BF16 (F32 where ops.h
+// says so: GDN gates and state, router logits, logits); weights are BF16 matrices and F32 or
+// BF16 vectors. Only compiled and included when strata is built with CUDA (STRATA_WITH_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "strata/core/batch.h"
+#include "strata/core/tensor.h"
+#include "strata/ops/ops.h"
+
+namespace strata::ops::cuda {
+
+// ---- runtime (runtime.cpp) ----
+
+// True when a CUDA device can be used (the backend then registers its allocator).
+bool available();
+// Selects the device and registers the Device::kCuda allocator; throws Error without a GPU.
+void init();
+// Waits for all work queued on the backend's stream; throws Error naming a failed kernel.
+void synchronize();
+void begin_forward(const ForwardBatch& batch);
+void end_forward();
+
+// ---- dense (dense.cu, gemm.cu) ----
+void linear(const Tensor& x, const Tensor& w, const Tensor& y);
+void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs);
+void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& out);
+void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, const Tensor& out);
+void copy_columns(const Tensor& x, int64_t col0, const Tensor& out);
+void split_columns(const Tensor& x, const std::vector<Tensor>& outs);
+void add(const Tensor& a, const Tensor& b, const Tensor& out);
+void mul_sigmoid(const Tensor& x, const Tensor& gate);
+void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
+void silu_mul(const Tensor& gate_up, const Tensor& out);
+void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out);
+void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
+                  const Tensor& out);
+void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& out);
+void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec& spec);
+void fill_random_uniform(const Tensor& t, uint64_t seed, float scale);
+void copy_slot(const Tensor& pool, int64_t src, int64_t dst);
+
+// ---- attention (attention.cu) ----
+void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                     const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out);
+
+// ---- Gated DeltaNet (gdn.cu, gdn_chunked.cu) ----
+void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state,
+                   const ForwardBatch& batch, const Tensor& out);
+void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
+               const Tensor& g, const Tensor& beta);
+void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                      const Tensor& beta, const Tensor& state, const ForwardBatch& batch,
+                      const Tensor& out, GdnAlgorithm algorithm);
+void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b,
+                     const Tensor& conv_w, const Tensor& conv_state, const Tensor& a_log,
+                     const Tensor& dt_bias, const Tensor& state, const Tensor& norm_w, float eps,
+                     const ForwardBatch& batch, const Tensor& out);
+
+// ---- mixture of experts (moe.cu) ----
+void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids,
+                       const Tensor& weights);
+void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                 const Tensor& weights, const Tensor& out);
+
+// ---- sampling (sampling.cu) ----
+void argmax(const Tensor& logits, const Tensor& ids);
+void sample(const Tensor& logits, const std::vector<SampleRow>& rows, const Tensor& ids);
+
+}  // namespace strata::ops::cuda

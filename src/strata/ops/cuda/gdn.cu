@@ -1,0 +1,375 @@
+// CUDA: the Gated DeltaNet pieces. Causal depthwise conv1d (any span, plus the conv-state
+// update), the gates, the token-by-token recurrence (one block per sequence and value head,
+// each thread holding one column of the state in registers), and the fused single-token step
+// (conv + gates + l2 norms + recurrence + gated RMSNorm in one kernel) that decode runs.
+// The chunked prefill form lives in gdn_chunked.cu.
+#include <algorithm>
+#include <vector>
+
+#include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/profile.h"
+#include "strata/ops/cuda/cuda_ops.h"
+#include "strata/ops/cuda/gdn_internal.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+constexpr int kMaxConvHistory = 8;
+
+__global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, const void* cs, bool cs32,
+                              DeviceBatch b, void* out, bool o32, int64_t c_dim, int kw) {
+  const int t = blockIdx.x;
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= c_dim) return;
+  const int s = b.token_seq[t], qs = b.q_start[s], slot = b.slot[s];
+  const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
+  const int i = t - qs, hist = kw - 1;
+  float acc = 0.f;
+  for (int j = 0; j < kw; ++j) {
+    const int src = i + j - hist;
+    float v = 0.f;
+    if (src >= 0) {
+      v = ldf(x, x32, int64_t(qs + src) * c_dim + c);
+    } else if (has_state) {
+      v = ldf(cs, cs32, (int64_t(slot) * hist + hist + src) * c_dim + c);
+    }
+    acc += ldf(w, w32, c * kw + j) * v;
+  }
+  stf(out, o32, int64_t(t) * c_dim + c, silu_f(acc));
+}
+
+// After conv1d: the state keeps the last kw - 1 inputs of the window [state; x].
+__global__ void conv_state_kernel(const void* x, bool x32, void* cs, bool cs32, DeviceBatch b, int64_t c_dim,
+                                  int kw) {
+  const int s = blockIdx.x;
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int slot = b.slot[s];
+  if (c >= c_dim || slot < 0) return;
+  const int hist = kw - 1, ql = b.q_len[s], qs = b.q_start[s];
+  const bool has_state = b.ctx_len[s] > 0;
+  float keep[kMaxConvHistory];
+  for (int r = 0; r < hist; ++r) {
+    const int idx = ql + r, src = idx - hist;
+    keep[r] = src >= 0 ? ldf(x, x32, int64_t(qs + src) * c_dim + c)
+                       : (has_state ? ldf(cs, cs32, (int64_t(slot) * hist + idx) * c_dim + c) : 0.f);
+  }
+  for (int r = 0; r < hist; ++r) stf(cs, cs32, (int64_t(slot) * hist + r) * c_dim + c, keep[r]);
+}
+
+__device__ __forceinline__ float softplus_torch(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+__global__ void gates_kernel(const void* a, bool a32, const void* bb, bool b32, const void* a_log, bool l32,
+                             const void* dt_bias, bool d32, float* g, float* beta, int64_t rows, int hv) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * hv; i += int64_t(gridDim.x) * blockDim.x) {
+    const int h = int(i % hv);
+    const float x = ldf(a, a32, i) + ldf(dt_bias, d32, h);
+    g[i] = -expf(ldf(a_log, l32, h)) * softplus_torch(x);
+    beta[i] = 1.f / (1.f + expf(-ldf(bb, b32, i)));
+  }
+}
+
+// Token-by-token recurrence for the sequences in `seqs`: block (seq, value head), thread = one
+// column of the state (registers hold its DK rows).
+template <int DK>
+__global__ void __launch_bounds__(256) gdn_recurrent_kernel(const bf16* q, const bf16* k, const bf16* v,
+                                                            const float* g, const float* beta, float* state,
+                                                            DeviceBatch b, const int32_t* seqs, int hk, int hv,
+                                                            int dv, bf16* out) {
+  __shared__ float qs[DK], ks[DK], red[32];
+  const int s = seqs[blockIdx.x], h = blockIdx.y, kh = h / (hv / hk);
+  const int c = threadIdx.x;
+  const bool col = c < dv;
+  const int slot = b.slot[s];
+  const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
+  float* st = state + (int64_t(slot) * hv + h) * DK * dv;
+  float sv[DK];
+#pragma unroll
+  for (int i = 0; i < DK; ++i) sv[i] = (has_state && col) ? st[int64_t(i) * dv + c] : 0.f;
+  const float scale = rsqrtf(float(DK));
+  const int qs0 = b.q_start[s], ql = b.q_len[s];
+  for (int i = 0; i < ql; ++i) {
+    const int64_t t = qs0 + i;
+    float qv = 0.f, kv = 0.f;
+    if (c < DK) {
+      qv = bf2f(q[(t * hk + kh) * DK + c]);
+      kv = bf2f(k[(t * hk + kh) * DK + c]);
+    }
+    const float qn = 1.f / sqrtf(block_sum(qv * qv, red) + 1e-6f);
+    const float kn = 1.f / sqrtf(block_sum(kv * kv, red) + 1e-6f);
+    __syncthreads();
+    if (c < DK) {
+      qs[c] = qv * qn * scale;
+      ks[c] = kv * kn;
+    }
+    __syncthreads();
+    const float decay = expf(g[t * hv + h]), bt = beta[t * hv + h];
+    const float vc = col ? bf2f(v[(t * hv + h) * dv + c]) : 0.f;
+    float kS = 0.f;
+#pragma unroll
+    for (int r = 0; r < DK; ++r) {
+      sv[r] *= decay;
+      kS += sv[r] * ks[r];
+    }
+    const float delta = (vc - kS) * bt;
+    float o = 0.f;
+#pragma unroll
+    for (int r = 0; r < DK; ++r) {
+      sv[r] += ks[r] * delta;
+      o += sv[r] * qs[r];
+    }
+    if (col) out[(t * hv + h) * dv + c] = f2bf(o);
+  }
+  if (slot >= 0 && col) {
+#pragma unroll
+    for (int i = 0; i < DK; ++i) st[int64_t(i) * dv + c] = sv[i];
+  }
+}
+
+struct DecodeArgs {
+  const bf16* qkv;
+  const bf16* z;
+  const void* a;
+  const void* b;
+  const void* conv_w;
+  void* conv_state;
+  const void* a_log;
+  const void* dt_bias;
+  float* state;
+  const void* norm_w;
+  bf16* out;
+  bool a32, b32, w32, cs32, l32, d32, n32;
+  int hk, hv, dv, kw;
+  int64_t conv_dim;
+  float eps;
+};
+
+// One block per (sequence, key head): the conv of the key head's q, k channels and of its value
+// heads' v channels (each channel read and its conv state rewritten by one thread), then for
+// each value head the recurrence (thread = state column) and the gated RMSNorm.
+template <int DK>
+__global__ void __launch_bounds__(256) gdn_decode_kernel(DecodeArgs p, DeviceBatch b) {
+  __shared__ float qs[DK], ks[DK], red[32], os[256];
+  const int s = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
+  const int t = b.q_start[s], slot = b.slot[s];
+  const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
+  const int hist = p.kw - 1, ratio = p.hv / p.hk;
+  // Causal conv of one channel, with its conv-state update.
+  auto conv = [&](int64_t ch) {
+    float win[kMaxConvHistory + 1];
+    for (int j = 0; j < hist; ++j) {
+      win[j] = has_state ? ldf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch) : 0.f;
+    }
+    win[hist] = bf2f(p.qkv[int64_t(t) * p.conv_dim + ch]);
+    float acc = 0.f;
+    for (int j = 0; j <= hist; ++j) acc += ldf(p.conv_w, p.w32, ch * p.kw + j) * win[j];
+    if (slot >= 0) {
+      for (int j = 0; j < hist; ++j) stf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch, win[j + 1]);
+    }
+    return silu_f(acc);
+  };
+  for (int i = tid; i < 2 * DK; i += blockDim.x) {
+    if (i < DK) {
+      qs[i] = conv(int64_t(kh) * DK + i);
+    } else {
+      ks[i - DK] = conv(int64_t(p.hk) * DK + int64_t(kh) * DK + (i - DK));
+    }
+  }
+  __syncthreads();
+  const float qq = block_sum(tid < DK ? qs[tid] * qs[tid] : 0.f, red);
+  const float kk = block_sum(tid < DK ? ks[tid] * ks[tid] : 0.f, red);
+  __syncthreads();
+  if (tid < DK) {
+    qs[tid] *= (1.f / sqrtf(qq + 1e-6f)) * rsqrtf(float(DK));
+    ks[tid] *= 1.f / sqrtf(kk + 1e-6f);
+  }
+  __syncthreads();
+  const int heads_per_pass = blockDim.x / p.dv;
+  for (int r0 = 0; r0 < ratio; r0 += heads_per_pass) {
+    const int r = r0 + tid / p.dv, c = tid % p.dv;
+    const bool active = tid < heads_per_pass * p.dv && r < ratio;
+    const int h = kh * ratio + r;
+    float o = 0.f;
+    if (active) {
+      const float v = conv(2 * int64_t(p.hk) * DK + int64_t(h) * p.dv + c);
+      const int64_t gi = int64_t(t) * p.hv + h;
+      const float x = ldf(p.a, p.a32, gi) + ldf(p.dt_bias, p.d32, h);
+      const float decay = expf(-expf(ldf(p.a_log, p.l32, h)) * softplus_torch(x));
+      const float beta = 1.f / (1.f + expf(-ldf(p.b, p.b32, gi)));
+      float* st = p.state + (int64_t(slot) * p.hv + h) * DK * p.dv + c;
+      float sv[DK];
+#pragma unroll
+      for (int i = 0; i < DK; ++i) sv[i] = has_state ? st[int64_t(i) * p.dv] : 0.f;
+      float kS = 0.f;
+#pragma unroll
+      for (int i = 0; i < DK; ++i) {
+        sv[i] *= decay;
+        kS += sv[i] * ks[i];
+      }
+      const float delta = (v - kS) * beta;
+#pragma unroll
+      for (int i = 0; i < DK; ++i) {
+        sv[i] += ks[i] * delta;
+        o += sv[i] * qs[i];
+      }
+      if (slot >= 0) {
+#pragma unroll
+        for (int i = 0; i < DK; ++i) st[int64_t(i) * p.dv] = sv[i];
+      }
+      os[tid] = o;
+    }
+    __syncthreads();
+    if (active) {
+      float ss = 0.f;
+      const float* row = os + (tid / p.dv) * p.dv;
+      for (int i = 0; i < p.dv; ++i) ss += row[i] * row[i];
+      const float inv = 1.f / sqrtf(ss / float(p.dv) + p.eps);
+      const int64_t oi = (int64_t(t) * p.hv + h) * p.dv + c;
+      p.out[oi] = f2bf(ldf(p.norm_w, p.n32, c) * (o * inv) * silu_f(bf2f(p.z[oi])));
+    }
+    __syncthreads();
+  }
+}
+
+template <int DK>
+void launch_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                      const Tensor& state, const DeviceBatch& db, const std::vector<int32_t>& seqs, int hk,
+                      int hv, int dv, const Tensor& out) {
+  Tensor keep;
+  const int32_t* d_seqs = device_ints(seqs, &keep);
+  const int threads = std::max(32, (std::max(dv, DK) + 31) / 32 * 32);
+  gdn_recurrent_kernel<DK><<<dim3(unsigned(seqs.size()), unsigned(hv)), threads, 0, stream()>>>(
+      static_cast<const bf16*>(q.raw()), static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()),
+      g.data<float>(), beta.data<float>(), state.data<float>(), db, d_seqs, hk, hv, dv,
+      static_cast<bf16*>(out.raw()));
+  check_launch("gdn_recurrent");
+}
+
+}  // namespace
+
+void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, const ForwardBatch& batch,
+                   const Tensor& out) {
+  OpTimer timer_("causal_conv1d");
+  expect_float(x, "causal_conv1d", "x");
+  expect_float(w, "causal_conv1d", "weight");
+  expect_float(conv_state, "causal_conv1d", "conv_state");
+  expect_float(out, "causal_conv1d", "out");
+  const int64_t t = x.dim(0), c = x.dim(1), kw = w.dim(1);
+  STRATA_CHECK(w.shape() == Shape({c, kw}) && out.shape() == Shape({t, c}) && kw >= 1 &&
+                   kw <= kMaxConvHistory + 1 && conv_state.ndim() == 3 && conv_state.dim(1) == kw - 1 &&
+                   conv_state.dim(2) == c,
+               "causal_conv1d: x ", x.describe(), ", weight ", w.describe(), ", conv state ",
+               conv_state.describe(), ", out ", out.describe());
+  if (t == 0) return;
+  const DeviceBatch& db = device_batch(batch);
+  const unsigned cb = blocks_for(c, 256);
+  conv1d_kernel<<<dim3(unsigned(t), cb), 256, 0, stream()>>>(x.raw(), is_f32(x), w.raw(), is_f32(w),
+                                                             conv_state.raw(), is_f32(conv_state), db, out.raw(),
+                                                             is_f32(out), c, int(kw));
+  check_launch("conv1d");
+  conv_state_kernel<<<dim3(unsigned(db.num_seqs), cb), 256, 0, stream()>>>(
+      x.raw(), is_f32(x), conv_state.raw(), is_f32(conv_state), db, c, int(kw));
+  check_launch("conv_state");
+}
+
+void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias, const Tensor& g,
+               const Tensor& beta) {
+  OpTimer timer_("gdn_gates");
+  expect_float(a, "gdn_gates", "a");
+  expect_float(b, "gdn_gates", "b");
+  expect_float(a_log, "gdn_gates", "A_log");
+  expect_float(dt_bias, "gdn_gates", "dt_bias");
+  expect_dtype(g, DType::kF32, "gdn_gates", "g");
+  expect_dtype(beta, DType::kF32, "gdn_gates", "beta");
+  const int64_t t = a.dim(0), hv = a.dim(1);
+  STRATA_CHECK(b.shape() == a.shape() && g.shape() == a.shape() && beta.shape() == a.shape() &&
+                   a_log.numel() == hv && dt_bias.numel() == hv,
+               "gdn_gates: a ", a.describe(), ", b ", b.describe(), ", g ", g.describe(), ", beta ",
+               beta.describe(), ", A_log ", a_log.describe(), ", dt_bias ", dt_bias.describe());
+  if (!a.numel()) return;
+  gates_kernel<<<blocks_for(t * hv, 256), 256, 0, stream()>>>(a.raw(), is_f32(a), b.raw(), is_f32(b),
+                                                              a_log.raw(), is_f32(a_log), dt_bias.raw(),
+                                                              is_f32(dt_bias), g.data<float>(),
+                                                              beta.data<float>(), t, int(hv));
+  check_launch("gdn_gates");
+}
+
+void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                      const Tensor& state, const ForwardBatch& batch, const Tensor& out, GdnAlgorithm algorithm) {
+  OpTimer timer_("gated_delta_rule");
+  for (const Tensor* x : {&q, &k, &v, &out}) expect_dtype(*x, DType::kBF16, "gated_delta_rule", "q, k, v, out");
+  for (const Tensor* x : {&g, &beta, &state}) expect_dtype(*x, DType::kF32, "gated_delta_rule", "g, beta, state");
+  const int64_t t = q.dim(0), hk = q.dim(1), dk = q.dim(2), hv = v.dim(1), dv = v.dim(2);
+  STRATA_CHECK(q.ndim() == 3 && k.shape() == q.shape() && v.ndim() == 3 && v.dim(0) == t &&
+                   g.shape() == Shape({t, hv}) && beta.shape() == g.shape() && out.shape() == v.shape() &&
+                   hv % hk == 0 && state.ndim() == 4 && state.dim(1) == hv && state.dim(2) == dk &&
+                   state.dim(3) == dv,
+               "gated_delta_rule: q ", q.describe(), ", v ", v.describe(), ", state ", state.describe());
+  STRATA_CHECK(dv <= 256, "gated_delta_rule: value head dim ", dv, " > 256 is not supported on CUDA");
+  if (t == 0) return;
+  const DeviceBatch& db = device_batch(batch);
+  std::vector<int32_t> single, spans;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const bool one = batch.seqs[s].q_len == 1 || algorithm == GdnAlgorithm::kRecurrent;
+    (one ? single : spans).push_back(int32_t(s));
+  }
+  if (!spans.empty()) gdn_chunked(q, k, v, g, beta, state, batch, db, spans, out);
+  if (single.empty()) return;
+  const int ihk = int(hk), ihv = int(hv), idv = int(dv);
+  switch (dk) {
+    case 16: return launch_recurrent<16>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
+    case 32: return launch_recurrent<32>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
+    case 64: return launch_recurrent<64>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
+    case 128: return launch_recurrent<128>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
+    default: fail("gated_delta_rule: key head dim ", dk, " is not supported on CUDA (16, 32, 64 or 128)");
+  }
+}
+
+void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b, const Tensor& conv_w,
+                     const Tensor& conv_state, const Tensor& a_log, const Tensor& dt_bias, const Tensor& state,
+                     const Tensor& norm_w, float eps, const ForwardBatch& batch, const Tensor& out) {
+  OpTimer timer_("gdn_decode_step");
+  const char* op = "gdn_decode_step";
+  expect_dtype(qkv, DType::kBF16, op, "qkv");
+  expect_dtype(z, DType::kBF16, op, "z");
+  expect_dtype(out, DType::kBF16, op, "out");
+  expect_dtype(state, DType::kF32, op, "state");
+  for (const Tensor* x : {&a, &b, &conv_w, &conv_state, &a_log, &dt_bias, &norm_w}) expect_float(*x, op, "input");
+  const int64_t t = qkv.dim(0), conv_dim = qkv.dim(1), hv = out.dim(1), dv = out.dim(2), dk = state.dim(2);
+  const int64_t kw = conv_w.dim(1);
+  const int64_t qk_cols = conv_dim - hv * dv;
+  STRATA_CHECK(qkv.ndim() == 2 && out.ndim() == 3 && out.dim(0) == t && state.ndim() == 4 && state.dim(1) == hv &&
+                   state.dim(3) == dv && qk_cols > 0 && qk_cols % (2 * dk) == 0 && z.shape() == out.shape() &&
+                   a.shape() == Shape({t, hv}) && b.shape() == a.shape() && conv_w.shape() == Shape({conv_dim, kw}) &&
+                   kw >= 1 && kw <= kMaxConvHistory + 1 && conv_state.ndim() == 3 && conv_state.dim(1) == kw - 1 &&
+                   conv_state.dim(2) == conv_dim && norm_w.numel() == dv && a_log.numel() == hv &&
+                   dt_bias.numel() == hv,
+               "gdn_decode_step: qkv ", qkv.describe(), ", out ", out.describe(), ", state ", state.describe(),
+               ", conv state ", conv_state.describe());
+  const int64_t hk = qk_cols / (2 * dk);
+  STRATA_CHECK(hv % hk == 0 && dv <= 256, "gdn_decode_step: ", hv, " value heads of ", dv, " for ", hk,
+               " key heads");
+  STRATA_CHECK(int64_t(batch.seqs.size()) == t, "gdn_decode_step: ", batch.seqs.size(), " sequences for ", t,
+               " rows");
+  for (const SeqInBatch& s : batch.seqs) {
+    STRATA_CHECK(s.q_len == 1, "gdn_decode_step: every sequence must have one new token");
+  }
+  if (t == 0) return;
+  const DeviceBatch& db = device_batch(batch);
+  DecodeArgs p{static_cast<const bf16*>(qkv.raw()), static_cast<const bf16*>(z.raw()), a.raw(), b.raw(),
+               conv_w.raw(), conv_state.raw(), a_log.raw(), dt_bias.raw(), state.data<float>(), norm_w.raw(),
+               static_cast<bf16*>(out.raw()), is_f32(a), is_f32(b), is_f32(conv_w), is_f32(conv_state),
+               is_f32(a_log), is_f32(dt_bias), is_f32(norm_w), int(hk), int(hv), int(dv), int(kw), conv_dim, eps};
+  const int ratio = int(hv / hk);
+  const int threads = std::min(256, (std::max<int>(ratio * int(dv), 2 * int(dk)) + 31) / 32 * 32);
+  const dim3 grid{unsigned(t), unsigned(hk)};
+  switch (dk) {
+    case 16: gdn_decode_kernel<16><<<grid, threads, 0, stream()>>>(p, db); break;
+    case 32: gdn_decode_kernel<32><<<grid, threads, 0, stream()>>>(p, db); break;
+    case 64: gdn_decode_kernel<64><<<grid, threads, 0, stream()>>>(p, db); break;
+    case 128: gdn_decode_kernel<128><<<grid, threads, 0, stream()>>>(p, db); break;
+    default: fail("gdn_decode_step: key head dim ", dk, " is not supported on CUDA (16, 32, 64 or 128)");
+  }
+  check_launch("gdn_decode");
+}
+
+}  // namespace strata::ops::cuda

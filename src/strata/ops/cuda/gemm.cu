@@ -1,0 +1,262 @@
+// CUDA: y = x · w^T. Up to 8 rows of x: a bandwidth-bound GEMV that streams each weight row once
+// with 16-byte loads (the decode path); more rows: cuBLASLt, bf16 inputs with fp32 accumulation.
+// linear_split writes the columns of several projections straight into their own outputs.
+#include <cublasLt.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/profile.h"
+#include "strata/ops/cuda/cuda_ops.h"
+#include "strata/ops/cuda/gemm.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+constexpr int kMaxOuts = 8;
+constexpr int kGemvMaxRows = 8;
+
+struct Outs {
+  void* ptr[kMaxOuts];
+  int64_t start[kMaxOuts + 1];
+  bool f32[kMaxOuts];
+  int n;
+};
+
+__device__ __forceinline__ void store_out(const Outs& o, int64_t t, int64_t col, float v) {
+  int s = 0;
+  while (col >= o.start[s + 1]) ++s;
+  const int64_t w = o.start[s + 1] - o.start[s];
+  stf(o.ptr[s], o.f32[s], t * w + col - o.start[s], v);
+}
+
+// Each warp computes R consecutive output columns for all T rows of x; 8 weight vectors of 16
+// bytes per lane are in flight before the first multiply.
+template <int T, int R>
+__global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                                   int64_t k_dim, int64_t n_dim, int rows, Outs outs) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  constexpr int kUnroll = 8 / R;
+  for (int64_t n0 = warp * R; n0 < n_dim; n0 += warps * R) {
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) acc[r][t] = 0.f;
+    }
+    for (int64_t k0 = int64_t(lane) * 8; k0 < k_dim; k0 += 256 * kUnroll) {
+      uint4 wv[R][kUnroll];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t k = k0 + u * 256;
+          wv[r][u] = (k < k_dim && n0 + r < n_dim)
+                         ? __ldg(reinterpret_cast<const uint4*>(w + (n0 + r) * k_dim + k))
+                         : make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k = k0 + u * 256;
+        if (k >= k_dim) break;
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+          if (t >= rows) break;
+          float xf[8];
+          unpack8(__ldg(reinterpret_cast<const uint4*>(x + t * k_dim + k)), xf);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float wf[8];
+            unpack8(wv[r][u], wf);
+            float s = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) s = fmaf(wf[e], xf[e], s);
+            acc[r][t] += s;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        const float v = warp_sum(acc[r][t]);
+        if (lane == 0 && t < rows && n0 + r < n_dim) store_out(outs, t, n0 + r, v);
+      }
+    }
+  }
+}
+
+// Any shape and alignment: one thread per output element.
+__global__ void linear_scalar_kernel(const bf16* x, const bf16* w, int64_t k_dim, int64_t n_dim, int64_t rows,
+                                     Outs outs) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * n_dim;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / n_dim, n = i % n_dim;
+    float acc = 0.f;
+    for (int64_t k = 0; k < k_dim; ++k) acc = fmaf(bf2f(x[t * k_dim + k]), bf2f(w[n * k_dim + k]), acc);
+    store_out(outs, t, n, acc);
+  }
+}
+
+template <int T, int R>
+void launch_gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o) {
+  const int64_t warps_needed = (n + R - 1) / R;
+  const int64_t blocks = std::min<int64_t>((warps_needed + 7) / 8, int64_t(sm_count()) * 16);
+  gemv_kernel<T, R><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, stream()>>>(x, w, k, n, rows, o);
+}
+
+template <int R>
+void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o) {
+  if (rows <= 1) {
+    launch_gemv<1, R>(x, w, k, n, rows, o);
+  } else if (rows <= 2) {
+    launch_gemv<2, R>(x, w, k, n, rows, o);
+  } else if (rows <= 4) {
+    launch_gemv<4, R>(x, w, k, n, rows, o);
+  } else {
+    launch_gemv<8, R>(x, w, k, n, rows, o);
+  }
+}
+
+struct Lt {
+  cublasLtHandle_t handle = nullptr;
+  Tensor workspace;
+  std::mutex mu;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, cublasLtMatmulAlgo_t> algos;
+  Lt() {
+    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt: cannot create a handle");
+    workspace = persistent({int64_t(kWorkspace)}, DType::kU8);
+  }
+  static constexpr size_t kWorkspace = size_t(64) << 20;
+};
+
+Lt& lt() {
+  static Lt l;
+  return l;
+}
+
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in ", what, ": status ", int(s));
+}
+
+Outs outs_of(const std::vector<Tensor>& ys, int64_t rows, int64_t n, const char* op) {
+  STRATA_CHECK(!ys.empty() && ys.size() <= size_t(kMaxOuts), op, ": ", ys.size(), " outputs (1 to ",
+               kMaxOuts, " on CUDA)");
+  Outs o{};
+  o.n = int(ys.size());
+  int64_t col = 0;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    expect_float(ys[i], op, "output");
+    STRATA_CHECK(rows_of(ys[i]) == rows, op, ": output ", ys[i].describe(), " does not have ", rows, " rows");
+    o.ptr[i] = ys[i].raw();
+    o.f32[i] = is_f32(ys[i]);
+    o.start[i] = col;
+    col += ys[i].dim(-1);
+  }
+  o.start[o.n] = col;
+  STRATA_CHECK(col == n, op, ": outputs cover ", col, " of the weight's ", n, " rows");
+  return o;
+}
+
+void linear_into(const Tensor& x, const Tensor& w, const std::vector<Tensor>& ys, const char* op) {
+  expect_dtype(x, DType::kBF16, op, "x");
+  expect_dtype(w, DType::kBF16, op, "weight");
+  STRATA_CHECK(w.ndim() == 2 && x.dim(-1) == w.dim(1), op, ": x ", x.describe(), " does not match weight ",
+               w.describe());
+  const int64_t k = w.dim(1), n = w.dim(0), rows = rows_of(x);
+  const Outs o = outs_of(ys, rows, n, op);
+  if (rows == 0) return;
+  const auto* xp = static_cast<const bf16*>(x.raw());
+  const auto* wp = static_cast<const bf16*>(w.raw());
+  const bool vec = k % 8 == 0 && aligned16(xp) && aligned16(wp);
+  if (rows <= kGemvMaxRows && vec) {
+    if (k <= 1024) {
+      gemv_rows<4>(xp, wp, k, n, int(rows), o);
+    } else {
+      gemv_rows<1>(xp, wp, k, n, int(rows), o);
+    }
+    check_launch("gemv");
+    return;
+  }
+  if (!vec || k < 8) {
+    linear_scalar_kernel<<<blocks_for(rows * n, 256), 256, 0, stream()>>>(xp, wp, k, n, rows, o);
+    check_launch("linear_scalar");
+    return;
+  }
+  if (ys.size() == 1) {
+    gemm_bf16(xp, wp, ys[0].raw(), is_f32(ys[0]), rows, n, k);
+    return;
+  }
+  bool any_f32 = false;
+  for (const Tensor& y : ys) any_f32 = any_f32 || is_f32(y);
+  Tensor all = scratch({rows, n}, any_f32 ? DType::kF32 : DType::kBF16);
+  gemm_bf16(xp, wp, all.raw(), any_f32, rows, n, k);
+  split_columns(all, ys);
+}
+
+}  // namespace
+
+void gemm_bf16(const void* x, const void* w, void* y, bool y_f32, int64_t m, int64_t n, int64_t k) {
+  Lt& l = lt();
+  // Row-major y[m, n] = x[m, k] · w[n, k]^T is column-major y^T[n, m] = w^T... : A = w (k x n,
+  // transposed), B = x (k x m), C = y (n x m), all column-major.
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
+  check_lt(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k), "layout A");
+  check_lt(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k), "layout B");
+  check_lt(cublasLtMatrixLayoutCreate(&c, y_f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n), uint64_t(m), n),
+           "layout C");
+  cublasLtMatmulAlgo_t algo;
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    const auto key = std::make_tuple(m, n, k, y_f32);
+    auto it = l.algos.find(key);
+    if (it == l.algos.end()) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+      const size_t ws = Lt::kWorkspace;
+      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                    sizeof(ws)),
+               "workspace preference");
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      check_lt(cublasLtMatmulAlgoGetHeuristic(l.handle, desc, a, b, c, c, pref, 1, &result, &found),
+               "AlgoGetHeuristic");
+      cublasLtMatmulPreferenceDestroy(pref);
+      STRATA_CHECK(found > 0, "cuBLASLt: no algorithm for a ", m, "x", n, "x", k, " bf16 GEMM");
+      it = l.algos.emplace(key, result.algo).first;
+    }
+    algo = it->second;
+  }
+  const float alpha = 1.f, beta = 0.f;
+  const cublasStatus_t s = cublasLtMatmul(l.handle, desc, &alpha, w, a, x, b, &beta, y, c, y, c, &algo,
+                                          l.workspace.raw(), Lt::kWorkspace, stream());
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(c);
+  cublasLtMatmulDescDestroy(desc);
+  check_lt(s, "Matmul");
+}
+
+void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
+  OpTimer timer_("linear", w.ndim() == 2 ? w.dim(0) : 0, w.ndim() == 2 ? w.dim(1) : 0);
+  STRATA_CHECK(y.dim(-1) == w.dim(0), "linear: y ", y.describe(), " does not match weight ", w.describe());
+  linear_into(x, w, {y}, "linear");
+}
+
+void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) {
+  OpTimer timer_("linear_split", w.ndim() == 2 ? w.dim(0) : 0, w.ndim() == 2 ? w.dim(1) : 0);
+  linear_into(x, w, outs, "linear_split");
+}
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,109 @@
+#include "strata/ops/cuda/graphs.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "strata/ops/cuda/runtime.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+// Marks sequences from `first` on as padding for the uploads made while it lives.
+class PaddingScope {
+ public:
+  explicit PaddingScope(int first) { set_padding_from(first); }
+  ~PaddingScope() { set_padding_from(INT_MAX); }
+};
+
+}  // namespace
+
+DecodeGraphs::DecodeGraphs(int64_t vocab, std::vector<int> buckets) : vocab_(vocab), buckets_(std::move(buckets)) {
+  std::sort(buckets_.begin(), buckets_.end());
+  STRATA_CHECK(!buckets_.empty() && buckets_[0] > 0, "DecodeGraphs: bucket sizes must be positive");
+}
+
+DecodeGraphs::~DecodeGraphs() {
+  for (auto& [size, b] : graphs_) {
+    if (b.exec) (void)cudaGraphExecDestroy(b.exec);
+  }
+}
+
+bool DecodeGraphs::eligible(const ForwardBatch& batch) const {
+  const size_t n = batch.seqs.size();
+  if (n == 0 || int(n) > buckets_.back() || batch.logit_rows.size() != n || batch.token_ids.size() != n) {
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (batch.seqs[i].q_len != 1 || batch.logit_rows[i] != int32_t(i)) return false;
+  }
+  return true;
+}
+
+int DecodeGraphs::captured() const {
+  int c = 0;
+  for (const auto& [size, b] : graphs_) c += b.exec != nullptr;
+  return c;
+}
+
+ForwardBatch DecodeGraphs::padded(const ForwardBatch& batch, int size) const {
+  ForwardBatch p = batch;
+  for (int i = int(batch.seqs.size()); i < size; ++i) {
+    SeqInBatch s;
+    s.q_start = i;
+    s.q_len = 1;
+    s.ctx_len = 0;
+    s.block_table = {0};  // valid on the host; the upload marks it -1 on the device
+    s.state_slot = 0;
+    p.seqs.push_back(s);
+    p.token_ids.push_back(0);
+    p.positions.push_back(0);
+    p.logit_rows.push_back(i);
+  }
+  return p;
+}
+
+void DecodeGraphs::capture(Bucket& b, const ForwardBatch& batch, const Forward& forward) {
+  if (b.exec) {
+    (void)cudaGraphExecDestroy(b.exec);
+    b.exec = nullptr;
+  }
+  b.generation = upload_batch_for_replay(batch);
+  cudaGraph_t graph = nullptr;
+  STRATA_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  try {
+    forward(batch, b.logits);
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream(), &graph);
+    if (graph) (void)cudaGraphDestroy(graph);
+    throw;
+  }
+  STRATA_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  const cudaError_t e = cudaGraphInstantiate(&b.exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  check_cuda(e, "cudaGraphInstantiate");
+}
+
+Tensor DecodeGraphs::run(const ForwardBatch& batch, const Forward& forward) {
+  STRATA_CHECK(eligible(batch), "DecodeGraphs: the batch is not a decode batch of at most ", buckets_.back(),
+               " sequences");
+  const int n = int(batch.seqs.size());
+  const int size = *std::lower_bound(buckets_.begin(), buckets_.end(), n);
+  Bucket& b = graphs_[size];
+  if (!b.logits.defined()) b.logits = persistent({size, vocab_}, DType::kF32);
+  const ForwardBatch p = padded(batch, size);
+  PaddingScope padding(n);
+  if (b.runs == 0) {
+    forward(p, b.logits);  // eager: sizes the arena, warms cuBLASLt
+  } else if (!b.exec) {
+    capture(b, p, forward);
+    STRATA_CUDA_CHECK(cudaGraphLaunch(b.exec, stream()));
+  } else {
+    const uint64_t generation = upload_batch_for_replay(p);
+    if (generation != b.generation) capture(b, p, forward);  // the batch buffers moved
+    STRATA_CUDA_CHECK(cudaGraphLaunch(b.exec, stream()));
+  }
+  ++b.runs;
+  return b.logits.rows(0, n);
+}
+
+}  // namespace strata::ops::cuda

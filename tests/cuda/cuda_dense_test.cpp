@@ -1,0 +1,212 @@
+// The CUDA dense ops against the CPU reference on the same (bf16-rounded) inputs: linear (GEMV
+// and cuBLASLt paths, split outputs), embedding and row gathers, column splits, adds and gates,
+// RMSNorm variants, rotary embeddings, random fill, sampling, copies.
+#include <cstring>
+
+#include "cuda_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+TEST(CudaDense, TensorRoundTrip) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(1);
+  Tensor a = rand_bf16_values({5, 7}, rng);
+  Tensor back = a.to(Device::kCuda).to(Device::kCpu);
+  EXPECT_EQ(std::memcmp(a.raw(), back.raw(), a.nbytes()), 0);
+}
+
+TEST(CudaDense, LinearGemvAndCublasLt) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(2);
+  for (int64_t t : {1, 2, 3, 5, 8, 9, 40, 130}) {
+    for (int64_t k : {64, 256, 2048, 24}) {
+      const int64_t n = 96;
+      Tensor x = rand_bf16_values({t, k}, rng), w = rand_bf16_values({n, k}, rng, 0.05f);
+      Tensor ref = Tensor::empty({t, n}, DType::kF32);
+      ops::linear(x, w, ref);
+      for (DType out : {DType::kBF16, DType::kF32}) {
+        Tensor y = Tensor::empty({t, n}, out, Device::kCuda);
+        ops::linear(to_gpu(x), to_gpu(w), y);
+        const double e = rel_err(to_host_f32(y), ref);
+        EXPECT_LE(e, out == DType::kF32 ? 1e-4 : 8e-3) << "t " << t << " k " << k << " out " << dtype_name(out);
+      }
+    }
+  }
+}
+
+TEST(CudaDense, LinearSplitMixedDtypes) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(3);
+  for (int64_t t : {1, 4, 33}) {
+    const int64_t k = 128;
+    Tensor x = rand_bf16_values({t, k}, rng), w = rand_bf16_values({10 + 1 + 40, k}, rng, 0.05f);
+    Tensor r0 = Tensor::empty({t, 10}, DType::kF32), r1 = Tensor::empty({t, 1}, DType::kF32),
+           r2 = Tensor::empty({t, 40}, DType::kF32);
+    ops::linear_split(x, w, {r0, r1, r2});
+    Tensor g0 = Tensor::empty({t, 10}, DType::kF32, Device::kCuda), g1 = Tensor::empty({t, 1}, DType::kBF16, Device::kCuda),
+           g2 = Tensor::empty({t, 40}, DType::kBF16, Device::kCuda);
+    ops::linear_split(to_gpu(x), to_gpu(w), {g0, g1, g2});
+    EXPECT_LE(rel_err(to_host_f32(g0), r0), 1e-4) << t;
+    EXPECT_LE(rel_err(to_host_f32(g1), r1), 8e-3) << t;
+    EXPECT_LE(rel_err(to_host_f32(g2), r2), 8e-3) << t;
+  }
+}
+
+TEST(CudaDense, EmbeddingGatherAndColumns) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(4);
+  Tensor table = rand_bf16_values({50, 24}, rng);
+  const std::vector<int32_t> ids = {3, 0, 49, 3, 17};
+  Tensor ref = Tensor::empty({5, 24}, DType::kF32), got = Tensor::empty({5, 24}, DType::kBF16, Device::kCuda);
+  ops::embedding(table, ids, ref);
+  ops::embedding(to_gpu(table), ids, got);
+  EXPECT_EQ(rel_err(to_host_f32(got), ref), 0.0);
+  EXPECT_THROW(ops::embedding(to_gpu(table), {50}, Tensor::empty({1, 24}, DType::kBF16, Device::kCuda)), Error);
+
+  Tensor rows_ref = Tensor::empty({2, 24}, DType::kF32), rows_got = Tensor::empty({2, 24}, DType::kBF16, Device::kCuda);
+  ops::gather_rows(ref, {4, 1}, rows_ref);
+  ops::gather_rows(got, {4, 1}, rows_got);
+  EXPECT_EQ(rel_err(to_host_f32(rows_got), rows_ref), 0.0);
+
+  Tensor cols_ref = Tensor::empty({5, 7}, DType::kF32), cols_got = Tensor::empty({5, 7}, DType::kBF16, Device::kCuda);
+  ops::copy_columns(ref, 9, cols_ref);
+  ops::copy_columns(got, 9, cols_got);
+  EXPECT_EQ(rel_err(to_host_f32(cols_got), cols_ref), 0.0);
+
+  std::vector<Tensor> parts_ref = {Tensor::empty({5, 4}, DType::kF32), Tensor::empty({5, 20}, DType::kF32)};
+  std::vector<Tensor> parts_got = {Tensor::empty({5, 4}, DType::kF32, Device::kCuda),
+                                   Tensor::empty({5, 20}, DType::kBF16, Device::kCuda)};
+  ops::split_columns(ref, parts_ref);
+  ops::split_columns(got, parts_got);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(rel_err(to_host_f32(parts_got[i]), parts_ref[i]), 0.0) << i;
+}
+
+TEST(CudaDense, AddsGatesAndSiluMul) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  Tensor a = rand_bf16_values({6, 40}, rng), b = rand_bf16_values({6, 40}, rng);
+  Tensor gate_full = rand_bf16_values({6, 40}, rng), gate_row = rand_bf16_values({6, 1}, rng);
+  Tensor ref = Tensor::empty({6, 40}, DType::kF32), got = Tensor::empty({6, 40}, DType::kBF16, Device::kCuda);
+  ops::add(a, b, ref);
+  ops::add(to_gpu(a), to_gpu(b), got);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
+  for (const Tensor* g : {&gate_full, &gate_row}) {
+    Tensor x = a.to(Device::kCpu), xg = to_gpu(a);
+    ops::mul_sigmoid(x, *g);
+    ops::mul_sigmoid(xg, to_gpu(*g));
+    EXPECT_LE(rel_err(to_host_f32(xg), x), kBf16Tol);
+  }
+  Tensor y = b.to(Device::kCpu), yg = to_gpu(b);
+  ops::add_sigmoid_gated(y, a, gate_row);
+  ops::add_sigmoid_gated(yg, to_gpu(a), to_gpu(gate_row));
+  EXPECT_LE(rel_err(to_host_f32(yg), y), kBf16Tol);
+  Tensor gu = rand_bf16_values({6, 80}, rng);
+  ops::silu_mul(gu, ref);
+  ops::silu_mul(to_gpu(gu), got);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
+}
+
+TEST(CudaDense, Norms) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(6);
+  for (int64_t d : {16, 128, 2048}) {
+    Tensor x = rand_bf16_values({5, d}, rng), y = rand_bf16_values({5, d}, rng), z = rand_bf16_values({5, d}, rng);
+    Tensor w = rand_bf16_values({d}, rng, 0.1f);
+    for (bool zc : {false, true}) {
+      Tensor ref = Tensor::empty({5, d}, DType::kF32), got = Tensor::empty({5, d}, DType::kBF16, Device::kCuda);
+      ops::rms_norm(x, w, 1e-6f, zc, ref);
+      ops::rms_norm(to_gpu(x), to_gpu(w, DType::kF32), 1e-6f, zc, got);
+      EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << d;
+      // In place, bf16 weight.
+      Tensor inplace = to_gpu(x);
+      ops::rms_norm(inplace, to_gpu(w), 1e-6f, zc, inplace);
+      EXPECT_LE(rel_err(to_host_f32(inplace), ref), kBf16Tol) << d;
+    }
+    Tensor h = x.to(Device::kCpu), hg = to_gpu(x);
+    Tensor ref = Tensor::empty({5, d}, DType::kF32), got = Tensor::empty({5, d}, DType::kBF16, Device::kCuda);
+    ops::add_rms_norm(h, y, w, 1e-6f, true, ref);
+    ops::add_rms_norm(hg, to_gpu(y), to_gpu(w, DType::kF32), 1e-6f, true, got);
+    EXPECT_LE(rel_err(to_host_f32(hg), h), kBf16Tol) << d;
+    EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << d;
+    ops::rms_norm_gated(x, z, w, 1e-6f, ref);
+    ops::rms_norm_gated(to_gpu(x), to_gpu(z), to_gpu(w, DType::kF32), 1e-6f, got);
+    EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << d;
+  }
+}
+
+TEST(CudaDense, Rope) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  ops::RopeSpec spec;
+  spec.rotary_dim = 64;
+  for (int i = 0; i < 32; ++i) spec.inv_freq.push_back(1.f / std::pow(10000.f, float(2 * i) / 64.f));
+  Tensor x = rand_bf16_values({4, 3, 256}, rng);
+  const std::vector<int32_t> pos = {0, 1, 777, 8191};
+  Tensor ref = x.to(Device::kCpu), got = to_gpu(x);
+  ops::rope(ref, pos, spec);
+  ops::rope(got, pos, spec);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
+}
+
+TEST(CudaDense, RandomFillMatchesCpuBitForBit) {
+  STRATA_REQUIRE_GPU();
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    Tensor c = Tensor::empty({1000, 33}, d), g = Tensor::empty({1000, 33}, d, Device::kCuda);
+    ops::fill_random_uniform(c, 12345, 0.5f);
+    ops::fill_random_uniform(g, 12345, 0.5f);
+    Tensor back = g.to(Device::kCpu);
+    EXPECT_EQ(std::memcmp(c.raw(), back.raw(), c.nbytes()), 0) << dtype_name(d);
+  }
+}
+
+TEST(CudaDense, CopySlot) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(8);
+  Tensor pool = rand_bf16_values({4, 3, 5}, rng), gpool = to_gpu(pool, DType::kF32);
+  ops::copy_slot(pool, 1, 3);
+  ops::copy_slot(gpool, 1, 3);
+  EXPECT_EQ(rel_err(to_host_f32(gpool), pool), 0.0);
+}
+
+TEST(CudaDense, ArgmaxAndSampling) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(9);
+  const int64_t n = 6, v = 5000;
+  Tensor logits = rand_bf16_values({n, v}, rng, 3.f);
+  logits.data<float>()[2 * v + 4321] = 50.f;
+  logits.data<float>()[3 * v + 7] = 40.f;
+  logits.data<float>()[3 * v + 9] = 40.f;  // tie: the lower index wins
+  Tensor glogits = to_gpu(logits, DType::kF32);
+  Tensor ids = Tensor::empty({n}, DType::kI32), gids = Tensor::empty({n}, DType::kI32, Device::kCuda);
+  ops::argmax(logits, ids);
+  ops::argmax(glogits, gids);
+  Tensor back = gids.to(Device::kCpu);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(back.data<int32_t>()[i], ids.data<int32_t>()[i]) << i;
+  EXPECT_EQ(ids.data<int32_t>()[3], 7);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  int agree = 0, total = 0;
+  for (const ops::SampleRow base : {ops::SampleRow{1.f, 0, 1.f, 0}, ops::SampleRow{0.7f, 50, 1.f, 0},
+                                    ops::SampleRow{1.f, 0, 0.9f, 0}, ops::SampleRow{1.3f, 20, 0.5f, 0},
+                                    ops::SampleRow{0.f, 0, 1.f, 0}}) {
+    for (int rep = 0; rep < 5; ++rep) {
+      std::vector<ops::SampleRow> rows(n, base);
+      for (auto& r : rows) r.uniform = u(rng) * 0.999f;
+      ops::sample(logits, rows, ids);
+      ops::sample(glogits, rows, gids);
+      back = gids.to(Device::kCpu);
+      for (int i = 0; i < n; ++i) {
+        agree += back.data<int32_t>()[i] == ids.data<int32_t>()[i];
+        ++total;
+        ASSERT_GE(back.data<int32_t>()[i], 0);
+        ASSERT_LT(back.data<int32_t>()[i], v);
+      }
+    }
+  }
+  // The thresholds are the same definition on both devices; only float summation order may
+  // move a draw that lands within rounding of a boundary.
+  EXPECT_GE(agree, total - 2) << agree << " of " << total << " draws agree";
+}
+
+}  // namespace
+}  // namespace strata::testing

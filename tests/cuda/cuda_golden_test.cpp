@@ -1,0 +1,190 @@
+// The Qwen3.5 family through the CUDA backend (bf16 weights and activations) against HF's fp32
+// logits in every mode, greedy ids against the CPU path where the CPU's top-2 margin exceeds
+// the measured error, CUDA-graph decode (with padding rows) against eager decode, and the
+// dummy load format.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "../golden/golden_util.h"
+#include "cuda_test_util.h"
+#include "strata/engine/single_sequence.h"
+#include "strata/models/model.h"
+#if defined(STRATA_WITH_CUDA)
+#include "strata/ops/cuda/graphs.h"
+#endif
+
+namespace strata::testing {
+namespace {
+
+// bf16 through every layer: the tolerance is 0.05 * max(1, std of the reference logits).
+double bf16_tolerance(const Fixture& f) { return f.tolerance / 2e-3 * 0.05; }
+
+// One sequence through `model` in `mode` (as sequence_logits), the logits copied to the host.
+Tensor gpu_sequence_logits(Model& model, const std::vector<int32_t>& ids, size_t chunk) {
+  const int block = 16;
+  const int pages = int((ids.size() + block - 1) / block);
+  Caches caches = Caches::allocate(model.info().cache, pages, block, 1, model.device());
+  const int64_t vocab = model.info().vocab_size;
+  Tensor out = Tensor::empty({int64_t(ids.size()), vocab}, DType::kF32);
+  for (size_t start = 0; start < ids.size(); start += chunk) {
+    const size_t n = std::min(chunk, ids.size() - start);
+    ForwardBatch b;
+    SeqInBatch s;
+    s.q_start = 0;
+    s.q_len = int32_t(n);
+    s.ctx_len = int32_t(start);
+    s.state_slot = 0;
+    for (int p = 0; p < pages; ++p) s.block_table.push_back(p);
+    b.seqs.push_back(s);
+    for (size_t i = 0; i < n; ++i) {
+      b.token_ids.push_back(ids[start + i]);
+      b.positions.push_back(int32_t(start + i));
+      b.logit_rows.push_back(int32_t(i));
+    }
+    Tensor logits;
+    model.forward(b, caches, logits);
+    Tensor host = logits.to(Device::kCpu);
+    std::memcpy(out.data<float>() + start * vocab, host.raw(), host.nbytes());
+  }
+  return out;
+}
+
+class CudaGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGolden, LogitsMatchHfInEveryMode) {
+  STRATA_REQUIRE_GPU();
+  Fixture f = load_fixture(GetParam());
+  auto model = load_model(f.dir, Device::kCuda);
+  const double tol = bf16_tolerance(f);
+  for (const auto& [mode, chunk] : std::vector<std::pair<std::string, size_t>>{
+           {"full", f.prompt.size()}, {"stepwise", 1}, {"chunked:7", 7}, {"chunked:64", 64}}) {
+    Tensor logits = gpu_sequence_logits(*model, f.prompt, chunk);
+    const double d = max_abs_diff(logits, f.logits);
+    std::printf("  cuda %s %-10s max|d| = %.4g (tolerance %.4g)\n", GetParam().c_str(), mode.c_str(), d, tol);
+    EXPECT_LE(d, tol) << GetParam() << " mode " << mode;
+  }
+}
+
+TEST_P(CudaGolden, GreedyIdsMatchCpuWhereTheMarginIsClear) {
+  STRATA_REQUIRE_GPU();
+  Fixture f = load_fixture(GetParam());
+  auto cpu = load_model(f.dir);
+  auto gpu = load_model(f.dir, Device::kCuda);
+  const int64_t vocab = cpu->info().vocab_size;
+  SingleSequence cs(*cpu, int64_t(f.prompt.size() + f.greedy.size()));
+  Tensor cl = cs.append(f.prompt, false);
+  std::vector<int32_t> seq = f.prompt;
+  Tensor ref = Tensor::empty({int64_t(f.greedy.size()), vocab}, DType::kF32);
+  for (size_t i = 0; i < f.greedy.size(); ++i) {
+    std::memcpy(ref.data<float>() + i * vocab, cl.raw(), vocab * sizeof(float));
+    const float* l = cl.data<float>();
+    seq.push_back(int32_t(std::max_element(l, l + vocab) - l));
+    cl = cs.append({seq.back()}, false);
+  }
+  // The GPU's logits at the same positions, given the CPU's tokens (teacher forcing).
+  std::vector<int32_t> ids(seq.begin(), seq.end() - 1);
+  Tensor gl = gpu_sequence_logits(*gpu, ids, 1);
+  double worst = 0;
+  for (size_t i = 0; i < f.greedy.size(); ++i) {
+    const float* g = gl.data<float>() + (f.prompt.size() - 1 + i) * vocab;
+    const float* r = ref.data<float>() + i * vocab;
+    for (int64_t j = 0; j < vocab; ++j) worst = std::max(worst, double(std::fabs(g[j] - r[j])));
+  }
+  int compared = 0;
+  for (size_t i = 0; i < f.greedy.size(); ++i) {
+    const float* g = gl.data<float>() + (f.prompt.size() - 1 + i) * vocab;
+    const float* r = ref.data<float>() + i * vocab;
+    std::vector<float> sorted(r, r + vocab);
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    if (sorted[0] - sorted[1] <= 2 * worst) continue;  // too close to call at bf16 precision
+    ++compared;
+    EXPECT_EQ(int32_t(std::max_element(g, g + vocab) - g), seq[f.prompt.size() + i]) << "step " << i;
+  }
+  std::printf("  cuda %s greedy: %d of %zu steps had a top-2 margin above 2 x %.4g and were compared\n",
+              GetParam().c_str(), compared, f.greedy.size(), worst);
+  EXPECT_GT(compared, 0);
+}
+
+#if defined(STRATA_WITH_CUDA)
+TEST_P(CudaGolden, GraphDecodeWithPaddingMatchesEager) {
+  STRATA_REQUIRE_GPU();
+  Fixture f = load_fixture(GetParam());
+  auto model = load_model(f.dir, Device::kCuda);
+  const int64_t vocab = model->info().vocab_size;
+  const int seqs = 3, block = 16, steps = 6;  // bucket 4: one padding row
+  const int prompt = std::min<int>(20, int(f.prompt.size()));
+  const int pages = (prompt + steps + block - 1) / block;
+  Caches eager = Caches::allocate(model->info().cache, seqs * pages, block, seqs, Device::kCuda);
+  Caches graph = Caches::allocate(model->info().cache, seqs * pages, block, seqs, Device::kCuda);
+  // Prefill each sequence (different offsets into the prompt) in both cache sets.
+  ForwardBatch b;
+  for (int s = 0; s < seqs; ++s) {
+    SeqInBatch q;
+    q.q_start = s * prompt;
+    q.q_len = prompt;
+    q.state_slot = s;
+    for (int p = 0; p < pages; ++p) q.block_table.push_back(s * pages + p);
+    b.seqs.push_back(q);
+    for (int i = 0; i < prompt; ++i) {
+      b.token_ids.push_back(f.prompt[(s * 5 + i) % f.prompt.size()]);
+      b.positions.push_back(i);
+    }
+    b.logit_rows.push_back(s * prompt + prompt - 1);
+  }
+  Tensor l1, l2;
+  model->forward(b, eager, l1);
+  model->forward(b, graph, l2);
+  ForwardBatch d;
+  for (int s = 0; s < seqs; ++s) {
+    SeqInBatch q = b.seqs[s];
+    q.q_start = s;
+    q.q_len = 1;
+    q.ctx_len = prompt;
+    d.seqs.push_back(q);
+    d.token_ids.push_back(int32_t((s * 37 + 11) % vocab));
+    d.positions.push_back(prompt);
+    d.logit_rows.push_back(s);
+  }
+  ops::cuda::DecodeGraphs graphs(vocab);
+  ASSERT_TRUE(graphs.eligible(d));
+  double worst = 0;
+  for (int step = 0; step < steps; ++step) {
+    Tensor le;
+    model->forward(d, eager, le);
+    Tensor lg = graphs.run(d, [&](const ForwardBatch& fb, Tensor& logits) { model->forward(fb, graph, logits); });
+    Tensor he = le.to(Device::kCpu), hg = lg.to(Device::kCpu);
+    worst = std::max(worst, max_abs_diff(hg, he));
+    for (int s = 0; s < seqs; ++s) {
+      const float* row = he.data<float>() + s * vocab;
+      d.token_ids[s] = int32_t(std::max_element(row, row + vocab) - row);
+      d.positions[s] += 1;
+      d.seqs[s].ctx_len += 1;
+    }
+  }
+  std::printf("  cuda %s graph vs eager decode: max|d| = %.3g over %d steps (%d graphs)\n", GetParam().c_str(),
+              worst, steps, graphs.captured());
+  EXPECT_EQ(graphs.captured(), 1);
+  EXPECT_LE(worst, 0.05 * bf16_tolerance(f));
+}
+#endif
+
+TEST_P(CudaGolden, DummyWeightsLoadOnBothDevices) {
+  STRATA_REQUIRE_GPU();
+  Fixture f = load_fixture(GetParam());
+  auto cpu = load_model(f.dir, LoadOptions{Device::kCpu, LoadFormat::kDummy});
+  auto gpu = load_model(f.dir, LoadOptions{Device::kCuda, LoadFormat::kDummy});
+  const std::vector<int32_t> ids(f.prompt.begin(), f.prompt.begin() + std::min<size_t>(12, f.prompt.size()));
+  Tensor c = sequence_logits(*cpu, ids, "full");
+  Tensor g = gpu_sequence_logits(*gpu, ids, ids.size());
+  double scale = 1;
+  for (int64_t i = 0; i < c.numel(); ++i) scale = std::max(scale, double(std::fabs(c.data<float>()[i])));
+  // The CPU keeps the random values in fp32, the GPU rounds them to bf16.
+  EXPECT_LE(max_abs_diff(g, c), 0.05 * scale);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden,
+                         ::testing::Values("qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny"));
+
+}  // namespace
+}  // namespace strata::testing

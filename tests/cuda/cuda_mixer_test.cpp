@@ -1,0 +1,183 @@
+// The CUDA token mixers and experts against the CPU reference on the same inputs: paged
+// attention (decode split-K and prefill tiles, GQA, head dims 16 to 256), causal conv1d, the
+// GDN gates, the gated delta rule (chunked and recurrent), the fused GDN decode step, MoE
+// routing and experts (GEMV and grouped-GEMM paths).
+#include "cuda_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+// Sequences with the given new-token counts and cached lengths; pages in reverse order so that
+// the page indirection is exercised; slot i for sequence i.
+ForwardBatch make_batch(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx_lens, int block_size,
+                        int* num_blocks) {
+  ForwardBatch b;
+  int32_t row = 0, next = 0;
+  for (size_t s = 0; s < q_lens.size(); ++s) {
+    SeqInBatch q;
+    q.q_start = row;
+    q.q_len = q_lens[s];
+    q.ctx_len = ctx_lens[s];
+    q.state_slot = int32_t(s);
+    const int pages = (q.ctx_len + q.q_len + block_size - 1) / block_size;
+    for (int p = 0; p < pages; ++p) q.block_table.push_back(next + pages - 1 - p);
+    next += pages;
+    for (int32_t i = 0; i < q.q_len; ++i) {
+      b.token_ids.push_back(0);
+      b.positions.push_back(q.ctx_len + i);
+    }
+    row += q.q_len;
+    b.seqs.push_back(q);
+  }
+  *num_blocks = next;
+  return b;
+}
+
+Tensor negative_gates(Shape shape, std::mt19937& rng) {
+  Tensor g = rand_bf16_values(std::move(shape), rng, 0.5f);
+  for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] = -std::fabs(g.data<float>()[i]) - 0.01f;
+  return g;
+}
+
+Tensor unit_interval(Shape shape, std::mt19937& rng) {
+  Tensor b = rand_bf16_values(std::move(shape), rng);
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = 1.f / (1.f + std::exp(-b.data<float>()[i]));
+  return b;
+}
+
+void check_attention(int64_t d, const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx) {
+  std::mt19937 rng(int(d) * 31 + int(q_lens.size()));
+  const int bs = 16;
+  const int64_t hq = 4, hkv = 2;
+  int blocks = 0;
+  ForwardBatch batch = make_batch(q_lens, ctx, bs, &blocks);
+  const int64_t t = batch.num_tokens();
+  Tensor q = rand_bf16_values({t, hq, d}, rng), k = rand_bf16_values({t, hkv, d}, rng), v = rand_bf16_values({t, hkv, d}, rng);
+  Tensor kc = rand_bf16_values({blocks, bs, hkv, d}, rng), vc = rand_bf16_values({blocks, bs, hkv, d}, rng);
+  Tensor gkc = to_gpu(kc), gvc = to_gpu(vc);
+  Tensor ref = Tensor::empty({t, hq, d}, DType::kF32), got = Tensor::empty({t, hq, d}, DType::kBF16, Device::kCuda);
+  const float scale = 1.f / std::sqrt(float(d));
+  ops::paged_attention(q, k, v, kc, vc, batch, scale, ref);
+  ops::paged_attention(to_gpu(q), to_gpu(k), to_gpu(v), gkc, gvc, batch, scale, got);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << "head dim " << d << ", " << q_lens.size() << " seqs";
+  EXPECT_EQ(rel_err(to_host_f32(gkc), kc), 0.0) << "k cache, head dim " << d;
+  EXPECT_EQ(rel_err(to_host_f32(gvc), vc), 0.0) << "v cache, head dim " << d;
+}
+
+TEST(CudaMixer, PagedAttentionDecodeAndPrefill) {
+  STRATA_REQUIRE_GPU();
+  for (int64_t d : {16, 64, 128, 256}) {
+    check_attention(d, {1, 1, 1}, {0, 5, 40});     // decode: split-K
+    check_attention(d, {70, 1, 9}, {0, 33, 16});   // prefill tiles, mixed
+    check_attention(d, {130}, {0});                // several query and key tiles
+  }
+}
+
+TEST(CudaMixer, CausalConv1d) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  int blocks = 0;
+  ForwardBatch batch = make_batch({7, 1, 2}, {0, 5, 9}, 16, &blocks);
+  const int64_t t = batch.num_tokens(), c = 40, kw = 4;
+  Tensor x = rand_bf16_values({t, c}, rng), w = rand_bf16_values({c, kw}, rng, 0.5f);
+  Tensor state = rand_bf16_values({3, kw - 1, c}, rng), gstate = to_gpu(state);
+  Tensor ref = Tensor::empty({t, c}, DType::kF32), got = Tensor::empty({t, c}, DType::kBF16, Device::kCuda);
+  ops::causal_conv1d(x, w, state, batch, ref);
+  ops::causal_conv1d(to_gpu(x), to_gpu(w), gstate, batch, got);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
+  EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-6);
+}
+
+TEST(CudaMixer, GdnGates) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  Tensor a = rand_bf16_values({5, 6}, rng, 10.f), b = rand_bf16_values({5, 6}, rng);
+  Tensor a_log = rand_bf16_values({6}, rng), dt = rand_bf16_values({6}, rng);
+  Tensor g = Tensor::empty({5, 6}, DType::kF32), beta = Tensor::empty({5, 6}, DType::kF32);
+  Tensor gg = Tensor::empty({5, 6}, DType::kF32, Device::kCuda), gb = Tensor::empty({5, 6}, DType::kF32, Device::kCuda);
+  ops::gdn_gates(a, b, a_log, dt, g, beta);
+  ops::gdn_gates(to_gpu(a), to_gpu(b), to_gpu(a_log, DType::kF32), to_gpu(dt, DType::kF32), gg, gb);
+  EXPECT_LE(rel_err(to_host_f32(gg), g), 1e-5);
+  EXPECT_LE(rel_err(to_host_f32(gb), beta), 1e-5);
+}
+
+void check_delta_rule(int64_t dk, ops::GdnAlgorithm algorithm) {
+  std::mt19937 rng(int(dk) + 100 * int(algorithm));
+  int blocks = 0;
+  ForwardBatch batch = make_batch({70, 1, 5, 130}, {0, 3, 9, 0}, 16, &blocks);
+  const int64_t t = batch.num_tokens(), hk = 2, hv = 4, dv = dk;
+  Tensor q = rand_bf16_values({t, hk, dk}, rng), k = rand_bf16_values({t, hk, dk}, rng), v = rand_bf16_values({t, hv, dv}, rng);
+  Tensor g = negative_gates({t, hv}, rng), beta = unit_interval({t, hv}, rng);
+  Tensor state = rand_bf16_values({4, hv, dk, dv}, rng, 0.1f), gstate = to_gpu(state, DType::kF32);
+  Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
+  ops::gated_delta_rule(q, k, v, g, beta, state, batch, ref, algorithm);
+  ops::gated_delta_rule(to_gpu(q), to_gpu(k), to_gpu(v), to_gpu(g, DType::kF32), to_gpu(beta, DType::kF32), gstate,
+                        batch, got, algorithm);
+  const char* name = algorithm == ops::GdnAlgorithm::kChunked ? "chunked" : "recurrent";
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << name << " dk " << dk;
+  EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-4) << name << " state, dk " << dk;
+}
+
+TEST(CudaMixer, GatedDeltaRuleChunkedAndRecurrent) {
+  STRATA_REQUIRE_GPU();
+  for (int64_t dk : {16, 128}) {
+    check_delta_rule(dk, ops::GdnAlgorithm::kChunked);
+    check_delta_rule(dk, ops::GdnAlgorithm::kRecurrent);
+  }
+}
+
+TEST(CudaMixer, FusedGdnDecodeStep) {
+  STRATA_REQUIRE_GPU();
+  for (int64_t dk : {16, 128}) {
+    for (int64_t ratio : {1, 2, 3}) {
+      std::mt19937 rng(int(dk * ratio));
+      int blocks = 0;
+      ForwardBatch batch = make_batch({1, 1, 1}, {0, 4, 17}, 16, &blocks);
+      const int64_t t = 3, hk = 2, hv = hk * ratio, dv = dk, kw = 4;
+      const int64_t conv_dim = 2 * hk * dk + hv * dv;
+      Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
+      Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
+      Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
+      Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
+      Tensor cs = rand_bf16_values({3, kw - 1, conv_dim}, rng), st = rand_bf16_values({3, hv, dk, dv}, rng, 0.1f);
+      Tensor gcs = to_gpu(cs), gst = to_gpu(st, DType::kF32);
+      Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
+      ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
+      ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
+                           to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
+      EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << "dk " << dk << " ratio " << ratio;
+      EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, dk " << dk << " ratio " << ratio;
+      EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, dk " << dk << " ratio " << ratio;
+    }
+  }
+}
+
+void check_moe(int64_t t, int64_t e, int64_t k, int64_t h, int64_t inter) {
+  std::mt19937 rng(int(t * 7 + e));
+  Tensor logits = rand_bf16_values({t, e}, rng, 2.f);
+  Tensor ids = Tensor::empty({t, k}, DType::kI32), w = Tensor::empty({t, k}, DType::kF32);
+  Tensor gids = Tensor::empty({t, k}, DType::kI32, Device::kCuda), gw = Tensor::empty({t, k}, DType::kF32, Device::kCuda);
+  ops::moe_route_softmax(logits, int(k), true, ids, w);
+  ops::moe_route_softmax(to_gpu(logits, DType::kF32), int(k), true, gids, gw);
+  Tensor back = gids.to(Device::kCpu);
+  for (int64_t i = 0; i < t * k; ++i) ASSERT_EQ(back.data<int32_t>()[i], ids.data<int32_t>()[i]) << "pick " << i;
+  EXPECT_LE(rel_err(to_host_f32(gw), w), 1e-5);
+  Tensor x = rand_bf16_values({t, h}, rng), gu = rand_bf16_values({e, 2 * inter, h}, rng, 0.05f);
+  Tensor down = rand_bf16_values({e, h, inter}, rng, 0.05f);
+  Tensor ref = Tensor::empty({t, h}, DType::kF32), got = Tensor::empty({t, h}, DType::kBF16, Device::kCuda);
+  ops::moe_experts(x, gu, down, ids, w, ref);
+  ops::moe_experts(to_gpu(x), to_gpu(gu), to_gpu(down), gids, gw, got);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << t << " tokens, " << e << " experts";
+}
+
+TEST(CudaMixer, MoeRoutingAndExperts) {
+  STRATA_REQUIRE_GPU();
+  check_moe(3, 8, 3, 64, 32);      // GEMV path
+  check_moe(40, 8, 3, 64, 32);     // grouped GEMM
+  check_moe(20, 16, 4, 256, 128);  // grouped, one tile per expert
+  check_moe(600, 16, 3, 256, 128); // grouped, several tiles per expert
+  check_moe(5, 256, 8, 256, 64);   // many experts, GEMV
+}
+
+}  // namespace
+}  // namespace strata::testing

@@ -1,0 +1,61 @@
+// Helpers for the CUDA-against-CPU tests: inputs rounded to bf16 so that both devices see the
+// same values, comparisons with a bf16 tolerance, and a skip when there is no GPU.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "strata/core/error.h"
+#include "strata/core/tensor.h"
+#include "strata/ops/ops.h"
+#if defined(STRATA_WITH_CUDA)
+#include "strata/ops/cuda/cuda_ops.h"
+#endif
+
+namespace strata::testing {
+
+#if defined(STRATA_WITH_CUDA)
+#define STRATA_REQUIRE_GPU() \
+  if (!::strata::ops::cuda::available()) GTEST_SKIP() << "no CUDA device"
+#else
+#define STRATA_REQUIRE_GPU() GTEST_SKIP() << "no CUDA device (built without CUDA)"
+#endif
+
+// A CPU F32 tensor of normal(0, scale) values rounded to bf16.
+inline Tensor rand_bf16_values(Shape shape, std::mt19937& rng, float scale = 1.f) {
+  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
+  std::normal_distribution<float> d(0.f, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(d(rng)));
+  return t;
+}
+
+// The CPU F32 tensor t on the GPU as `dtype` (BF16 rounds; t holds bf16 values already).
+inline Tensor to_gpu(const Tensor& t, DType dtype = DType::kBF16) {
+  if (dtype == DType::kF32 || t.dtype() != DType::kF32) return t.to(Device::kCuda);
+  Tensor h = Tensor::empty(t.shape(), DType::kBF16);
+  for (int64_t i = 0; i < t.numel(); ++i) h.data<uint16_t>()[i] = f32_to_bf16(t.data<float>()[i]);
+  return h.to(Device::kCuda);
+}
+
+// A GPU tensor back on the CPU as F32.
+inline Tensor to_host_f32(const Tensor& t) { return t.to(Device::kCpu).to_f32(); }
+
+// max |a - b| / max(1, max |b|): error relative to the reference's scale.
+inline double rel_err(const Tensor& got, const Tensor& ref) {
+  EXPECT_EQ(got.numel(), ref.numel());
+  double m = 0, scale = 1;
+  for (int64_t i = 0; i < ref.numel(); ++i) scale = std::max(scale, double(std::fabs(ref.data<float>()[i])));
+  for (int64_t i = 0; i < std::min(got.numel(), ref.numel()); ++i) {
+    const double d = std::fabs(double(got.data<float>()[i]) - ref.data<float>()[i]);
+    m = std::max(m, std::isnan(d) ? INFINITY : d);
+  }
+  return m / scale;
+}
+
+// bf16 activations: a handful of roundings of 2^-8 relative each.
+constexpr double kBf16Tol = 2e-2;
+
+}  // namespace strata::testing
