@@ -74,10 +74,10 @@ TEST(TokenizerErrors, MissingAndMalformedFiles) {
   d.write("tokenizer_config.json", R"({"chat_template": [{"name": "x"}]})");
   expect_error([&] { strata::Tokenizer::load(d.path); }, {"chat_template[0]"});
   d.write("generation_config.json", R"({"eos_token_id": "two"})");
-  expect_error([&] { strata::GenerationDefaults::load(d.path); },
+  expect_error([&] { strata::GenerationConfig::load(d.path); },
                {"generation_config.json", "eos_token_id"});
   d.write("generation_config.json", R"({"temperature": "hot"})");
-  expect_error([&] { strata::GenerationDefaults::load(d.path); }, {"temperature"});
+  expect_error([&] { strata::GenerationConfig::load(d.path); }, {"temperature"});
 }
 
 TEST(TokenizerErrors, UnsupportedOrBrokenParts) {
@@ -143,7 +143,7 @@ TEST(TokenizerConfig, SynthConfigAndGenerationDefaults) {
   EXPECT_EQ(c.chat_templates.at("tool_use"), "{{ tools }}");
   // chat_template.jinja overrides the default of tokenizer_config.json.
   EXPECT_EQ(c.chat_template, "{% for m in messages %}{{ m.content }}{% endfor %}");
-  strata::GenerationDefaults g = strata::GenerationDefaults::load(kSynth);
+  strata::GenerationConfig g = strata::GenerationConfig::load(kSynth);
   EXPECT_EQ(g.eos_token_ids, (std::vector<int32_t>{n + 1, n + 6}));
   EXPECT_EQ(g.bos_token_id, n);
   EXPECT_FLOAT_EQ(*g.temperature, 0.6f);
@@ -151,7 +151,7 @@ TEST(TokenizerConfig, SynthConfigAndGenerationDefaults) {
   EXPECT_EQ(g.top_k, 20);
   EXPECT_EQ(g.do_sample, true);
   EXPECT_FALSE(g.max_new_tokens);
-  EXPECT_TRUE(strata::GenerationDefaults::load(kDir / "data").eos_token_ids.empty());
+  EXPECT_TRUE(strata::GenerationConfig::load(kDir / "data").eos_token_ids.empty());
   EXPECT_EQ(tok.special_prefix(), (std::vector<int32_t>{n}));
   EXPECT_EQ(tok.special_suffix(), (std::vector<int32_t>{n + 1}));
   EXPECT_TRUE(tok.is_special(n));

@@ -1,5 +1,5 @@
 // TokenizerConfig (tokenizer_config.json, chat_template.jinja, chat_template.json) and
-// GenerationDefaults (generation_config.json).
+// GenerationConfig (generation_config.json).
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -124,8 +124,8 @@ TokenizerConfig TokenizerConfig::load(const std::filesystem::path& dir) {
   return c;
 }
 
-GenerationDefaults GenerationDefaults::load(const std::filesystem::path& dir) {
-  GenerationDefaults g;
+GenerationConfig GenerationConfig::load(const std::filesystem::path& dir) {
+  GenerationConfig g;
   std::filesystem::path file = dir / "generation_config.json";
   if (!std::filesystem::exists(file)) return g;
   json j = parse_file(file);

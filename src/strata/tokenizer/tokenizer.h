@@ -47,7 +47,7 @@ struct TokenizerConfig {
 };
 
 // generation_config.json: the model's sampling defaults. Absent fields stay empty.
-struct GenerationDefaults {
+struct GenerationConfig {
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id, pad_token_id;
   std::optional<float> temperature, top_p, repetition_penalty;
@@ -55,7 +55,7 @@ struct GenerationDefaults {
   std::optional<bool> do_sample;
 
   // Reads dir/generation_config.json; a missing file gives empty defaults.
-  static GenerationDefaults load(const std::filesystem::path& dir);
+  static GenerationConfig load(const std::filesystem::path& dir);
 };
 
 namespace tok {
