@@ -69,8 +69,12 @@ class Pool {
   std::multimap<size_t, void*> free_;
 };
 
-// The workspace of one forward: a bump allocator over chunks that are never freed, reset at
-// the start of each forward, so the same sequence of allocations gets the same addresses.
+// The workspace of one forward: a stack over chunks that are never freed. A block released
+// at the top of the stack (and every released block under it) gives its space back at once, so
+// a layer's temporaries are reused by the next layer and the workspace peaks at about one
+// layer's worth instead of the sum over the forward. The same sequence of allocations and
+// releases gets the same addresses every forward (CUDA graph replay needs this); one stream
+// orders the kernels, so reusing a block right after its release is safe.
 class Arena {
  public:
   void* get(size_t bytes) {
@@ -93,25 +97,43 @@ class Arena {
       offset_ = 0;
     }
     void* p = static_cast<char*>(chunks_[cur_].base) + offset_;
+    stack_.push_back({p, cur_, offset_, false});
     offset_ += need;
-    ++live_;
     return p;
   }
-  void release() { --live_; }
+  void release(void* p) {
+    auto it = std::find_if(stack_.rbegin(), stack_.rend(),
+                           [p](const Block& b) { return b.ptr == p && !b.released; });
+    if (it == stack_.rend()) return;  // reset() already dropped it (a leak reported by live())
+    it->released = true;
+    while (!stack_.empty() && stack_.back().released) {
+      cur_ = stack_.back().chunk;
+      offset_ = stack_.back().offset;
+      stack_.pop_back();
+    }
+  }
   void reset() {
+    stack_.clear();
     cur_ = 0;
     offset_ = 0;
   }
-  int64_t live() const { return live_; }
+  int64_t live() const {
+    return std::count_if(stack_.begin(), stack_.end(), [](const Block& b) { return !b.released; });
+  }
 
  private:
   struct Chunk {
     void* base;
     size_t size;
   };
+  struct Block {  // where a block starts: releasing the top block moves the top back there
+    void* ptr;
+    size_t chunk, offset;
+    bool released;
+  };
   std::vector<Chunk> chunks_;
+  std::vector<Block> stack_;
   size_t cur_ = 0, offset_ = 0;
-  std::atomic<int64_t> live_{0};
 };
 
 // The persistent buffers that hold the forward's batch: a pinned staging area and its device
@@ -285,8 +307,8 @@ std::shared_ptr<void> CudaAllocator::allocate(size_t bytes) {
   Backend& b = backend();
   if (t_in_forward) {
     void* p = b.arena_.get(bytes);
-    return std::shared_ptr<void>(p, [](void*) {
-      if (!g_shutdown) backend().arena_.release();
+    return std::shared_ptr<void>(p, [](void* q) {
+      if (!g_shutdown) backend().arena_.release(q);
     });
   }
   size_t rounded = 0;
