@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 tools/install_deps.sh
 jobs=$(nproc)
 [ -x tests/tokenizer/setup.sh ] && tests/tokenizer/setup.sh
+[ -x tests/server/setup.sh ] && tests/server/setup.sh
 
 echo "== Release build and tests"
 tools/build.sh

@@ -26,13 +26,16 @@ relink() {  # relink TARGET OUTPUT OBJECTS...
         -e "s|.*/libopenblas\.so\$|$PWD/build-cuda/blas_shim.o|" \
         -e "s|.*/libpcre2-8\.so\$|$(gcc -print-file-name=libpcre2-8.a)|" \
         -e "s|.*/libgomp\.so\$|$(gcc -print-file-name=libgomp.a)|" \
-        -e '/.*\/libcudart\.so$/d' -e '/.*\/libcublas\.so$/d' >build-cuda/relink.args
+        -e '/.*\/libcudart\.so$/d' -e '/.*\/libcublas\.so$/d' \
+        -e '/libcpp-httplib/d' -e '/^-lcpp-httplib$/d' >build-cuda/relink.args
   local args
   args=$(tr '\n' ' ' <build-cuda/relink.args)
   # The objects go right after the compiler, ahead of the libraries.
   (cd build-cuda && ${args%% *} "$@" ${args#* })
 }
-relink strata strata_device $(cd build-cuda && ls CMakeFiles/strata.dir/src/strata/cli/*.o)
+# Without `serve`: the GPU machine has no cpp-httplib (Debian's is a shared library), and no
+# other command needs it.
+relink strata strata_device $(cd build-cuda && ls CMakeFiles/strata.dir/src/strata/cli/*.o | grep -v '/serve\.cpp\.o$')
 relink strata_tests strata_cuda_tests $(cd build-cuda && ls CMakeFiles/strata_tests.dir/tests/cuda/*.o)
 out=.dev/devbin
 rm -rf "$out" && mkdir -p "$out"

@@ -1,0 +1,531 @@
+// POST /v1/completions and POST /v1/chat/completions: request -> engine requests -> OpenAI
+// responses, whole or streamed as server-sent events.
+#include <algorithm>
+#include <ctime>
+
+#include "strata/core/error.h"
+#include "strata/engine/llm.h"
+#include "strata/server/chat_output.h"
+#include "strata/server/server_state.h"
+#include "strata/tokenizer/jinja_value.h"
+
+namespace strata::server {
+
+namespace {
+
+// ---- engine submission ----
+
+// Fills max_tokens (default: the rest of the context, as vLLM), checks every prompt before
+// any is queued, then queues them; an input the engine refuses is a 400 naming the field.
+std::vector<Submitted> submit_all(ServerState& st, const std::string& base_id,
+                                  const std::vector<std::vector<int32_t>>& prompts,
+                                  SamplingParams params, std::optional<int> max_tokens,
+                                  const char* prompt_param) {
+  std::vector<SamplingParams> per_prompt;
+  const int64_t context = st.loop->max_model_len();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p = params;
+    const int64_t room = context - int64_t(prompts[i].size());
+    if (max_tokens) {
+      p.max_tokens = *max_tokens;
+    } else {
+      p.max_tokens = int(std::clamp<int64_t>(room, 1, INT32_MAX));
+    }
+    if (room <= 0 || p.max_tokens > room) {
+      const std::string prefix = prompts.size() > 1 ? cat("prompt ", i, ": ") : std::string();
+      throw ApiError(400, cat(prefix, "this model's maximum context length is ", context,
+                              " tokens; the prompt has ", prompts[i].size(), " tokens and ",
+                              p.max_tokens, " more were asked for"),
+                     room > 0 ? "max_tokens" : prompt_param);
+    }
+    try {
+      st.loop->validate(prompts[i], p);
+    } catch (const Error& e) {
+      throw ApiError(400, prompts.size() > 1 ? cat("prompt ", i, ": ", e.what()) : e.what());
+    }
+    per_prompt.push_back(std::move(p));
+  }
+  if (!st.loop->snapshot().alive) throw ApiError(503, "the engine stopped after an error");
+  std::vector<Submitted> subs;
+  try {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::string id = cat(base_id, "-", i);
+      subs.push_back({id, st.loop->submit(id, prompts[i], per_prompt[i]), prompts[i].size()});
+    }
+  } catch (const Error& e) {
+    for (const Submitted& s : subs) st.loop->abort(s.id);
+    throw ApiError(400, e.what());
+  }
+  return subs;
+}
+
+// Waits for the whole output of one request.
+RequestOutput collect(ServerState& st, const Submitted& s) {
+  RequestOutput whole, delta;
+  for (;;) {
+    const RequestStream::Status status = s.stream->next(&delta, 1.0);
+    if (status == RequestStream::kFinished) break;
+    if (status == RequestStream::kTimeout) continue;
+    accumulate_output(whole, delta);
+    if (delta.finished) break;
+  }
+  if (!s.stream->error().empty()) throw ApiError(503, s.stream->error());
+  std::sort(whole.outputs.begin(), whole.outputs.end(),
+            [](const CompletionOutput& a, const CompletionOutput& b) { return a.index < b.index; });
+  return whole;
+}
+
+Json stop_reason_json(const CompletionOutput& c) {
+  if (c.stop_reason.empty()) return nullptr;
+  if (c.stop_reason.find_first_not_of("0123456789") == std::string::npos) return std::stoll(c.stop_reason);
+  return c.stop_reason;
+}
+
+Json finish_json(const std::string& reason) { return reason.empty() ? Json() : Json(reason); }
+
+struct Usage {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  Json json() const {
+    return {{"prompt_tokens", prompt},
+            {"total_tokens", prompt + completion},
+            {"completion_tokens", completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  }
+};
+
+// ---- logprobs ----
+
+Json bytes_of(const std::string& s) {
+  Json b = Json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+// Chat form: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+Json chat_logprobs(const ServerState& st, const CompletionOutput& c) {
+  Json content = Json::array();
+  for (size_t t = 0; t < c.logprobs.size() && t < c.token_ids.size(); ++t) {
+    const std::string text = st.token_text(c.token_ids[t]);
+    Json top = Json::array();
+    if (t < c.top_logprobs.size()) {
+      for (const TokenLogprob& a : c.top_logprobs[t]) {
+        const std::string at = st.token_text(a.token_id);
+        top.push_back({{"token", at}, {"logprob", a.logprob}, {"bytes", bytes_of(at)}});
+      }
+    }
+    content.push_back({{"token", text}, {"logprob", c.logprobs[t]}, {"bytes", bytes_of(text)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+// Completions form: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; offsets count
+// from `offset` (the text already sent for this choice).
+Json completion_logprobs(const ServerState& st, const CompletionOutput& c, size_t offset) {
+  Json tokens = Json::array(), lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  for (size_t t = 0; t < c.logprobs.size() && t < c.token_ids.size(); ++t) {
+    const std::string text = st.token_text(c.token_ids[t]);
+    tokens.push_back(text);
+    lps.push_back(c.logprobs[t]);
+    Json top = Json::object();
+    if (t < c.top_logprobs.size()) {
+      for (const TokenLogprob& a : c.top_logprobs[t]) top[st.token_text(a.token_id)] = a.logprob;
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// ---- streaming ----
+
+// Turns engine deltas into the chunks of one streamed response.
+class ChunkWriter {
+ public:
+  virtual ~ChunkWriter() = default;
+  virtual std::vector<Json> start() { return {}; }
+  virtual std::vector<Json> delta(size_t prompt, const RequestOutput& d) = 0;
+  virtual std::vector<Json> end() = 0;
+};
+
+struct StreamJob {
+  ServerState* st = nullptr;
+  std::vector<Submitted> subs;
+  std::vector<bool> done;
+  std::unique_ptr<ChunkWriter> writer;
+  bool started = false;
+};
+
+bool send_chunks(httplib::DataSink& sink, const std::vector<Json>& chunks) {
+  for (const Json& c : chunks) {
+    const std::string line = "data: " + c.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+    if (!sink.write(line.data(), line.size())) return false;
+  }
+  return true;
+}
+
+// Waits for the next deltas of the unfinished requests and writes their chunks; false when
+// the client is gone.
+bool pump(StreamJob& job, httplib::DataSink& sink) {
+  if (!job.started) {
+    job.started = true;
+    if (!send_chunks(sink, job.writer->start())) return false;
+  }
+  bool got = false;
+  for (int pass = 0; pass < 2 && !got; ++pass) {
+    for (size_t i = 0; i < job.subs.size(); ++i) {
+      if (job.done[i]) continue;
+      RequestOutput d;
+      // First pass: take what is there; second: wait on the first unfinished request.
+      const RequestStream::Status s = job.subs[i].stream->next(&d, pass == 0 ? 0.0 : 0.1);
+      if (s == RequestStream::kTimeout) {
+        if (pass == 1) break;
+        continue;
+      }
+      got = true;
+      if (s == RequestStream::kFinished) {
+        job.done[i] = true;
+        const std::string error = job.subs[i].stream->error();
+        if (!error.empty()) {
+          if (!send_chunks(sink, {ApiError(503, error).body()})) return false;
+        }
+        continue;
+      }
+      if (d.finished) job.done[i] = true;
+      if (!send_chunks(sink, job.writer->delta(i, d))) return false;
+      if (pass == 1) break;
+    }
+  }
+  if (std::all_of(job.done.begin(), job.done.end(), [](bool b) { return b; })) {
+    if (!send_chunks(sink, job.writer->end())) return false;
+    static const char kDone[] = "data: [DONE]\n\n";
+    if (!sink.write(kDone, sizeof kDone - 1)) return false;
+    sink.done();
+  }
+  return true;
+}
+
+void stream_response(ServerState& st, httplib::Response& res, std::vector<Submitted> subs,
+                     std::unique_ptr<ChunkWriter> writer) {
+  auto job = std::make_shared<StreamJob>();
+  job->st = &st;
+  job->done.assign(subs.size(), false);
+  job->subs = std::move(subs);
+  job->writer = std::move(writer);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [job](size_t, httplib::DataSink& sink) { return pump(*job, sink); },
+      [job](bool) {
+        // Done or disconnected: whatever has not finished is aborted, freeing its pages.
+        for (size_t i = 0; i < job->subs.size(); ++i) {
+          if (!job->done[i]) job->st->loop->abort(job->subs[i].id);
+        }
+      });
+}
+
+Json chunk_base(const ServerState& st, const std::string& id, const char* object, int64_t created,
+                bool with_usage) {
+  Json c = {{"id", id}, {"object", object}, {"created", created}, {"model", st.model_name}};
+  c["choices"] = Json::array();
+  if (with_usage) c["usage"] = nullptr;
+  return c;
+}
+
+// ---- /v1/completions ----
+
+class CompletionChunks : public ChunkWriter {
+ public:
+  CompletionChunks(ServerState& st, std::string id, const CompletionRequest& r,
+                   std::vector<std::string> echoes, size_t n)
+      : st_(st), id_(std::move(id)), created_(std::time(nullptr)), r_(r), echoes_(std::move(echoes)),
+        n_(n), sent_(echoes_.size() * n, 0) {}
+
+  std::vector<Json> start() override {
+    std::vector<Json> out;
+    for (size_t p = 0; p < echoes_.size(); ++p) {
+      for (size_t j = 0; j < n_ && !echoes_[p].empty(); ++j) {
+        out.push_back(choice(p * n_ + j, echoes_[p], nullptr, ""));
+        sent_[p * n_ + j] += echoes_[p].size();
+      }
+    }
+    return out;
+  }
+
+  std::vector<Json> delta(size_t prompt, const RequestOutput& d) override {
+    std::vector<Json> out;
+    for (const CompletionOutput& c : d.outputs) {
+      usage_.completion += int64_t(c.token_ids.size());
+      const size_t index = prompt * n_ + size_t(c.index);
+      const bool want_lp = r_.logprobs.has_value();
+      if (c.text.empty() && !c.finished() && !(want_lp && !c.token_ids.empty())) continue;
+      Json lp = want_lp ? completion_logprobs(st_, c, sent_[index]) : Json();
+      sent_[index] += c.text.size();
+      Json ch = choice(index, c.text, std::move(lp), c.finish_reason);
+      ch["choices"][0]["stop_reason"] = stop_reason_json(c);
+      out.push_back(std::move(ch));
+    }
+    if (d.finished) {
+      usage_.prompt += d.metrics.num_prompt_tokens;
+      usage_.cached += d.metrics.num_cached_tokens;
+    }
+    return out;
+  }
+
+  std::vector<Json> end() override {
+    if (!r_.gen.include_usage) return {};
+    Json c = chunk_base(st_, id_, "text_completion", created_, true);
+    c["usage"] = usage_.json();
+    return {c};
+  }
+
+ private:
+  Json choice(size_t index, const std::string& text, Json logprobs, const std::string& finish) {
+    Json c = chunk_base(st_, id_, "text_completion", created_, r_.gen.include_usage);
+    c["choices"].push_back({{"index", index},
+                            {"text", text},
+                            {"logprobs", std::move(logprobs)},
+                            {"finish_reason", finish_json(finish)}});
+    return c;
+  }
+
+  ServerState& st_;
+  std::string id_;
+  int64_t created_;
+  const CompletionRequest r_;
+  std::vector<std::string> echoes_;
+  size_t n_;
+  std::vector<size_t> sent_;
+  Usage usage_;
+};
+
+// ---- /v1/chat/completions ----
+
+std::string chat_finish(const std::string& reason, int calls) {
+  return reason == "stop" && calls > 0 ? "tool_calls" : reason;
+}
+
+Json tool_call_delta_json(const ToolCallDelta& c) {
+  Json j = {{"index", c.index}};
+  if (!c.id.empty()) {
+    j["id"] = c.id;
+    j["type"] = "function";
+  }
+  Json fn = Json::object();
+  if (!c.name.empty()) fn["name"] = c.name;
+  fn["arguments"] = c.arguments;
+  j["function"] = std::move(fn);
+  return j;
+}
+
+class ChatChunks : public ChunkWriter {
+ public:
+  ChatChunks(ServerState& st, std::string id, const ChatRequest& r, bool starts_in_reasoning)
+      : st_(st), id_(std::move(id)), created_(std::time(nullptr)), r_(r) {
+    const size_t n = size_t(r.gen.sampling.n);
+    for (size_t j = 0; j < n; ++j) {
+      parsers_.emplace_back(starts_in_reasoning, r.parse_tools() ? r.tools : Json());
+    }
+  }
+
+  std::vector<Json> start() override {
+    std::vector<Json> out;
+    for (size_t j = 0; j < parsers_.size(); ++j) {
+      out.push_back(choice(j, {{"role", "assistant"}, {"content", ""}}, nullptr, ""));
+    }
+    return out;
+  }
+
+  std::vector<Json> delta(size_t, const RequestOutput& d) override {
+    std::vector<Json> out;
+    for (const CompletionOutput& c : d.outputs) {
+      usage_.completion += int64_t(c.token_ids.size());
+      ChatOutputParser& parser = parsers_[size_t(c.index)];
+      ChatDelta cd = parser.push(c.text);
+      if (c.finished()) {
+        ChatDelta rest = parser.finish();
+        cd.reasoning += rest.reasoning;
+        cd.content += rest.content;
+        cd.calls.insert(cd.calls.end(), rest.calls.begin(), rest.calls.end());
+      }
+      Json lp = r_.logprobs && !c.token_ids.empty() ? chat_logprobs(st_, c) : Json();
+      if (!cd.empty() || !lp.is_null()) {
+        Json delta = Json::object();
+        if (!cd.reasoning.empty()) delta["reasoning_content"] = cd.reasoning;
+        if (!cd.content.empty()) delta["content"] = cd.content;
+        if (!cd.calls.empty()) {
+          delta["tool_calls"] = Json::array();
+          for (const ToolCallDelta& t : cd.calls) delta["tool_calls"].push_back(tool_call_delta_json(t));
+        }
+        out.push_back(choice(size_t(c.index), std::move(delta), std::move(lp), ""));
+      }
+      if (c.finished()) {
+        Json last = choice(size_t(c.index), Json::object(), nullptr,
+                           chat_finish(c.finish_reason, parser.num_calls()));
+        last["choices"][0]["stop_reason"] = stop_reason_json(c);
+        out.push_back(std::move(last));
+      }
+    }
+    if (d.finished) {
+      usage_.prompt += d.metrics.num_prompt_tokens;
+      usage_.cached += d.metrics.num_cached_tokens;
+    }
+    return out;
+  }
+
+  std::vector<Json> end() override {
+    if (!r_.gen.include_usage) return {};
+    Json c = chunk_base(st_, id_, "chat.completion.chunk", created_, true);
+    c["usage"] = usage_.json();
+    return {c};
+  }
+
+ private:
+  Json choice(size_t index, Json delta, Json logprobs, const std::string& finish) {
+    Json c = chunk_base(st_, id_, "chat.completion.chunk", created_, r_.gen.include_usage);
+    c["choices"].push_back({{"index", index},
+                            {"delta", std::move(delta)},
+                            {"logprobs", std::move(logprobs)},
+                            {"finish_reason", finish_json(finish)}});
+    return c;
+  }
+
+  ServerState& st_;
+  std::string id_;
+  int64_t created_;
+  const ChatRequest r_;
+  std::vector<ChatOutputParser> parsers_;
+  Usage usage_;
+};
+
+SamplingParams chat_sampling(const ChatRequest& r) {
+  SamplingParams p = r.gen.sampling;
+  if (r.logprobs) p.logprobs = r.top_logprobs;
+  return p;
+}
+
+}  // namespace
+
+std::string render_chat(const ServerState& st, const ChatRequest& r) {
+  const ChatTemplate* t = nullptr;
+  if (r.has_tools() && st.tool_template) t = &*st.tool_template;
+  else if (st.chat_template) t = &*st.chat_template;
+  if (!t) throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
+  Json inputs = st.template_config.special_tokens.is_object() ? st.template_config.special_tokens
+                                                              : Json::object();
+  for (const auto& [k, v] : r.template_kwargs.items()) inputs[k] = v;
+  inputs["messages"] = r.messages;
+  if (r.has_tools()) inputs["tools"] = r.tools;
+  inputs["add_generation_prompt"] = r.add_generation_prompt;
+  std::string prompt;
+  try {
+    prompt = t->render(inputs);
+  } catch (const jinja::RaisedError& e) {
+    throw ApiError(400, cat("the chat template refused the conversation: ", e.what()), "messages");
+  } catch (const Error& e) {
+    throw ApiError(400, cat("the chat template failed on this conversation: ", e.what()), "messages");
+  }
+  if (r.continue_final_message) {
+    // The last message stays open: cut what the template put after its content.
+    const Json& last = r.messages.back()["content"];
+    const std::string text = last.is_string() ? last.get<std::string>() : std::string();
+    const size_t at = text.empty() ? std::string::npos : prompt.rfind(text);
+    if (at != std::string::npos) prompt.resize(at + text.size());
+  }
+  return prompt;
+}
+
+void handle_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  const CompletionRequest r = parse_completion_request(parse_body(req.body, st.options.limits),
+                                                       st.options.limits);
+  st.check_model(r.gen.model);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echoes;
+  for (const PromptInput& p : r.prompts) {
+    if (const auto* text = std::get_if<std::string>(&p)) {
+      prompts.push_back(st.tokenizer->encode(*text, /*add_special=*/true));
+      if (r.echo) echoes.push_back(*text);
+    } else {
+      prompts.push_back(std::get<std::vector<int32_t>>(p));
+      if (r.echo) echoes.push_back(st.tokenizer->decode(prompts.back()));
+    }
+    if (prompts.back().empty()) throw ApiError(400, "'prompt' must not be empty", "prompt");
+  }
+  if (!r.echo) echoes.assign(prompts.size(), "");
+  SamplingParams params = r.gen.sampling;
+  if (r.logprobs) params.logprobs = *r.logprobs;
+  const std::string id = st.new_id("cmpl");
+  std::vector<Submitted> subs = submit_all(st, id, prompts, params, r.gen.max_tokens, "prompt");
+  const size_t n = size_t(params.n);
+  if (r.gen.stream) {
+    stream_response(st, res, std::move(subs),
+                    std::make_unique<CompletionChunks>(st, id, r, std::move(echoes), n));
+    return;
+  }
+  Json choices = Json::array();
+  Usage usage;
+  for (size_t p = 0; p < subs.size(); ++p) {
+    const RequestOutput whole = collect(st, subs[p]);
+    usage.prompt += whole.metrics.num_prompt_tokens;
+    usage.cached += whole.metrics.num_cached_tokens;
+    for (const CompletionOutput& c : whole.outputs) {
+      usage.completion += int64_t(c.token_ids.size());
+      choices.push_back({{"index", p * n + size_t(c.index)},
+                         {"text", echoes[p] + c.text},
+                         {"logprobs", r.logprobs ? completion_logprobs(st, c, echoes[p].size()) : Json()},
+                         {"finish_reason", finish_json(c.finish_reason)},
+                         {"stop_reason", stop_reason_json(c)}});
+    }
+  }
+  send_json(res, {{"id", id},
+                  {"object", "text_completion"},
+                  {"created", int64_t(std::time(nullptr))},
+                  {"model", st.model_name},
+                  {"choices", std::move(choices)},
+                  {"usage", usage.json()}});
+}
+
+void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  const ChatRequest r = parse_chat_request(parse_body(req.body, st.options.limits), st.options.limits);
+  st.check_model(r.gen.model);
+  const std::string prompt_text = render_chat(st, r);
+  const bool thinking = prompt_opens_reasoning(prompt_text);
+  std::vector<std::vector<int32_t>> prompts = {st.tokenizer->encode(prompt_text, false)};
+  if (prompts[0].empty()) throw ApiError(400, "the rendered conversation is empty", "messages");
+  const std::string id = st.new_id("chatcmpl");
+  std::vector<Submitted> subs = submit_all(st, id, prompts, chat_sampling(r), r.gen.max_tokens, "messages");
+  if (r.gen.stream) {
+    stream_response(st, res, std::move(subs), std::make_unique<ChatChunks>(st, id, r, thinking));
+    return;
+  }
+  const RequestOutput whole = collect(st, subs[0]);
+  Json choices = Json::array();
+  Usage usage;
+  usage.prompt = whole.metrics.num_prompt_tokens;
+  usage.cached = whole.metrics.num_cached_tokens;
+  for (const CompletionOutput& c : whole.outputs) {
+    usage.completion += int64_t(c.token_ids.size());
+    ChatOutputParser parser(thinking, r.parse_tools() ? r.tools : Json());
+    ChatMessage m;
+    m.add(parser.push(c.text));
+    m.add(parser.finish());
+    Json message = {{"role", "assistant"}};
+    const bool calls = !m.tool_calls.empty();
+    message["content"] = calls && m.content.empty() ? Json() : Json(m.content);
+    message["reasoning_content"] = m.reasoning.empty() ? Json() : Json(m.reasoning);
+    if (calls) message["tool_calls"] = m.tool_calls;
+    choices.push_back({{"index", c.index},
+                       {"message", std::move(message)},
+                       {"logprobs", r.logprobs ? chat_logprobs(st, c) : Json()},
+                       {"finish_reason", finish_json(chat_finish(c.finish_reason, int(m.tool_calls.size())))},
+                       {"stop_reason", stop_reason_json(c)}});
+  }
+  send_json(res, {{"id", id},
+                  {"object", "chat.completion"},
+                  {"created", int64_t(std::time(nullptr))},
+                  {"model", st.model_name},
+                  {"choices", std::move(choices)},
+                  {"usage", usage.json()}});
+}
+
+}  // namespace strata::server

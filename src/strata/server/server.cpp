@@ -1,0 +1,252 @@
+#include "strata/server/server.h"
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+
+#include "strata/core/error.h"
+#include "strata/server/server_state.h"
+
+namespace strata::server {
+
+namespace {
+
+// The engine's text output: what decoding all generated ids gives, special tokens skipped (as
+// vLLM's default skip_special_tokens).
+class TokenizerDetokenizer : public Detokenizer {
+ public:
+  explicit TokenizerDetokenizer(const Tokenizer& t) : t_(t) {}
+  std::string decode(const std::vector<int32_t>& ids) override { return t_.decode(ids, true); }
+
+ private:
+  const Tokenizer& t_;
+};
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.body(), e.status()); }
+
+void require_tokenizer(const std::string& dir) {
+  STRATA_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"), dir,
+               ": tokenizer.json is missing; strata serve needs the model's tokenizer");
+}
+
+}  // namespace
+
+void send_json(httplib::Response& res, const Json& body, int status) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+std::string ServerState::new_id(const char* prefix) {
+  static const uint64_t salt = std::random_device{}();
+  const uint64_t n = next_id.fetch_add(1);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%08llx%08llx", prefix, (unsigned long long)(salt & 0xffffffff),
+                (unsigned long long)n);
+  return buf;
+}
+
+void ServerState::check_model(const std::string& requested) const {
+  if (!requested.empty() && requested != model_name) {
+    throw ApiError(404, cat("the model '", requested, "' does not exist; this server serves '",
+                            model_name, "'"),
+                   "model", "model_not_found");
+  }
+}
+
+std::string ServerState::token_text(int32_t id) const {
+  const int32_t one[1] = {id};
+  return tokenizer->decode(one, false);
+}
+
+struct ApiServer::Impl {
+  ServerState st;
+  httplib::Server http;
+  int port = -1;
+
+  void routes();
+  // Runs a handler, answering ApiError (and Error from input checks) as OpenAI errors.
+  template <class F>
+  httplib::Server::Handler guarded(F f) {
+    return [this, f](const httplib::Request& req, httplib::Response& res) {
+      try {
+        f(req, res);
+      } catch (const ApiError& e) {
+        st.metrics.on_rejected(e.status());
+        send_error(res, e);
+      } catch (const Error& e) {
+        st.metrics.on_rejected(400);
+        send_error(res, ApiError(400, e.what()));
+      }
+    };
+  }
+};
+
+ApiServer::ApiServer(const EngineConfig& engine_config, ServerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->st.options = std::move(options);
+  impl_->st.model_dir = engine_config.model;
+  require_tokenizer(engine_config.model);  // before the (slow) model load
+  start(std::make_unique<Engine>(engine_config));
+}
+
+ApiServer::ApiServer(std::shared_ptr<Model> model, const EngineConfig& engine_config, ServerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->st.options = std::move(options);
+  impl_->st.model_dir = engine_config.model;
+  start(std::make_unique<Engine>(std::move(model), engine_config,
+                                 GenerationDefaults::load(engine_config.model)));
+}
+
+void ApiServer::start(std::unique_ptr<Engine> engine) {
+  ServerState& st = impl_->st;
+  st.model_name = st.options.served_model_name;
+  if (st.model_name.empty()) {
+    st.model_name = std::filesystem::path(st.model_dir).lexically_normal().filename().string();
+    if (st.model_name.empty()) st.model_name = std::filesystem::path(st.model_dir).parent_path().filename().string();
+  }
+  st.created = int64_t(std::time(nullptr));
+  require_tokenizer(st.model_dir);
+  st.tokenizer.emplace(Tokenizer::load(st.model_dir));
+  st.template_config = load_chat_template_config(st.model_dir);
+  if (!st.template_config.templates.empty()) {
+    // select() gives the template source: "tool_use" for requests with tools when the model
+    // has one, else "default".
+    const std::string& plain = st.template_config.select(false);
+    const std::string& tools = st.template_config.select(true);
+    st.chat_template.emplace(ChatTemplate::compile(plain));
+    if (&tools != &plain) st.tool_template.emplace(ChatTemplate::compile(tools));
+  }
+  engine->set_detokenizer(std::make_shared<TokenizerDetokenizer>(*st.tokenizer));
+  st.loop = std::make_unique<EngineLoop>(
+      std::move(engine), [&st](const RequestOutput& last, int64_t generated,
+                               const std::vector<std::string>& reasons) {
+        st.metrics.on_finished(last, generated, reasons);
+      });
+  impl_->routes();
+}
+
+ApiServer::~ApiServer() {
+  stop();
+  impl_->st.loop.reset();
+}
+
+void ApiServer::Impl::routes() {
+  const int threads = std::max(1, st.options.http_threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  http.set_payload_max_length(st.options.max_body_bytes);
+  http.set_read_timeout(30, 0);
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (st.options.api_key.empty() || req.path.rfind("/v1", 0) != 0) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (req.get_header_value("Authorization") == "Bearer " + st.options.api_key) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    st.metrics.on_rejected(401);
+    send_error(res, ApiError(401, "a valid API key is needed: 'Authorization: Bearer KEY'", "",
+                             "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Statuses httplib sets itself (404 no route, 413 body too large, 400 malformed HTTP) get an
+  // OpenAI-shaped body too.
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = cat("HTTP ", res.status);
+    if (res.status == 404) message = cat("no route ", req.method, " ", req.path);
+    if (res.status == 413) message = cat("the request body is over the limit of ", st.options.max_body_bytes, " bytes");
+    if (res.status == 405) message = cat("method ", req.method, " is not allowed on ", req.path);
+    if (res.status != 401) st.metrics.on_rejected(res.status);
+    send_error(res, ApiError(res.status, message));
+  });
+  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    std::fprintf(stderr, "strata serve: internal error: %s\n", what.c_str());
+    send_error(res, ApiError(500, cat("internal error: ", what)));
+  });
+
+  http.Post("/v1/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
+    handle_completions(st, q, r);
+  }));
+  http.Post("/v1/chat/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
+    handle_chat(st, q, r);
+  }));
+  http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& r) {
+    Json model = {{"id", st.model_name},       {"object", "model"},
+                  {"created", st.created},     {"owned_by", "strata"},
+                  {"root", st.model_dir},      {"parent", nullptr},
+                  {"max_model_len", st.loop->max_model_len()}};
+    send_json(r, {{"object", "list"}, {"data", Json::array({model})}});
+  }));
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+    const LoopSnapshot s = st.loop->snapshot();
+    if (s.alive) {
+      r.status = 200;
+    } else {
+      send_error(r, ApiError(503, cat("the engine stopped after an error: ", s.last_error)));
+    }
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+    r.set_content(st.metrics.render(st.loop->snapshot(), st.model_name), "text/plain; version=0.0.4");
+  });
+  http.Post("/tokenize", guarded([this](const httplib::Request& q, httplib::Response& r) {
+    const TokenizeRequest t = parse_tokenize_request(parse_body(q.body, st.options.limits), st.options.limits);
+    st.check_model(t.model);
+    std::vector<int32_t> ids;
+    if (t.chat) {
+      ids = st.tokenizer->encode(render_chat(st, *t.chat), t.add_special_tokens);
+    } else {
+      ids = st.tokenizer->encode(*t.prompt, t.add_special_tokens);
+    }
+    Json out = {{"count", ids.size()}, {"max_model_len", st.loop->max_model_len()}, {"tokens", ids}};
+    if (t.return_token_strs) {
+      Json strs = Json::array();
+      for (int32_t id : ids) strs.push_back(st.tokenizer->id_to_token(id).value_or(""));
+      out["token_strs"] = std::move(strs);
+    }
+    send_json(r, out);
+  }));
+  http.Post("/detokenize", guarded([this](const httplib::Request& q, httplib::Response& r) {
+    const DetokenizeRequest d = parse_detokenize_request(parse_body(q.body, st.options.limits), st.options.limits);
+    st.check_model(d.model);
+    const int64_t vocab = st.loop->model_info().vocab_size;
+    for (size_t i = 0; i < d.tokens.size(); ++i) {
+      if (d.tokens[i] >= vocab) {
+        throw ApiError(400, cat("'tokens[", i, "]' = ", d.tokens[i], " is outside the vocabulary (", vocab, ")"),
+                       cat("tokens[", i, "]"));
+      }
+    }
+    send_json(r, {{"prompt", st.tokenizer->decode(d.tokens)}});
+  }));
+}
+
+int ApiServer::bind() {
+  Impl& m = *impl_;
+  if (m.st.options.port == 0) {
+    m.port = m.http.bind_to_any_port(m.st.options.host);
+  } else if (m.http.bind_to_port(m.st.options.host, m.st.options.port)) {
+    m.port = m.st.options.port;
+  }
+  STRATA_CHECK(m.port > 0, "strata serve: cannot listen on ", m.st.options.host, ":", m.st.options.port,
+               " (address in use or not local?)");
+  return m.port;
+}
+
+int ApiServer::port() const { return impl_->port; }
+
+void ApiServer::serve() {
+  if (impl_->port < 0) bind();
+  impl_->http.listen_after_bind();
+}
+
+void ApiServer::stop() { impl_->http.stop(); }
+
+const std::string& ApiServer::model_name() const { return impl_->st.model_name; }
+
+}  // namespace strata::server

@@ -1,0 +1,62 @@
+// What the route handlers share (internal to src/strata/server/).
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/server/engine_loop.h"
+#include "strata/server/metrics.h"
+#include "strata/server/protocol.h"
+#include "strata/server/server.h"
+#include "strata/tokenizer/chat_template.h"
+#include "strata/tokenizer/tokenizer.h"
+
+namespace strata::server {
+
+using Json = nlohmann::ordered_json;
+
+struct ServerState {
+  ServerOptions options;
+  std::string model_dir, model_name;
+  int64_t created = 0;  // unix seconds at start-up
+  std::optional<Tokenizer> tokenizer;
+  ChatTemplateConfig template_config;
+  std::optional<ChatTemplate> chat_template, tool_template;  // tool_use when the model has one
+  Metrics metrics;
+  std::unique_ptr<EngineLoop> loop;
+  std::atomic<uint64_t> next_id{0};
+
+  // "PREFIX-" + a process-unique hex id.
+  std::string new_id(const char* prefix);
+  // 404 unless `requested` is empty or the served model's name.
+  void check_model(const std::string& requested) const;
+  // The text of one token as the API shows it (its decoded bytes, lossy).
+  std::string token_text(int32_t id) const;
+};
+
+// A request submitted to the engine: its id and its stream of deltas.
+struct Submitted {
+  std::string id;
+  std::shared_ptr<RequestStream> stream;
+  size_t prompt_tokens = 0;
+};
+
+// Sends `body` as JSON with `status`.
+void send_json(httplib::Response& res, const Json& body, int status = 200);
+
+// The prompt of a chat request: the model's chat template over its messages, tools and
+// chat_template_kwargs (400 when the template refuses the conversation).
+std::string render_chat(const ServerState& st, const ChatRequest& r);
+
+// Routes of openai_routes.cpp.
+void handle_completions(ServerState& st, const httplib::Request& req, httplib::Response& res);
+void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace strata::server
