@@ -14,7 +14,7 @@ async function streamOnce(base, i, round) {
   const ctrl = new AbortController();
   const body = {
     messages: [{ role: 'user', content: `Client ${i} round ${round}: tell me something.` }],
-    max_tokens: 24, temperature: 0.8, seed: i * 100 + round, stream: true,
+    max_tokens: 8, temperature: 0.8, seed: i * 100 + round, stream: true,
   };
   const r = await fetch(`${base}/v1/chat/completions`, {
     method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body), signal: ctrl.signal,
@@ -29,7 +29,7 @@ async function streamOnce(base, i, round) {
       if (done) break;
       text += decoder.decode(value, { stream: true });
       chunks = text.split('\n\n').length - 1;
-      if (disconnect && chunks >= 3) {
+      if (disconnect && chunks >= 2) {
         ctrl.abort();
         return 'disconnected';
       }
@@ -50,13 +50,13 @@ test('64 concurrent streaming clients, some disconnecting: nothing is lost', { t
     const results = { done: 0, disconnected: 0 };
     let sent = 0;
     await Promise.all(Array.from({ length: clients }, async (_, i) => {
-      for (let round = 0; round < 3 && Date.now() < deadline; round++) {
+      for (let round = 0; round < 2 && Date.now() < deadline; round++) {
         sent++;
         results[await streamOnce(server.base, i, round)]++;
       }
     }));
     assert.equal(results.done + results.disconnected, sent);
-    assert.ok(results.disconnected >= 16, JSON.stringify(results));
+    assert.ok(results.disconnected >= 16, JSON.stringify(results));  // 16 clients, at least one round each
     const after = await waitIdle(server.base);
     const finished = sumOf(after, 'strata:request_success_total') - sumOf(before, 'strata:request_success_total');
     assert.equal(finished, sent, 'every request finished exactly once');
