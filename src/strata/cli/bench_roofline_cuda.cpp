@@ -219,6 +219,36 @@ std::vector<cu::OpTime> profile_forward(Model& model, const ForwardBatch& batch,
   return cu::profile_end();
 }
 
+// One timed prefill of `len` tokens in a fresh cache (after a warm-up forward).
+Row prefill_row(Model& model, const Dims& dims, int32_t len, int block_size, std::mt19937& rng, int64_t vocab,
+                bool with_breakdown, std::vector<std::pair<std::string, std::string>>* breakdowns) {
+  const int pages = (len + block_size - 1) / block_size;
+  Caches caches = Caches::allocate(model.info().cache, pages, block_size, 1, Device::kCuda);
+  ForwardBatch batch = make_batch(1, len, 0, block_size, pages, rng, vocab);
+  batch.logit_rows.push_back(len - 1);
+  Tensor logits;
+  model.forward(batch, caches, logits);  // warm-up: sizes the workspace, picks GEMM algorithms
+  cudaEvent_t e0, e1;
+  STRATA_CUDA_CHECK(cudaEventCreate(&e0));
+  STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+  const int reps = 3;
+  STRATA_CUDA_CHECK(cudaEventRecord(e0, cu::stream()));
+  for (int i = 0; i < reps; ++i) model.forward(batch, caches, logits);
+  STRATA_CUDA_CHECK(cudaEventRecord(e1, cu::stream()));
+  STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
+  const double ms = event_ms(e0, e1) / reps;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (with_breakdown) {
+    breakdowns->push_back({cat("prefill ", len, " tokens (", std::to_string(ms).substr(0, 7), " ms)"),
+                           breakdown_table(profile_forward(model, batch, caches), 1)});
+    std::fprintf(stderr, "per-op GPU time, %s:\n%s", breakdowns->back().first.c_str(),
+                 breakdowns->back().second.c_str());
+  }
+  std::fprintf(stderr, "prefill %d: %.2f ms, %.0f tokens/s\n", len, ms, len * 1e3 / ms);
+  return {cat("prefill ", len, " tokens"), len, ms, forward_cost(dims, 1, len, 0, 1)};
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"GPU roofline benchmark: decode and prefill against the measured copy bandwidth and bf16 GEMM rate",
                "strata bench --roofline"};
@@ -265,6 +295,7 @@ int run(int argc, char** argv) {
   std::mt19937 rng(7);
   std::vector<Row> rows;
   std::vector<std::pair<std::string, std::string>> breakdowns;
+  std::vector<std::string> failures;
 
   for (int32_t b : batches) {
     STRATA_CHECK(b > 0 && b <= 256, "--batches: sizes must be in [1, 256], got ", b);
@@ -307,6 +338,9 @@ int run(int argc, char** argv) {
       breakdowns.push_back({cat("decode batch ", b, ", context ~", batch.seqs[0].ctx_len, " (graph step ",
                                 std::to_string(ms * 1e3).substr(0, 7), " us)"),
                             breakdown_table(profile_forward(*model, batch, caches), 1)});
+      // Printed as soon as measured: a later run that fails must not lose it.
+      std::fprintf(stderr, "per-op GPU time, %s:\n%s", breakdowns.back().first.c_str(),
+                   breakdowns.back().second.c_str());
     }
     std::fprintf(stderr, "decode batch %d: %.3f ms/step, %.0f tokens/s (%d graphs)\n", b, ms, b * 1e3 / ms,
                  graphs.captured());
@@ -314,29 +348,14 @@ int run(int argc, char** argv) {
 
   for (int32_t len : prompts) {
     STRATA_CHECK(len > 0, "--prefill: lengths must be positive");
-    const int pages = (len + block_size - 1) / block_size;
-    Caches caches = Caches::allocate(model->info().cache, pages, block_size, 1, Device::kCuda);
-    ForwardBatch batch = make_batch(1, len, 0, block_size, pages, rng, vocab);
-    batch.logit_rows.push_back(len - 1);
-    Tensor logits;
-    model->forward(batch, caches, logits);  // warm-up: sizes the workspace, picks GEMM algorithms
-    cudaEvent_t e0, e1;
-    STRATA_CUDA_CHECK(cudaEventCreate(&e0));
-    STRATA_CUDA_CHECK(cudaEventCreate(&e1));
-    const int reps = 3;
-    STRATA_CUDA_CHECK(cudaEventRecord(e0, cu::stream()));
-    for (int i = 0; i < reps; ++i) model->forward(batch, caches, logits);
-    STRATA_CUDA_CHECK(cudaEventRecord(e1, cu::stream()));
-    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
-    const double ms = event_ms(e0, e1) / reps;
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    rows.push_back({cat("prefill ", len, " tokens"), len, ms, forward_cost(dims, 1, len, 0, 1)});
-    if (breakdown && len == prompts.back()) {
-      breakdowns.push_back({cat("prefill ", len, " tokens (", std::to_string(ms).substr(0, 7), " ms)"),
-                            breakdown_table(profile_forward(*model, batch, caches), 1)});
+    try {
+      rows.push_back(prefill_row(*model, dims, len, block_size, rng, vocab, breakdown && len == prompts.back(),
+                                 &breakdowns));
+    } catch (const Error& e) {
+      // One size that does not fit must not lose the others' results.
+      std::fprintf(stderr, "prefill %d: failed: %s\n", len, e.what());
+      failures.push_back(cat("prefill ", len, " tokens: ", e.what()));
     }
-    std::fprintf(stderr, "prefill %d: %.2f ms, %.0f tokens/s\n", len, ms, len * 1e3 / ms);
   }
 
   md << "| run | tokens/s | ms/step | GB moved/step (weights + caches) | TFLOP/step | GB/s | % of copy BW | "
@@ -350,6 +369,7 @@ int run(int argc, char** argv) {
                   100 * tfs / ceil.gemm_tflops);
     md << buf;
   }
+  for (const std::string& f : failures) md << "| " << f << " | | | | | | | | |\n";
   for (const auto& [title, table] : breakdowns) md << "\nPer-op GPU time, " << title << ":\n\n" << table;
   std::fputs(md.str().c_str(), stdout);
   if (!out.empty()) {
@@ -357,7 +377,7 @@ int run(int argc, char** argv) {
     STRATA_CHECK(f.good(), "--out: cannot write ", out);
     f << md.str();
   }
-  return 0;
+  return failures.empty() ? 0 : 1;
 }
 
 }  // namespace
