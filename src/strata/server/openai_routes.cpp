@@ -140,13 +140,55 @@ Json completion_logprobs(const ServerState& st, const CompletionOutput& c, size_
 
 // ---- streaming ----
 
-// Turns engine deltas into the chunks of one streamed response.
+Json chunk_base(const ServerState& st, const std::string& id, const char* object, int64_t created,
+                bool with_usage) {
+  Json c = {{"id", id}, {"object", object}, {"created", created}, {"model", st.model_name}};
+  c["choices"] = Json::array();
+  if (with_usage) c["usage"] = nullptr;
+  return c;
+}
+
+// Turns engine deltas into the chunks of one streamed response, counting its usage.
 class ChunkWriter {
  public:
+  ChunkWriter(ServerState& st, std::string id, const char* object, bool include_usage)
+      : st_(st), id_(std::move(id)), object_(object), created_(std::time(nullptr)),
+        include_usage_(include_usage) {}
   virtual ~ChunkWriter() = default;
   virtual std::vector<Json> start() { return {}; }
-  virtual std::vector<Json> delta(size_t prompt, const RequestOutput& d) = 0;
-  virtual std::vector<Json> end() = 0;
+  std::vector<Json> delta(size_t prompt, const RequestOutput& d) {
+    for (const CompletionOutput& c : d.outputs) usage_.completion += int64_t(c.token_ids.size());
+    if (d.finished) {
+      usage_.prompt += d.metrics.num_prompt_tokens;
+      usage_.cached += d.metrics.num_cached_tokens;
+    }
+    return chunks(prompt, d);
+  }
+  // The usage chunk, when stream_options.include_usage asked for it.
+  std::vector<Json> end() {
+    if (!include_usage_) return {};
+    Json c = chunk_base(st_, id_, object_, created_, true);
+    c["usage"] = usage_.json();
+    return {c};
+  }
+
+ protected:
+  virtual std::vector<Json> chunks(size_t prompt, const RequestOutput& d) = 0;
+  // A chunk with one choice.
+  Json choice(Json fields) const {
+    Json c = chunk_base(st_, id_, object_, created_, include_usage_);
+    c["choices"].push_back(std::move(fields));
+    return c;
+  }
+
+  ServerState& st_;
+
+ private:
+  std::string id_;
+  const char* object_;
+  int64_t created_;
+  bool include_usage_;
+  Usage usage_;
 };
 
 struct StreamJob {
@@ -224,79 +266,53 @@ void stream_response(ServerState& st, httplib::Response& res, std::vector<Submit
       });
 }
 
-Json chunk_base(const ServerState& st, const std::string& id, const char* object, int64_t created,
-                bool with_usage) {
-  Json c = {{"id", id}, {"object", object}, {"created", created}, {"model", st.model_name}};
-  c["choices"] = Json::array();
-  if (with_usage) c["usage"] = nullptr;
-  return c;
-}
-
 // ---- /v1/completions ----
 
 class CompletionChunks : public ChunkWriter {
  public:
   CompletionChunks(ServerState& st, std::string id, const CompletionRequest& r,
                    std::vector<std::string> echoes, size_t n)
-      : st_(st), id_(std::move(id)), created_(std::time(nullptr)), r_(r), echoes_(std::move(echoes)),
-        n_(n), sent_(echoes_.size() * n, 0) {}
+      : ChunkWriter(st, std::move(id), "text_completion", r.gen.include_usage),
+        logprobs_(r.logprobs.has_value()), echoes_(std::move(echoes)), n_(n),
+        sent_(echoes_.size() * n, 0) {}
 
   std::vector<Json> start() override {
     std::vector<Json> out;
     for (size_t p = 0; p < echoes_.size(); ++p) {
       for (size_t j = 0; j < n_ && !echoes_[p].empty(); ++j) {
-        out.push_back(choice(p * n_ + j, echoes_[p], nullptr, ""));
+        out.push_back(text_choice(p * n_ + j, echoes_[p], nullptr, ""));
         sent_[p * n_ + j] += echoes_[p].size();
       }
     }
     return out;
   }
 
-  std::vector<Json> delta(size_t prompt, const RequestOutput& d) override {
+ private:
+  std::vector<Json> chunks(size_t prompt, const RequestOutput& d) override {
     std::vector<Json> out;
     for (const CompletionOutput& c : d.outputs) {
-      usage_.completion += int64_t(c.token_ids.size());
       const size_t index = prompt * n_ + size_t(c.index);
-      const bool want_lp = r_.logprobs.has_value();
-      if (c.text.empty() && !c.finished() && !(want_lp && !c.token_ids.empty())) continue;
-      Json lp = want_lp ? completion_logprobs(st_, c, sent_[index]) : Json();
+      if (c.text.empty() && !c.finished() && !(logprobs_ && !c.token_ids.empty())) continue;
+      Json lp = logprobs_ ? completion_logprobs(st_, c, sent_[index]) : Json();
       sent_[index] += c.text.size();
-      Json ch = choice(index, c.text, std::move(lp), c.finish_reason);
+      Json ch = text_choice(index, c.text, std::move(lp), c.finish_reason);
       ch["choices"][0]["stop_reason"] = stop_reason_json(c);
       out.push_back(std::move(ch));
-    }
-    if (d.finished) {
-      usage_.prompt += d.metrics.num_prompt_tokens;
-      usage_.cached += d.metrics.num_cached_tokens;
     }
     return out;
   }
 
-  std::vector<Json> end() override {
-    if (!r_.gen.include_usage) return {};
-    Json c = chunk_base(st_, id_, "text_completion", created_, true);
-    c["usage"] = usage_.json();
-    return {c};
+  Json text_choice(size_t index, const std::string& text, Json logprobs, const std::string& finish) const {
+    return choice({{"index", index},
+                   {"text", text},
+                   {"logprobs", std::move(logprobs)},
+                   {"finish_reason", finish_json(finish)}});
   }
 
- private:
-  Json choice(size_t index, const std::string& text, Json logprobs, const std::string& finish) {
-    Json c = chunk_base(st_, id_, "text_completion", created_, r_.gen.include_usage);
-    c["choices"].push_back({{"index", index},
-                            {"text", text},
-                            {"logprobs", std::move(logprobs)},
-                            {"finish_reason", finish_json(finish)}});
-    return c;
-  }
-
-  ServerState& st_;
-  std::string id_;
-  int64_t created_;
-  const CompletionRequest r_;
+  bool logprobs_;
   std::vector<std::string> echoes_;
   size_t n_;
   std::vector<size_t> sent_;
-  Usage usage_;
 };
 
 // ---- /v1/chat/completions ----
@@ -321,9 +337,9 @@ Json tool_call_delta_json(const ToolCallDelta& c) {
 class ChatChunks : public ChunkWriter {
  public:
   ChatChunks(ServerState& st, std::string id, const ChatRequest& r, bool starts_in_reasoning)
-      : st_(st), id_(std::move(id)), created_(std::time(nullptr)), r_(r) {
-    const size_t n = size_t(r.gen.sampling.n);
-    for (size_t j = 0; j < n; ++j) {
+      : ChunkWriter(st, std::move(id), "chat.completion.chunk", r.gen.include_usage),
+        logprobs_(r.logprobs) {
+    for (int j = 0; j < r.gen.sampling.n; ++j) {
       parsers_.emplace_back(starts_in_reasoning, r.parse_tools() ? r.tools : Json());
     }
   }
@@ -331,15 +347,15 @@ class ChatChunks : public ChunkWriter {
   std::vector<Json> start() override {
     std::vector<Json> out;
     for (size_t j = 0; j < parsers_.size(); ++j) {
-      out.push_back(choice(j, {{"role", "assistant"}, {"content", ""}}, nullptr, ""));
+      out.push_back(delta_choice(j, {{"role", "assistant"}, {"content", ""}}, nullptr, ""));
     }
     return out;
   }
 
-  std::vector<Json> delta(size_t, const RequestOutput& d) override {
+ private:
+  std::vector<Json> chunks(size_t, const RequestOutput& d) override {
     std::vector<Json> out;
     for (const CompletionOutput& c : d.outputs) {
-      usage_.completion += int64_t(c.token_ids.size());
       ChatOutputParser& parser = parsers_[size_t(c.index)];
       ChatDelta cd = parser.push(c.text);
       if (c.finished()) {
@@ -348,7 +364,7 @@ class ChatChunks : public ChunkWriter {
         cd.content += rest.content;
         cd.calls.insert(cd.calls.end(), rest.calls.begin(), rest.calls.end());
       }
-      Json lp = r_.logprobs && !c.token_ids.empty() ? chat_logprobs(st_, c) : Json();
+      Json lp = logprobs_ && !c.token_ids.empty() ? chat_logprobs(st_, c) : Json();
       if (!cd.empty() || !lp.is_null()) {
         Json delta = Json::object();
         if (!cd.reasoning.empty()) delta["reasoning_content"] = cd.reasoning;
@@ -357,45 +373,27 @@ class ChatChunks : public ChunkWriter {
           delta["tool_calls"] = Json::array();
           for (const ToolCallDelta& t : cd.calls) delta["tool_calls"].push_back(tool_call_delta_json(t));
         }
-        out.push_back(choice(size_t(c.index), std::move(delta), std::move(lp), ""));
+        out.push_back(delta_choice(size_t(c.index), std::move(delta), std::move(lp), ""));
       }
       if (c.finished()) {
-        Json last = choice(size_t(c.index), Json::object(), nullptr,
-                           chat_finish(c.finish_reason, parser.num_calls()));
+        Json last = delta_choice(size_t(c.index), Json::object(), nullptr,
+                                 chat_finish(c.finish_reason, parser.num_calls()));
         last["choices"][0]["stop_reason"] = stop_reason_json(c);
         out.push_back(std::move(last));
       }
     }
-    if (d.finished) {
-      usage_.prompt += d.metrics.num_prompt_tokens;
-      usage_.cached += d.metrics.num_cached_tokens;
-    }
     return out;
   }
 
-  std::vector<Json> end() override {
-    if (!r_.gen.include_usage) return {};
-    Json c = chunk_base(st_, id_, "chat.completion.chunk", created_, true);
-    c["usage"] = usage_.json();
-    return {c};
+  Json delta_choice(size_t index, Json delta, Json logprobs, const std::string& finish) const {
+    return choice({{"index", index},
+                   {"delta", std::move(delta)},
+                   {"logprobs", std::move(logprobs)},
+                   {"finish_reason", finish_json(finish)}});
   }
 
- private:
-  Json choice(size_t index, Json delta, Json logprobs, const std::string& finish) {
-    Json c = chunk_base(st_, id_, "chat.completion.chunk", created_, r_.gen.include_usage);
-    c["choices"].push_back({{"index", index},
-                            {"delta", std::move(delta)},
-                            {"logprobs", std::move(logprobs)},
-                            {"finish_reason", finish_json(finish)}});
-    return c;
-  }
-
-  ServerState& st_;
-  std::string id_;
-  int64_t created_;
-  const ChatRequest r_;
+  bool logprobs_;
   std::vector<ChatOutputParser> parsers_;
-  Usage usage_;
 };
 
 SamplingParams chat_sampling(const ChatRequest& r) {
