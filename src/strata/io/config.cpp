@@ -1,5 +1,6 @@
 #include "strata/io/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -119,8 +120,8 @@ nlohmann::json read_json_file(const std::string& path, DuplicateKeys duplicates)
   return parse_json(text.str(), path, duplicates);
 }
 
-std::string json_type_name(const nlohmann::json& v) {
-  switch (v.type()) {
+std::string json_type_name(nlohmann::json::value_t type) {
+  switch (type) {
     case Json::value_t::object: return "object";
     case Json::value_t::array: return "array";
     case Json::value_t::string: return "string";
@@ -133,6 +134,25 @@ std::string json_type_name(const nlohmann::json& v) {
     case Json::value_t::discarded: return "null";
   }
   return "?";
+}
+
+int json_depth(std::string_view text) {
+  int depth = 0, most = 0;
+  bool in_string = false, escape = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escape) escape = false;
+      else if (c == '\\') escape = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      most = std::max(most, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return most;
 }
 
 ConfigView::ConfigView(const nlohmann::json* object, std::string origin, std::string prefix)

@@ -28,7 +28,13 @@ nlohmann::json read_json_file(const std::string& path,
 
 // The JSON type of `v` for error messages: "object", "array", "string", "boolean", "integer",
 // "number" (a float) or "null".
-std::string json_type_name(const nlohmann::json& v);
+std::string json_type_name(nlohmann::json::value_t type);
+inline std::string json_type_name(const nlohmann::json& v) { return json_type_name(v.type()); }
+inline std::string json_type_name(const nlohmann::ordered_json& v) { return json_type_name(v.type()); }
+
+// The deepest bracket nesting of JSON text, outside strings: a bound to check before parsing
+// text into values that later code walks recursively.
+int json_depth(std::string_view text);
 
 // A view of one JSON object of a config (the top level, or the text_config of a multimodal
 // wrapper). Field errors read "PATH: field 'text_config.hidden_size': expected integer, got string".

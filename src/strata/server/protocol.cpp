@@ -1,27 +1,18 @@
 #include "strata/server/protocol.h"
 
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string_view>
 
+#include "strata/io/config.h"
+
 namespace strata::server {
 
 using Json = nlohmann::ordered_json;
 
-std::string type_name(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::object: return "object";
-    case Json::value_t::array: return "array";
-    case Json::value_t::string: return "string";
-    case Json::value_t::boolean: return "boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "integer";
-    case Json::value_t::number_float: return "number";
-    case Json::value_t::null: return "null";
-    default: return "invalid value";
-  }
-}
+std::string type_name(const Json& v) { return json_type_name(v); }
 
 namespace {
 
@@ -220,26 +211,6 @@ Json normalize_content(const Json& content, const std::string& param) {
   return text;
 }
 
-// The deepest bracket nesting of JSON text, outside strings.
-int json_depth(std::string_view text) {
-  int depth = 0, most = 0;
-  bool in_string = false, escape = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      most = std::max(most, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return most;
-}
-
 Json normalize_tool_calls(const Json& calls, const std::string& param, int max_nesting) {
   if (!calls.is_array()) wrong_type(param, "an array", calls);
   Json out = Json::array();
@@ -350,23 +321,9 @@ Json validate_tools(const Json& tools) {
 Json parse_body(const std::string& body, const RequestLimits& limits) {
   // nlohmann's parser is iterative, but printing and the template's values recurse: bound the
   // nesting before parsing.
-  int depth = 0;
-  bool in_string = false, escape = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limits.max_nesting) {
-        throw bad_request("the request body nests deeper than " +
-                          std::to_string(limits.max_nesting) + " levels");
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
+  if (json_depth(body) > limits.max_nesting) {
+    throw bad_request("the request body nests deeper than " + std::to_string(limits.max_nesting) +
+                      " levels");
   }
   Json j;
   try {

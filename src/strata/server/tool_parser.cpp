@@ -1,5 +1,6 @@
 #include "strata/server/tool_parser.h"
 
+
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -7,6 +8,8 @@
 #include <initializer_list>
 #include <optional>
 #include <random>
+
+#include "strata/io/config.h"
 
 #include "strata/server/reasoning_parser.h"
 
@@ -103,29 +106,6 @@ std::string dump(const Json& v) {
   std::string out;
   dump(v, &out);
   return out;
-}
-
-// The deepest bracket nesting of JSON text, outside strings.
-int json_depth(std::string_view s) {
-  int depth = 0, most = 0;
-  bool in_string = false, escape = false;
-  for (char c : s) {
-    if (in_string) {
-      if (escape)
-        escape = false;
-      else if (c == '\\')
-        escape = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      most = std::max(most, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return most;
 }
 
 std::optional<Json> parse_json(std::string_view s) {
