@@ -17,9 +17,16 @@ struct CliRun {
   std::string out;  // stdout and stderr
 };
 
-CliRun run_cli(const std::string& args) {
+// Runs `strata ARGS` with `input` on stdin (none when empty).
+CliRun run_cli(const std::string& args, const std::string& input = "") {
   CliRun r;
-  const std::string cmd = std::string(STRATA_BINARY) + " " + args + " 2>&1";
+  std::string redirect;
+  if (!input.empty()) {
+    const std::string path = ::testing::TempDir() + "strata_cli_stdin.txt";
+    std::ofstream(path) << input;
+    redirect = " < " + path;
+  }
+  const std::string cmd = std::string(STRATA_BINARY) + " " + args + redirect + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
@@ -96,6 +103,68 @@ TEST(EngineCli, BenchReportsThroughputAndLatency) {
   EXPECT_NE(roof.status, 0);
   EXPECT_NE(roof.out.find("needs the CUDA backend"), std::string::npos) << roof.out;
 #endif
+}
+
+
+// The bundled default model: text prompts, chat, and the tokenizer commands, as a user runs them.
+const std::string kDefaultModel = std::string(STRATA_SOURCE_DIR) + "/models/default";
+const std::string kSmallCache = " --kv-cache-memory 256M --max-num-seqs 8";
+
+TEST(EngineCli, PromptTextContinuesAsHfDoes) {
+  const nlohmann::json ref = read_json_file(kDefaultModel + "/reference/reference.json");
+  const std::string prompt = ref.at("prompt_text").get<std::string>();
+  ASSERT_EQ(prompt.find('\''), std::string::npos);
+  // The README's main job runs exactly this command line (tools/run_demo.sh), without --model.
+  const CliRun r = run_cli("generate --prompt '" + prompt + "' --max-tokens 16 --temperature 0 --ignore-eos" +
+                           kSmallCache);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(prompt + ref.at("greedy_text").get<std::string>() + "\n"), std::string::npos) << r.out;
+  const CliRun no_tok = run_cli("generate --model " + engine_fixture_dir("qwen3_5_tiny") + " --prompt hi");
+  EXPECT_NE(no_tok.status, 0);
+  EXPECT_NE(no_tok.out.find("tokenizer.json"), std::string::npos) << no_tok.out;
+  EXPECT_NE(run_cli("generate --prompt hi --ids 1,2").status, 0);
+}
+
+TEST(EngineCli, ChatStreamsTurnsAndReusesTheHistory) {
+  // A system message of several pages; a state snapshot at every page lets the second turn
+  // resume from the first turn's pages (the template renders the first reply differently in
+  // the history than the model saw it, so the shared prefix ends inside turn one).
+  const std::string system = "You are a careful assistant who knows the Linux kernel, its system calls, "
+                             "file descriptors, processes and signals, and explains them briefly.";
+  const CliRun r = run_cli("chat --temperature 0 --max-tokens 8 --prefix-state-interval 1 --system '" + system +
+                               "'" + kSmallCache,
+                           "Hello there\n\nWhat is a file descriptor?\n");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto lines = lines_of(r.out);
+  // Two replies (the empty line is skipped), then the prefix-cache summary.
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  const std::string summary = lines.back();
+  long long looked = 0, served = 0;
+  ASSERT_EQ(std::sscanf(summary.c_str(), "strata chat: %lld prompt tokens looked up, %lld", &looked, &served), 2)
+      << r.out;
+  EXPECT_GE(served, 32) << "the second turn starts with the first turn's system and user pages";
+  EXPECT_LT(served, looked);
+}
+
+TEST(EngineCli, TokenizeDetokenizeAndChatTemplate) {
+  const std::string dir = kDefaultModel;
+  const CliRun t = run_cli("tokenize --model " + dir, "\"Hello world\"\n\"<|im_start|>x\"\n");
+  ASSERT_EQ(t.status, 0) << t.out;
+  const auto lines = lines_of(t.out);
+  ASSERT_GE(lines.size(), 2u) << t.out;
+  const nlohmann::json ids = nlohmann::json::parse(lines[0]);
+  ASSERT_TRUE(ids.is_array() && !ids.empty()) << t.out;
+  const CliRun d = run_cli("detokenize --model " + dir, ids.dump() + "\n");
+  ASSERT_EQ(d.status, 0) << d.out;
+  EXPECT_EQ(lines_of(d.out)[0], "\"Hello world\"");
+  const CliRun c = run_cli("chat-template --model " + dir,
+                           "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                           "\"add_generation_prompt\": true}\n");
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_EQ(c.out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const CliRun bad = run_cli("chat-template --model " + dir, "{\"messages\": \n");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("stdin"), std::string::npos) << bad.out;
 }
 
 }  // namespace

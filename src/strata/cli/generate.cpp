@@ -1,18 +1,24 @@
-// strata generate: continuations of prompts given as token ids, through the engine.
+// strata generate: continuations of prompts, through the engine.
+//   strata generate --prompt "The kernel" --max-tokens 48          (the bundled model)
 //   strata generate --model DIR --ids 5,6,7 --max-tokens 16 --print-ids
 //   strata generate --model DIR --ids-file prompts.jsonl --n 2 --temperature 0.8 --seed 1
-// With --print-ids, stdout is one line of comma-separated generated ids per completion
-// (prompts in order, then completions in index order); otherwise one descriptive line each.
+// --prompt TEXT needs the folder's tokenizer.json and prints the prompt and its continuation
+// as text. With --print-ids, stdout is one line of comma-separated generated ids per
+// completion (prompts in order, then completions in index order); otherwise one descriptive
+// line each.
 // Unlike the API, --temperature defaults to 0 (greedy) so that runs are reproducible.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "strata/cli/command.h"
 #include "strata/cli/common.h"
 #include "strata/cli/engine_options.h"
 #include "strata/core/error.h"
+#include "strata/engine/detokenizer.h"
 #include "strata/engine/llm.h"
 #include "strata/io/config.h"
 
@@ -46,25 +52,43 @@ int run(int argc, char** argv) {
   CLI::App app{"Generate continuations of prompts given as token ids", "strata generate"};
   EngineOptions eo;
   SamplingOptions so;
-  std::string ids_text, ids_file;
+  std::string ids_text, ids_file, prompt_text;
   bool print_ids = false;
   add_engine_options(app, eo);
   add_sampling_options(app, so, /*greedy_default=*/true);
   auto* ids_opt = app.add_option("--ids", ids_text, "prompt as comma-separated token ids");
   auto* file_opt = app.add_option("--ids-file", ids_file, "prompts, one JSON array of ids per line");
+  auto* prompt_opt = app.add_option("--prompt", prompt_text, "prompt as text (needs the model's tokenizer.json)");
   ids_opt->excludes(file_opt);
+  prompt_opt->excludes(ids_opt)->excludes(file_opt);
   app.add_flag("--print-ids", print_ids, "print only the generated ids, one line per completion");
   CLI11_PARSE(app, argc, argv);
-  STRATA_CHECK(ids_opt->count() || file_opt->count(), "give the prompt with --ids or --ids-file");
-  const std::vector<std::vector<int32_t>> prompts =
-      ids_opt->count() ? std::vector<std::vector<int32_t>>{parse_ids(ids_text, "--ids")}
-                       : read_ids_file(ids_file);
+  STRATA_CHECK(ids_opt->count() || file_opt->count() || prompt_opt->count(),
+               "give the prompt with --prompt, --ids or --ids-file");
+  const EngineConfig config = engine_config(eo);
+  std::optional<Tokenizer> tokenizer;
+  std::vector<std::vector<int32_t>> prompts;
+  if (prompt_opt->count()) {
+    STRATA_CHECK(std::filesystem::exists(std::filesystem::path(config.model) / "tokenizer.json"),
+                 "--prompt: ", config.model, " has no tokenizer.json; give token ids with --ids");
+    tokenizer.emplace(Tokenizer::load(config.model));
+    prompts.push_back(tokenizer->encode(prompt_text, /*add_special=*/true));
+    STRATA_CHECK(!prompts[0].empty(), "--prompt: the prompt is empty");
+  } else if (ids_opt->count()) {
+    prompts.push_back(parse_ids(ids_text, "--ids"));
+  } else {
+    prompts = read_ids_file(ids_file);
+  }
   const SamplingParams params = sampling_params(so);
-  LLM llm(engine_config(eo));
+  LLM llm(config);
+  if (tokenizer) llm.engine().set_detokenizer(std::make_shared<TokenizerDetokenizer>(*tokenizer));
   const std::vector<RequestOutput> outs = llm.generate(prompts, params);
   for (size_t i = 0; i < outs.size(); ++i) {
     for (const CompletionOutput& c : outs[i].outputs) {
-      if (print_ids) {
+      if (tokenizer && !print_ids) {
+        if (outs[i].outputs.size() > 1) std::printf("--- completion %d (%s)\n", c.index, c.finish_reason.c_str());
+        std::printf("%s%s\n", prompt_text.c_str(), c.text.c_str());
+      } else if (print_ids) {
         std::printf("%s\n", join_ids(c.token_ids).c_str());
       } else {
         std::printf("prompt %zu completion %d (%s, %zu tokens, %d cached): %s\n", i, c.index,
@@ -81,7 +105,7 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-const bool kRegistered = register_command({"generate", "generate continuations of token ids", run});
+const bool kRegistered = register_command({"generate", "generate continuations of a text prompt or token ids", run});
 
 }  // namespace
 }  // namespace strata::cli

@@ -12,17 +12,6 @@ namespace strata::server {
 
 namespace {
 
-// The engine's text output: what decoding all generated ids gives, special tokens skipped (as
-// vLLM's default skip_special_tokens).
-class TokenizerDetokenizer : public Detokenizer {
- public:
-  explicit TokenizerDetokenizer(const Tokenizer& t) : t_(t) {}
-  std::string decode(const std::vector<int32_t>& ids) override { return t_.decode(ids, true); }
-
- private:
-  const Tokenizer& t_;
-};
-
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.body(), e.status()); }
 
 void require_tokenizer(const std::string& dir) {
