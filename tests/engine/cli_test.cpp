@@ -1,13 +1,16 @@
 // strata generate and strata bench, run as a user would.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
 #include "engine_test_util.h"
 #include "strata/io/config.h"
+#include "strata/io/npy.h"
 
 namespace strata::testing {
 namespace {
@@ -165,6 +168,27 @@ TEST(EngineCli, TokenizeDetokenizeAndChatTemplate) {
   const CliRun bad = run_cli("chat-template --model " + dir, "{\"messages\": \n");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("stdin"), std::string::npos) << bad.out;
+}
+
+
+TEST(EngineCli, LogitsWritesNpyInEveryMode) {
+  const std::string dir = engine_fixture_dir("qwen3_5_tiny");
+  const nlohmann::json ref = read_json_file(dir + "/reference.json");
+  const Tensor expected = read_npy(dir + "/logits.npy");
+  const std::string out = ::testing::TempDir() + "strata_cli_logits.npy";
+  const std::string ids = join_ids(ref.at("prompt_ids").get<std::vector<int32_t>>());
+  for (const char* mode : {"full", "stepwise", "chunked:7"}) {
+    const CliRun r = run_cli("logits --model " + dir + " --ids " + ids + " --out " + out + " --mode " + mode);
+    ASSERT_EQ(r.status, 0) << r.out;
+    const Tensor got = read_npy(out);
+    ASSERT_EQ(got.shape(), expected.shape()) << mode;
+    double worst = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      worst = std::max(worst, double(std::fabs(got.data<float>()[i] - expected.data<float>()[i])));
+    }
+    EXPECT_LE(worst, 1e-3) << mode;
+  }
+  EXPECT_NE(run_cli("logits --model " + dir + " --ids 1,2 --out " + out + " --mode sideways").status, 0);
 }
 
 }  // namespace

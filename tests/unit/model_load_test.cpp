@@ -131,5 +131,36 @@ TEST(ModelLoad, MultimodalWrapperSkipsVisionAndMtp) {
   EXPECT_EQ(model->info().model_type, "qwen3_5_moe_text");
 }
 
+
+// Qwen3_5ForConditionalGeneration (dense): the language model under model.language_model.*,
+// the config under text_config, a vision tower and an MTP head beside it. Its logits are the
+// CausalLM fixture's, bit for bit.
+TEST_F(BrokenCheckpoint, DenseMultimodalWrapperLoadsItsLanguageModel) {
+  std::vector<std::pair<std::string, Tensor>> wrapped;
+  for (const auto& [name, t] : tensors_) {
+    ASSERT_EQ(name.rfind("model.", 0), 0u) << name;
+    wrapped.emplace_back("model.language_model." + name.substr(6), t);
+  }
+  Tensor extra = Tensor::empty({4, 4}, DType::kF32);
+  for (int64_t i = 0; i < extra.numel(); ++i) extra.data<float>()[i] = float(i);
+  wrapped.emplace_back("model.visual.blocks.0.attn.qkv.weight", extra);
+  wrapped.emplace_back("mtp.fc.weight", extra);
+  write(wrapped);
+  nlohmann::json text = read_json_file(kFixture + "/config.json");
+  text["model_type"] = "qwen3_5_text";
+  nlohmann::json wrapper = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                            {"model_type", "qwen3_5"},
+                            {"tie_word_embeddings", text.value("tie_word_embeddings", false)},
+                            {"text_config", text},
+                            {"vision_config", {{"depth", 1}}}};
+  std::ofstream(dir_ / "config.json") << wrapper.dump(1);
+  auto model = load_model(dir_.string());
+  auto plain = load_model(kFixture);
+  const std::vector<int32_t> ids = {5, 17, 3, 99, 42, 7};
+  const Tensor a = sequence_logits(*model, ids, "full"), b = sequence_logits(*plain, ids, "full");
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+}
+
 }  // namespace
 }  // namespace strata
