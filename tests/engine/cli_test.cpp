@@ -191,5 +191,20 @@ TEST(EngineCli, LogitsWritesNpyInEveryMode) {
   EXPECT_NE(run_cli("logits --model " + dir + " --ids 1,2 --out " + out + " --mode sideways").status, 0);
 }
 
+
+TEST(EngineCli, InfoPrintsTheMemoryPlanPerLayerType) {
+  const CliRun r = run_cli("info --model " + std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/deepseek_v4_tiny");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // float32 entries of head_dim 32 (128 B): the window KV per token; compressed KV 128 B per 4
+  // or 128 tokens; indexer keys (index_head_dim 16) 64 B per 4 tokens.
+  for (const char* want : {"weights          255 tensors", "sliding_attention              x2       128.00 B/token",
+                           "compressed_sparse_attention    x2       176.00 B/token",
+                           "heavily_compressed_attention   x1       129.00 B/token", "all layers",
+                           "737.00 B/token", "not loaded     5 mtp.* tensors"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  EXPECT_NE(run_cli("info --model /nonexistent").status, 0);
+}
+
 }  // namespace
 }  // namespace strata::testing

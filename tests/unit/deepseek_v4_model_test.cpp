@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "strata/core/error.h"
 #include "strata/engine/single_sequence.h"
 #include "strata/io/safetensors.h"
+#include "strata/models/deepseek_v4_config.h"
 #include "strata/models/model.h"
 #include "deepseek_v4_test_util.h"
 
@@ -332,4 +334,40 @@ TEST(DeepseekV4Model, BadCheckpointsNameTheTensorOrField) {
   expect_load_error(w, replace(config_json(), "[0, 4, 128, 4, 0]", "[0, 4, 16, 4, 0]"),
                     {"config.json", "compress_ratios", "16"});
   expect_load_error(w, replace(config_json(), "\"yarn\"", "\"longrope\""), {"config.json", "longrope"});
+}
+
+// HF's nested rope_parameters {main, compress} spells the same ropes as the published flat
+// layout (rope_theta, compress_rope_theta, rope_scaling) when it says the same thing, and its
+// sub-dicts are really read.
+TEST(DeepseekV4Config, NestedRopeParametersMatchTheFlatLayout) {
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/deepseek_v4_tiny";
+  nlohmann::json flat;
+  std::ifstream(dir + "/config.json") >> flat;
+  ASSERT_TRUE(flat.contains("rope_scaling"));
+  const double partial = double(flat["qk_rope_head_dim"].get<int>()) / flat["head_dim"].get<int>();
+  nlohmann::json nested = flat;
+  nested.erase("rope_scaling");
+  nlohmann::json compress = flat["rope_scaling"];
+  compress.erase("type");
+  compress["rope_type"] = "yarn";
+  compress["rope_theta"] = flat["compress_rope_theta"];
+  compress["partial_rotary_factor"] = partial;
+  compress["attention_factor"] = 1.0;
+  nested["rope_parameters"] = {
+      {"main", {{"rope_type", "default"}, {"rope_theta", flat["rope_theta"]}, {"partial_rotary_factor", partial}}},
+      {"compress", compress}};
+  const DeepseekV4Config a = parse_deepseek_v4_config(flat, "flat");
+  const DeepseekV4Config b = parse_deepseek_v4_config(nested, "nested");
+  for (const auto& [x, y] : {std::pair{&a.rope_main, &b.rope_main}, std::pair{&a.rope_compress, &b.rope_compress}}) {
+    EXPECT_EQ(x->rotary_dim, y->rotary_dim);
+    EXPECT_EQ(x->inv_freq, y->inv_freq);
+    EXPECT_EQ(x->attention_scaling, y->attention_scaling);
+  }
+  EXPECT_NE(a.rope_main.inv_freq, a.rope_compress.inv_freq);
+  // YaRN on the main rope too: its frequencies change, the compress rope's do not.
+  nested["rope_parameters"]["main"] = compress;
+  nested["rope_parameters"]["main"]["rope_theta"] = flat["rope_theta"];
+  const DeepseekV4Config c = parse_deepseek_v4_config(nested, "nested-yarn");
+  EXPECT_NE(c.rope_main.inv_freq, a.rope_main.inv_freq);
+  EXPECT_EQ(c.rope_compress.inv_freq, a.rope_compress.inv_freq);
 }
