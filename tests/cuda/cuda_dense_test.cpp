@@ -110,7 +110,7 @@ TEST(CudaDense, AddsGatesAndSiluMul) {
 TEST(CudaDense, Norms) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(6);
-  for (int64_t d : {16, 128, 2048}) {
+  for (int64_t d : {16, 24, 32, 64, 128, 2048}) {
     Tensor x = rand_bf16_values({5, d}, rng), y = rand_bf16_values({5, d}, rng), z = rand_bf16_values({5, d}, rng);
     Tensor w = rand_bf16_values({d}, rng, 0.1f);
     for (bool zc : {false, true}) {
@@ -138,15 +138,28 @@ TEST(CudaDense, Norms) {
 TEST(CudaDense, Rope) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(7);
-  ops::RopeSpec spec;
-  spec.rotary_dim = 64;
-  for (int i = 0; i < 32; ++i) spec.inv_freq.push_back(1.f / std::pow(10000.f, float(2 * i) / 64.f));
-  Tensor x = rand_bf16_values({4, 3, 256}, rng);
-  const std::vector<int32_t> pos = {0, 1, 777, 8191};
-  Tensor ref = x.to(Device::kCpu), got = to_gpu(x);
-  ops::rope(ref, pos, spec);
-  ops::rope(got, pos, spec);
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
+  struct Case {
+    int64_t head_dim;
+    int rotary_dim;
+    float theta;
+  };
+  // Partial rotary as the fixtures: 8 of 32 (qwen3_next_tiny at 1e4, qwen3_5_tiny at 1e7), 8 of
+  // 16 (qwen3_5_moe_tiny) and 4 of 16 (partial_rotary_factor 0.25).
+  for (const Case& c : {Case{256, 64, 1e4f}, Case{32, 8, 1e4f}, Case{32, 8, 1e7f},
+                        Case{16, 8, 1e7f}, Case{16, 4, 1e7f}}) {
+    ops::RopeSpec spec;
+    spec.rotary_dim = c.rotary_dim;
+    for (int i = 0; i < c.rotary_dim / 2; ++i) {
+      spec.inv_freq.push_back(1.f / std::pow(c.theta, float(2 * i) / float(c.rotary_dim)));
+    }
+    const std::vector<int32_t> pos = {0, 1, 15, 16, 63, 64, 130, 199, 200, 777, 8191};
+    Tensor x = rand_bf16_values({int64_t(pos.size()), 4, c.head_dim}, rng);
+    Tensor ref = x.to(Device::kCpu), got = to_gpu(x);
+    ops::rope(ref, pos, spec);
+    ops::rope(got, pos, spec);
+    EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol)
+        << "rotary " << c.rotary_dim << " of " << c.head_dim << ", theta " << c.theta;
+  }
 }
 
 TEST(CudaDense, RandomFillMatchesCpuBitForBit) {

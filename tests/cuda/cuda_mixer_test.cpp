@@ -1,7 +1,10 @@
 // The CUDA token mixers and experts against the CPU reference on the same inputs: paged
-// attention (decode split-K and prefill tiles, GQA, head dims 16 to 256), causal conv1d, the
-// GDN gates, the gated delta rule (chunked and recurrent), the fused GDN decode step, MoE
-// routing and experts (GEMV and grouped-GEMM paths).
+// attention (decode split-K and prefill tiles, GQA groups of 2 and 4, head dims 16 to 256),
+// causal conv1d, the GDN gates, the gated delta rule (chunked and recurrent), the fused GDN
+// decode step, MoE routing and experts (GEMV and grouped-GEMM paths).
+#include <string>
+#include <utility>
+
 #include "cuda_test_util.h"
 
 namespace strata::testing {
@@ -45,10 +48,12 @@ Tensor unit_interval(Shape shape, std::mt19937& rng) {
   return b;
 }
 
-void check_attention(int64_t d, const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx) {
-  std::mt19937 rng(int(d) * 31 + int(q_lens.size()));
+// 4 query heads over hkv KV heads of head dim d.
+void check_attention(int64_t d, int64_t hkv, const std::vector<int32_t>& q_lens,
+                     const std::vector<int32_t>& ctx) {
+  std::mt19937 rng(int(d) * 31 + int(hkv) * 7 + int(q_lens.size()));
   const int bs = 16;
-  const int64_t hq = 4, hkv = 2;
+  const int64_t hq = 4;
   int blocks = 0;
   ForwardBatch batch = make_batch(q_lens, ctx, bs, &blocks);
   const int64_t t = batch.num_tokens();
@@ -59,17 +64,24 @@ void check_attention(int64_t d, const std::vector<int32_t>& q_lens, const std::v
   const float scale = 1.f / std::sqrt(float(d));
   ops::paged_attention(q, k, v, kc, vc, batch, scale, ref);
   ops::paged_attention(to_gpu(q), to_gpu(k), to_gpu(v), gkc, gvc, batch, scale, got);
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << "head dim " << d << ", " << q_lens.size() << " seqs";
-  EXPECT_EQ(rel_err(to_host_f32(gkc), kc), 0.0) << "k cache, head dim " << d;
-  EXPECT_EQ(rel_err(to_host_f32(gvc), vc), 0.0) << "v cache, head dim " << d;
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol)
+      << "head dim " << d << ", " << hkv << " kv heads, " << q_lens.size() << " seqs";
+  EXPECT_EQ(rel_err(to_host_f32(gkc), kc), 0.0)
+      << "k cache, head dim " << d << ", " << hkv << " kv heads";
+  EXPECT_EQ(rel_err(to_host_f32(gvc), vc), 0.0)
+      << "v cache, head dim " << d << ", " << hkv << " kv heads";
 }
 
 TEST(CudaMixer, PagedAttentionDecodeAndPrefill) {
   STRATA_REQUIRE_GPU();
-  for (int64_t d : {16, 64, 128, 256}) {
-    check_attention(d, {1, 1, 1}, {0, 5, 40});     // decode: split-K
-    check_attention(d, {70, 1, 9}, {0, 33, 16});   // prefill tiles, mixed
-    check_attention(d, {130}, {0});                // several query and key tiles
+  for (int64_t d : {16, 32, 64, 128, 256}) {
+    for (int64_t hkv : {2, 1}) {                             // GQA groups of 2 and 4
+      check_attention(d, hkv, {1, 1, 1}, {0, 5, 40});        // decode: split-K
+      check_attention(d, hkv, {1, 1}, {63, 200});            // decode over many pages
+      check_attention(d, hkv, {70, 1, 9}, {0, 33, 16});      // prefill tiles, mixed
+      check_attention(d, hkv, {130}, {0});                   // several query and key tiles
+      check_attention(d, hkv, {100, 64, 3}, {37, 80, 150});  // prefill chunks after cached pages
+    }
   }
 }
 
@@ -101,39 +113,50 @@ TEST(CudaMixer, GdnGates) {
   EXPECT_LE(rel_err(to_host_f32(gb), beta), 1e-5);
 }
 
-void check_delta_rule(int64_t dk, ops::GdnAlgorithm algorithm) {
-  std::mt19937 rng(int(dk) + 100 * int(algorithm));
+// (key, value) head dims: value head dim 24 gives the chunked scan a state column block that is
+// not a multiple of 32.
+constexpr std::pair<int64_t, int64_t> kGdnHeadDims[] = {{16, 16}, {16, 24}, {128, 128}, {128, 24}};
+
+// 2 key heads of dk, ratio value heads of dv per key head.
+void check_delta_rule(int64_t dk, int64_t dv, int64_t ratio, ops::GdnAlgorithm algorithm) {
+  std::mt19937 rng(int(dk * 7 + dv * 3 + ratio) + 100 * int(algorithm));
   int blocks = 0;
-  ForwardBatch batch = make_batch({70, 1, 5, 130}, {0, 3, 9, 0}, 16, &blocks);
-  const int64_t t = batch.num_tokens(), hk = 2, hv = 4, dv = dk;
+  // Spans of one to three 64-token chunks, from an empty state and from a cached one.
+  ForwardBatch batch = make_batch({70, 1, 5, 130, 150}, {0, 3, 9, 0, 37}, 16, &blocks);
+  const int64_t t = batch.num_tokens(), slots = int64_t(batch.seqs.size()), hk = 2, hv = hk * ratio;
   Tensor q = rand_bf16_values({t, hk, dk}, rng), k = rand_bf16_values({t, hk, dk}, rng), v = rand_bf16_values({t, hv, dv}, rng);
   Tensor g = negative_gates({t, hv}, rng), beta = unit_interval({t, hv}, rng);
-  Tensor state = rand_bf16_values({4, hv, dk, dv}, rng, 0.1f), gstate = to_gpu(state, DType::kF32);
+  Tensor state = rand_bf16_values({slots, hv, dk, dv}, rng, 0.1f),
+         gstate = to_gpu(state, DType::kF32);
   Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
   ops::gated_delta_rule(q, k, v, g, beta, state, batch, ref, algorithm);
   ops::gated_delta_rule(to_gpu(q), to_gpu(k), to_gpu(v), to_gpu(g, DType::kF32), to_gpu(beta, DType::kF32), gstate,
                         batch, got, algorithm);
   const char* name = algorithm == ops::GdnAlgorithm::kChunked ? "chunked" : "recurrent";
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << name << " dk " << dk;
-  EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-4) << name << " state, dk " << dk;
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol)
+      << name << " dk " << dk << " dv " << dv << " ratio " << ratio;
+  EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-4)
+      << name << " state, dk " << dk << " dv " << dv << " ratio " << ratio;
 }
 
 TEST(CudaMixer, GatedDeltaRuleChunkedAndRecurrent) {
   STRATA_REQUIRE_GPU();
-  for (int64_t dk : {16, 128}) {
-    check_delta_rule(dk, ops::GdnAlgorithm::kChunked);
-    check_delta_rule(dk, ops::GdnAlgorithm::kRecurrent);
+  for (const auto& [dk, dv] : kGdnHeadDims) {
+    for (int64_t ratio : {1, 2, 3}) {
+      check_delta_rule(dk, dv, ratio, ops::GdnAlgorithm::kChunked);
+      check_delta_rule(dk, dv, ratio, ops::GdnAlgorithm::kRecurrent);
+    }
   }
 }
 
 TEST(CudaMixer, FusedGdnDecodeStep) {
   STRATA_REQUIRE_GPU();
-  for (int64_t dk : {16, 128}) {
+  for (const auto& [dk, dv] : kGdnHeadDims) {
     for (int64_t ratio : {1, 2, 3}) {
-      std::mt19937 rng(int(dk * ratio));
+      std::mt19937 rng(int(dk * ratio + dv));
       int blocks = 0;
       ForwardBatch batch = make_batch({1, 1, 1}, {0, 4, 17}, 16, &blocks);
-      const int64_t t = 3, hk = 2, hv = hk * ratio, dv = dk, kw = 4;
+      const int64_t t = 3, hk = 2, hv = hk * ratio, kw = 4;
       const int64_t conv_dim = 2 * hk * dk + hv * dv;
       Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
       Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
@@ -145,9 +168,11 @@ TEST(CudaMixer, FusedGdnDecodeStep) {
       ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
       ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
                            to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
-      EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << "dk " << dk << " ratio " << ratio;
-      EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, dk " << dk << " ratio " << ratio;
-      EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, dk " << dk << " ratio " << ratio;
+      const std::string at = "dk " + std::to_string(dk) + " dv " + std::to_string(dv) + " ratio " +
+                             std::to_string(ratio);
+      EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
+      EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, " << at;
+      EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, " << at;
     }
   }
 }
