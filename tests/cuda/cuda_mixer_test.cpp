@@ -5,36 +5,11 @@
 #include <string>
 #include <utility>
 
+#include "../unit/batch_test_util.h"
 #include "cuda_test_util.h"
 
 namespace strata::testing {
 namespace {
-
-// Sequences with the given new-token counts and cached lengths; pages in reverse order so that
-// the page indirection is exercised; slot i for sequence i.
-ForwardBatch make_batch(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx_lens, int block_size,
-                        int* num_blocks) {
-  ForwardBatch b;
-  int32_t row = 0, next = 0;
-  for (size_t s = 0; s < q_lens.size(); ++s) {
-    SeqInBatch q;
-    q.q_start = row;
-    q.q_len = q_lens[s];
-    q.ctx_len = ctx_lens[s];
-    q.state_slot = int32_t(s);
-    const int pages = (q.ctx_len + q.q_len + block_size - 1) / block_size;
-    for (int p = 0; p < pages; ++p) q.block_table.push_back(next + pages - 1 - p);
-    next += pages;
-    for (int32_t i = 0; i < q.q_len; ++i) {
-      b.token_ids.push_back(0);
-      b.positions.push_back(q.ctx_len + i);
-    }
-    row += q.q_len;
-    b.seqs.push_back(q);
-  }
-  *num_blocks = next;
-  return b;
-}
 
 Tensor negative_gates(Shape shape, std::mt19937& rng) {
   Tensor g = rand_bf16_values(std::move(shape), rng, 0.5f);

@@ -59,6 +59,18 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// Warp-wide (value, index) maximum, the lower index winning ties; every lane ends with it.
+__device__ __forceinline__ void warp_argmax(float& best, int& bi) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ob > best || (ob == best && oi < bi)) {
+      best = ob;
+      bi = oi;
+    }
+  }
+}
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
 // `red` is __shared__ float[32]. Contains __syncthreads.

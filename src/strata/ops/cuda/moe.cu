@@ -50,15 +50,7 @@ __global__ void route_kernel(const void* logits, bool l32, int64_t rows, int e, 
         bi = i;
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ob > best || (ob == best && oi < bi)) {
-        best = ob;
-        bi = oi;
-      }
-    }
+    warp_argmax(best, bi);
     if (lane == 0) {
       ids[r * top_k + j] = bi;
       weights[r * top_k + j] = best;

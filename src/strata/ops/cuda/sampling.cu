@@ -31,15 +31,7 @@ __device__ __forceinline__ int block_count(int v, int* red) {
 // Block-wide (value, index) maximum, the lower index winning ties.
 __device__ __forceinline__ int block_argmax(float best, int bi, float* redv, int* redi) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (ob > best || (ob == best && oi < bi)) {
-      best = ob;
-      bi = oi;
-    }
-  }
+  warp_argmax(best, bi);
   __syncthreads();
   if (lane == 0) {
     redv[warp] = best;
@@ -49,15 +41,7 @@ __device__ __forceinline__ int block_argmax(float best, int bi, float* redv, int
   if (warp == 0) {
     best = lane < (blockDim.x >> 5) ? redv[lane] : -INFINITY;
     bi = lane < (blockDim.x >> 5) ? redi[lane] : INT_MAX;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ob > best || (ob == best && oi < bi)) {
-        best = ob;
-        bi = oi;
-      }
-    }
+    warp_argmax(best, bi);
     if (lane == 0) redi[0] = bi;
   }
   __syncthreads();
