@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -56,8 +55,6 @@ int run(int argc, char** argv) {
   app.add_flag("--enable-thinking", thinking, "let the template open a reasoning block (Qwen3.5)");
   CLI11_PARSE(app, argc, argv);
   const EngineConfig config = engine_config(eo);
-  STRATA_CHECK(std::filesystem::exists(std::filesystem::path(config.model) / "tokenizer.json"),
-               config.model, ": tokenizer.json is missing; strata chat needs the model's tokenizer");
   const Tokenizer tokenizer = Tokenizer::load(config.model);
   const ChatTemplateConfig templates = load_chat_template_config(config.model);
   const ChatTemplate chat_template = ChatTemplate::compile(templates.select(false));

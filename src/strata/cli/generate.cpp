@@ -10,7 +10,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -69,8 +68,6 @@ int run(int argc, char** argv) {
   std::optional<Tokenizer> tokenizer;
   std::vector<std::vector<int32_t>> prompts;
   if (prompt_opt->count()) {
-    STRATA_CHECK(std::filesystem::exists(std::filesystem::path(config.model) / "tokenizer.json"),
-                 "--prompt: ", config.model, " has no tokenizer.json; give token ids with --ids");
     tokenizer.emplace(Tokenizer::load(config.model));
     prompts.push_back(tokenizer->encode(prompt_text, /*add_special=*/true));
     STRATA_CHECK(!prompts[0].empty(), "--prompt: the prompt is empty");

@@ -60,7 +60,7 @@ std::vector<Submitted> submit_all(ServerState& st, const std::string& base_id,
 }
 
 // Waits for the whole output of one request.
-RequestOutput collect(ServerState& st, const Submitted& s) {
+RequestOutput collect(const Submitted& s) {
   RequestOutput whole, delta;
   for (;;) {
     const RequestStream::Status status = s.stream->next(&delta, 1.0);
@@ -463,7 +463,7 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
   Json choices = Json::array();
   Usage usage;
   for (size_t p = 0; p < subs.size(); ++p) {
-    const RequestOutput whole = collect(st, subs[p]);
+    const RequestOutput whole = collect(subs[p]);
     usage.prompt += whole.metrics.num_prompt_tokens;
     usage.cached += whole.metrics.num_cached_tokens;
     for (const CompletionOutput& c : whole.outputs) {
@@ -496,7 +496,7 @@ void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response
     stream_response(st, res, std::move(subs), std::make_unique<ChatChunks>(st, id, r, thinking));
     return;
   }
-  const RequestOutput whole = collect(st, subs[0]);
+  const RequestOutput whole = collect(subs[0]);
   Json choices = Json::array();
   Usage usage;
   usage.prompt = whole.metrics.num_prompt_tokens;

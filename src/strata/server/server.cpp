@@ -14,11 +14,6 @@ namespace {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.body(), e.status()); }
 
-void require_tokenizer(const std::string& dir) {
-  STRATA_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"), dir,
-               ": tokenizer.json is missing; strata serve needs the model's tokenizer");
-}
-
 }  // namespace
 
 void send_json(httplib::Response& res, const Json& body, int status) {
@@ -53,6 +48,8 @@ struct ApiServer::Impl {
   httplib::Server http;
   int port = -1;
 
+  // The tokenizer, chat templates and names of the model folder.
+  void load_text(ServerOptions options, const std::string& dir);
   void routes();
   // Runs a handler, answering ApiError (and Error from input checks) as OpenAI errors.
   template <class F>
@@ -73,31 +70,28 @@ struct ApiServer::Impl {
 
 ApiServer::ApiServer(const EngineConfig& engine_config, ServerOptions options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->st.options = std::move(options);
-  impl_->st.model_dir = engine_config.model;
-  require_tokenizer(engine_config.model);  // before the (slow) model load
+  impl_->load_text(std::move(options), engine_config.model);  // before the (slow) model load
   start(std::make_unique<Engine>(engine_config));
 }
 
 ApiServer::ApiServer(std::shared_ptr<Model> model, const EngineConfig& engine_config, ServerOptions options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->st.options = std::move(options);
-  impl_->st.model_dir = engine_config.model;
+  impl_->load_text(std::move(options), engine_config.model);
   start(std::make_unique<Engine>(std::move(model), engine_config,
                                  GenerationDefaults::load(engine_config.model)));
 }
 
-void ApiServer::start(std::unique_ptr<Engine> engine) {
-  ServerState& st = impl_->st;
+void ApiServer::Impl::load_text(ServerOptions options, const std::string& dir) {
+  st.options = std::move(options);
+  st.model_dir = dir;
   st.model_name = st.options.served_model_name;
   if (st.model_name.empty()) {
-    st.model_name = std::filesystem::path(st.model_dir).lexically_normal().filename().string();
-    if (st.model_name.empty()) st.model_name = std::filesystem::path(st.model_dir).parent_path().filename().string();
+    st.model_name = std::filesystem::path(dir).lexically_normal().filename().string();
+    if (st.model_name.empty()) st.model_name = std::filesystem::path(dir).parent_path().filename().string();
   }
   st.created = int64_t(std::time(nullptr));
-  require_tokenizer(st.model_dir);
-  st.tokenizer.emplace(Tokenizer::load(st.model_dir));
-  st.template_config = load_chat_template_config(st.model_dir);
+  st.tokenizer.emplace(Tokenizer::load(dir));  // an Error naming DIR/tokenizer.json when missing
+  st.template_config = load_chat_template_config(dir);
   if (!st.template_config.templates.empty()) {
     // select() gives the template source: "tool_use" for requests with tools when the model
     // has one, else "default".
@@ -106,6 +100,10 @@ void ApiServer::start(std::unique_ptr<Engine> engine) {
     st.chat_template.emplace(ChatTemplate::compile(plain));
     if (&tools != &plain) st.tool_template.emplace(ChatTemplate::compile(tools));
   }
+}
+
+void ApiServer::start(std::unique_ptr<Engine> engine) {
+  ServerState& st = impl_->st;
   engine->set_detokenizer(std::make_shared<TokenizerDetokenizer>(*st.tokenizer));
   st.loop = std::make_unique<EngineLoop>(
       std::move(engine), [&st](const RequestOutput& last, int64_t generated,
