@@ -110,7 +110,8 @@ TEST(CudaDense, AddsGatesAndSiluMul) {
 TEST(CudaDense, Norms) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(6);
-  for (int64_t d : {16, 24, 32, 64, 128, 2048}) {
+  // 2048: the register-cached path; 10000: wider than the block's registers hold.
+  for (int64_t d : {16, 24, 32, 64, 128, 2048, 10000}) {
     Tensor x = rand_bf16_values({5, d}, rng), y = rand_bf16_values({5, d}, rng), z = rand_bf16_values({5, d}, rng);
     Tensor w = rand_bf16_values({d}, rng, 0.1f);
     for (bool zc : {false, true}) {
@@ -197,6 +198,22 @@ TEST(CudaDense, ArgmaxAndSampling) {
   Tensor back = gids.to(Device::kCpu);
   for (int i = 0; i < n; ++i) EXPECT_EQ(back.data<int32_t>()[i], ids.data<int32_t>()[i]) << i;
   EXPECT_EQ(ids.data<int32_t>()[3], 7);
+  {
+    // A vocabulary the size of Qwen3.5's (spread over many blocks, the last one short), with a
+    // tie between two blocks' maxima and a maximum in the last element.
+    const int64_t big = 248320 + 7;
+    Tensor wide = rand_bf16_values({3, big}, rng, 3.f);
+    wide.data<float>()[5000] = 60.f;
+    wide.data<float>()[200000] = 60.f;
+    wide.data<float>()[2 * big - 1] = 70.f;
+    Tensor wids = Tensor::empty({3}, DType::kI32), gwids = Tensor::empty({3}, DType::kI32, Device::kCuda);
+    ops::argmax(wide, wids);
+    ops::argmax(to_gpu(wide, DType::kF32), gwids);
+    Tensor wback = gwids.to(Device::kCpu);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(wback.data<int32_t>()[i], wids.data<int32_t>()[i]) << i;
+    EXPECT_EQ(wids.data<int32_t>()[0], 5000);
+    EXPECT_EQ(wids.data<int32_t>()[1], big - 1);
+  }
   std::uniform_real_distribution<float> u(0.f, 1.f);
   int agree = 0, total = 0;
   for (const ops::SampleRow base : {ops::SampleRow{1.f, 0, 1.f, 0}, ops::SampleRow{0.7f, 50, 1.f, 0},

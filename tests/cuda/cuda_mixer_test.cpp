@@ -53,6 +53,7 @@ TEST(CudaMixer, PagedAttentionDecodeAndPrefill) {
     for (int64_t hkv : {2, 1}) {                             // GQA groups of 2 and 4
       check_attention(d, hkv, {1, 1, 1}, {0, 5, 40});        // decode: split-K
       check_attention(d, hkv, {1, 1}, {63, 200});            // decode over many pages
+      check_attention(d, hkv, {1, 1}, {4500, 17});           // decode at the split cap
       check_attention(d, hkv, {70, 1, 9}, {0, 33, 16});      // prefill tiles, mixed
       check_attention(d, hkv, {130}, {0});                   // several query and key tiles
       check_attention(d, hkv, {100, 64, 3}, {37, 80, 150});  // prefill chunks after cached pages
@@ -126,8 +127,13 @@ TEST(CudaMixer, GatedDeltaRuleChunkedAndRecurrent) {
 
 TEST(CudaMixer, FusedGdnDecodeStep) {
   STRATA_REQUIRE_GPU();
-  for (const auto& [dk, dv] : kGdnHeadDims) {
-    for (int64_t ratio : {1, 2, 3}) {
+  // The fixtures' head dims and the real models' 128 x 128, plus dv 256 at ratios 1, 2, 3 and 8:
+  // clusters of 8, 4, 2 and 1 column slices per value head, 1, 2, 4 and 8 columns per lane.
+  std::vector<std::pair<int64_t, int64_t>> dims(std::begin(kGdnHeadDims), std::end(kGdnHeadDims));
+  dims.push_back({64, 256});
+  for (const auto& [dk, dv] : dims) {
+    for (int64_t ratio : {1, 2, 3, 8}) {
+      if (ratio == 8 && dv != 256) continue;
       std::mt19937 rng(int(dk * ratio + dv));
       int blocks = 0;
       ForwardBatch batch = make_batch({1, 1, 1}, {0, 4, 17}, 16, &blocks);
@@ -170,6 +176,24 @@ void check_moe(int64_t t, int64_t e, int64_t k, int64_t h, int64_t inter) {
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << t << " tokens, " << e << " experts";
 }
 
+// The routed experts plus a gated shared expert: the fused decode pass (t <= 16) and the grouped
+// path's composition, against the CPU's composition.
+void check_moe_shared(int64_t t, int64_t e, int64_t k, int64_t h, int64_t inter, int64_t si) {
+  std::mt19937 rng(int(t * 11 + si));
+  Tensor logits = rand_bf16_values({t, e}, rng, 2.f);
+  Tensor ids = Tensor::empty({t, k}, DType::kI32), w = Tensor::empty({t, k}, DType::kF32);
+  ops::moe_route_softmax(logits, int(k), true, ids, w);
+  Tensor x = rand_bf16_values({t, h}, rng), gu = rand_bf16_values({e, 2 * inter, h}, rng, 0.05f);
+  Tensor down = rand_bf16_values({e, h, inter}, rng, 0.05f);
+  Tensor sgu = rand_bf16_values({t, 2 * si}, rng), sdown = rand_bf16_values({h, si}, rng, 0.05f);
+  Tensor sgate = rand_bf16_values({t, 1}, rng, 2.f);
+  Tensor ref = Tensor::empty({t, h}, DType::kF32), got = Tensor::empty({t, h}, DType::kBF16, Device::kCuda);
+  ops::moe_experts_shared(x, gu, down, ids, w, sgu, sdown, sgate, ref);
+  ops::moe_experts_shared(to_gpu(x), to_gpu(gu), to_gpu(down), ids.to(Device::kCuda), w.to(Device::kCuda),
+                          to_gpu(sgu), to_gpu(sdown), to_gpu(sgate), got);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << t << " tokens, shared expert of " << si;
+}
+
 TEST(CudaMixer, MoeRoutingAndExperts) {
   STRATA_REQUIRE_GPU();
   check_moe(3, 8, 3, 64, 32);      // GEMV path
@@ -177,6 +201,11 @@ TEST(CudaMixer, MoeRoutingAndExperts) {
   check_moe(20, 16, 4, 256, 128);  // grouped, one tile per expert
   check_moe(600, 16, 3, 256, 128); // grouped, several tiles per expert
   check_moe(5, 256, 8, 256, 64);   // many experts, GEMV
+  check_moe(4, 512, 10, 64, 32);   // routing beyond 256 experts; more than 8 experts per token
+  check_moe(2, 8, 2, 4096, 1024);  // several passes over the hidden and intermediate dims
+  check_moe_shared(3, 16, 4, 256, 64, 64);     // fused
+  check_moe_shared(2, 16, 4, 256, 64, 1024);   // fused, several passes over the shared expert
+  check_moe_shared(40, 16, 4, 256, 64, 128);   // grouped, then the shared expert
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "strata/cli/bench_roofline.h"
 #include "strata/cli/common.h"
@@ -165,6 +166,58 @@ Ceilings measure_ceilings() {
   return c;
 }
 
+// Batch-1 GEMV at the model's decode shapes: strata's kernel (ops::linear) against cuBLASLt
+// (m = 1) in the same run, each cycling over enough weight copies (>= 256 MB) that L2 never
+// holds the next one.
+std::string gemv_table(const Dims& d, const Ceilings& ceil) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> shapes[] = {
+      {"GDN in_proj", {2 * d.hk * d.dk + 2 * d.hv * d.dv + 2 * d.hv, d.hidden}},
+      {"attention qkv", {2 * d.heads * d.head_dim + 2 * d.kv_heads * d.head_dim, d.hidden}},
+      {"out_proj / o_proj", {d.hidden, d.hv * d.dv}},
+      {"router + shared gate/up", {d.experts + 1 + 2 * d.shared_inter, d.hidden}},
+      {"shared down", {d.hidden, d.shared_inter}},
+      {"lm_head", {d.vocab, d.hidden}},
+  };
+  cudaEvent_t e0, e1;
+  STRATA_CUDA_CHECK(cudaEventCreate(&e0));
+  STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+  std::ostringstream md;
+  md << "| GEMV (batch 1) | N x K | MB | strata us | % of copy BW | cuBLASLt us | % of copy BW | strata / cuBLASLt |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|\n";
+  char buf[256];
+  for (const auto& [name, nk] : shapes) {
+    const auto [n, k] = nk;
+    if (n <= 0 || k <= 0) continue;
+    const int64_t bytes = n * k * 2;
+    const int copies = int(std::max<int64_t>(2, ((int64_t(256) << 20) + bytes - 1) / bytes));
+    std::vector<Tensor> ws;
+    for (int c = 0; c < copies; ++c) {
+      ws.push_back(Tensor::empty({n, k}, DType::kBF16, Device::kCuda));
+      ops::fill_random_uniform(ws.back(), 10 + c, 0.05f);
+    }
+    Tensor x = Tensor::empty({1, k}, DType::kBF16, Device::kCuda), y = Tensor::empty({1, n}, DType::kBF16, Device::kCuda);
+    ops::fill_random_uniform(x, 9, 1.f);
+    auto time = [&](auto&& call) {
+      for (int c = 0; c < copies; ++c) call(ws[c]);
+      const int reps = std::max(20, 2 * copies);
+      STRATA_CUDA_CHECK(cudaEventRecord(e0, cu::stream()));
+      for (int r = 0; r < reps; ++r) call(ws[r % copies]);
+      STRATA_CUDA_CHECK(cudaEventRecord(e1, cu::stream()));
+      STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
+      return event_ms(e0, e1) * 1e3 / reps;
+    };
+    const double ours = time([&](const Tensor& w) { ops::linear(x, w, y); });
+    const double lt = time([&](const Tensor& w) { cu::gemm_bf16(x.raw(), w.raw(), y.raw(), false, 1, n, k); });
+    auto pct = [&](double us) { return 100.0 * double(bytes) / (us * 1e-6) / 1e9 / ceil.copy_gbs; };
+    std::snprintf(buf, sizeof buf, "| %s | %lld x %lld | %.1f | %.2f | %.1f%% | %.2f | %.1f%% | %.2f |\n", name,
+                  (long long)n, (long long)k, double(bytes) / 1e6, ours, pct(ours), lt, pct(lt), ours / lt);
+    md << buf;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return md.str();
+}
+
 // `seqs` sequences of `q_len` new tokens after `ctx` cached ones, pages laid out one after the
 // other, slot i for sequence i.
 ForwardBatch make_batch(int seqs, int q_len, int ctx, int block_size, int pages_per_seq, std::mt19937& rng,
@@ -290,6 +343,9 @@ int run(int argc, char** argv) {
   std::fputs(buf, stderr);
   md << "Model: `" << model->info().model_type << "`, " << double(model->info().weight_bytes) / 1e9
      << " GB of weights on the GPU (" << load_format << ").\n\n";
+  const std::string gemvs = gemv_table(dims, ceil);
+  std::fputs(gemvs.c_str(), stderr);
+  md << gemvs << "\n";
   const int64_t vocab = model->info().vocab_size;
   const int block_size = 16;
   std::mt19937 rng(7);

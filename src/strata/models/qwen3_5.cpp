@@ -382,12 +382,10 @@ class Qwen35Model final : public Model {
     Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
     Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
     ops::moe_route_softmax(logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights);
-    ops::moe_experts(x, l.experts_gate_up, l.experts_down, ids, weights, y);
     if (l.has_shared) {
-      Tensor a = act({t, si}), shared = act({t, cfg_.hidden});
-      ops::silu_mul(shared_gu, a);
-      ops::linear(a, l.shared.down, shared);
-      ops::add_sigmoid_gated(y, shared, gate);
+      ops::moe_experts_shared(x, l.experts_gate_up, l.experts_down, ids, weights, shared_gu, l.shared.down, gate, y);
+    } else {
+      ops::moe_experts(x, l.experts_gate_up, l.experts_down, ids, weights, y);
     }
   }
 

@@ -102,6 +102,14 @@ void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Te
 // with e = ids[t, j]; gate_up [E, 2I, H], down [E, H, I].
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                  const Tensor& weights, const Tensor& out);
+// moe_experts, then the shared expert added under its sigmoid gate: out += sigmoid(shared_gate)
+// * shared_down · silu_mul(shared_gate_up); shared_gate_up [T, 2 Is] (its gate and up
+// projections, already computed), shared_down [H, Is], shared_gate [T, 1]. The same result as
+// moe_experts, silu_mul, linear and add_sigmoid_gated one after the other (one pass over the
+// experts and the shared expert at decode on CUDA).
+void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                        const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
+                        const Tensor& shared_gate, const Tensor& out);
 
 // ---- cache management ----
 

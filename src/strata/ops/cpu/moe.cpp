@@ -89,4 +89,17 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   });
 }
 
+void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                        const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
+                        const Tensor& shared_gate, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, moe_experts_shared(x, gate_up, down, ids, weights, shared_gate_up, shared_down,
+                                             shared_gate, out));
+  const int64_t t = x.dim(0), si = shared_down.dim(1);
+  moe_experts(x, gate_up, down, ids, weights, out);
+  Tensor act = Tensor::empty({t, si}, DType::kF32), shared = Tensor::empty(out.shape(), DType::kF32);
+  silu_mul(shared_gate_up, act);
+  linear(act, shared_down, shared);
+  add_sigmoid_gated(out, shared, shared_gate);
+}
+
 }  // namespace strata::ops

@@ -1,8 +1,8 @@
 // CUDA: causal GQA attention over the paged KV cache. The new keys and values are written into
 // their pages first; then either
 //  - decode (every sequence has one new token): split-K over the sequence's pages, one block per
-//    (split, kv head, sequence) reading each cached key once for all its query heads, with a
-//    second kernel merging the splits' partial softmaxes; or
+//    (split, kv head, sequence) and a warp per query head of the kv head, with a second kernel
+//    merging the splits' partial softmaxes; or
 //  - prefill (any batch): FlashAttention-style tiles of 64 queries x 64 keys with bf16 tensor
 //    cores (WMMA) and an online softmax, walking the keys page by page.
 #include <mma.h>
@@ -17,11 +17,12 @@
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kHeadsPerBlock = 8;  // query heads of one kv head handled by a decode block
 constexpr int kMaxSplits = 64;
+constexpr int kMinSplitTokens = 32;
 
 __global__ void kv_write_kernel(const bf16* k, const bf16* v, bf16* kc, bf16* vc, DeviceBatch b, int64_t row,
                                 int bs) {
+  pdl_begin();
   const int t = blockIdx.x;
   const int s = b.token_seq[t];
   const int pos = b.ctx_len[s] + (t - b.q_start[s]);
@@ -36,22 +37,32 @@ __global__ void kv_write_kernel(const bf16* k, const bf16* v, bf16* kc, bf16* vc
 
 // ---- decode ----
 
-template <int D>
-__global__ void __launch_bounds__(128) attn_decode_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kc,
-                                                          const bf16* __restrict__ vc, DeviceBatch b, int hq,
-                                                          int hkv, int bs, float scale, int splits,
-                                                          float* part_o, float* part_ml, bf16* out) {
-  constexpr int G = D / 8;          // lanes per token, 8 elements (16 bytes) each
-  constexpr int TPW = 32 / G;       // tokens per warp step
-  constexpr int NG = 4 * TPW;       // token groups per block
-  __shared__ float sm_acc[NG][kHeadsPerBlock][D];
-  __shared__ float sm_m[NG][kHeadsPerBlock], sm_l[NG][kHeadsPerBlock];
+// Block (split, kv head, sequence), 8 warps, warp w serving query heads w, w + 8, ... of the kv
+// head (the block's warps share each key through L1). A warp walks the split's keys kDecodeVec
+// elements per lane, G = D / kDecodeVec lanes per key and TPW = 32 / G keys side by side,
+// kUnroll steps per iteration: their page ids, then their keys and values, load together, and the
+// online softmax rescales once per iteration. The TPW partial softmaxes of a warp merge by
+// shuffles at the end.
+constexpr int kDecodeVec = 16, kDecodeWarps = 8, kUnroll = 4;
 
-  const int split = blockIdx.x, s = blockIdx.z;
-  const int group = hq / hkv, subgroups = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
-  const int kvh = blockIdx.y / subgroups, sub = blockIdx.y % subgroups;
-  const int h0 = kvh * group + sub * kHeadsPerBlock;
-  const int nh = min(kHeadsPerBlock, group - sub * kHeadsPerBlock);
+__device__ __forceinline__ void merge_softmax(float& m, float& l, float* acc, float m_o, float l_o,
+                                              const float* acc_o) {
+  const float m_new = fmaxf(m, m_o);
+  const float ca = m == -INFINITY ? 0.f : __expf(m - m_new), cb = m_o == -INFINITY ? 0.f : __expf(m_o - m_new);
+  l = l * ca + l_o * cb;
+#pragma unroll
+  for (int e = 0; e < kDecodeVec; ++e) acc[e] = acc[e] * ca + acc_o[e] * cb;
+  m = m_new;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
+    const bf16* __restrict__ q, const bf16* __restrict__ kc, const bf16* __restrict__ vc, DeviceBatch b, int hq,
+    int hkv, int bs, float scale, int splits, float* part_o, float* part_ml, bf16* out) {
+  pdl_begin();
+  constexpr int G = D / kDecodeVec, TPW = 32 / G;
+  const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+  const int group = hq / hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lig = lane % G, grp = lane / G;
   const int t = b.q_start[s];
@@ -60,108 +71,132 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const bf16* __restrict
   const bool padding = bt[0] < 0;
   const int chunk = (seq_len + splits - 1) / splits;
   const int t0 = padding ? 0 : split * chunk, t1 = padding ? 0 : min(seq_len, t0 + chunk);
-
-  float qf[kHeadsPerBlock][8], acc[kHeadsPerBlock][8], m[kHeadsPerBlock], l[kHeadsPerBlock];
+  for (int hh = warp; hh < group; hh += kDecodeWarps) {
+    const int h = kvh * group + hh;
+    float qf[kDecodeVec], acc[kDecodeVec];
+    const bf16* qp = q + (int64_t(t) * hq + h) * D + lig * kDecodeVec;
+    unpack8(*reinterpret_cast<const uint4*>(qp), qf);
+    unpack8(*reinterpret_cast<const uint4*>(qp + 8), qf + 8);
 #pragma unroll
-  for (int h = 0; h < kHeadsPerBlock; ++h) {
-    m[h] = -INFINITY;
-    l[h] = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[h][e] = qf[h][e] = 0.f;
-    if (h < nh) {
-      unpack8(*reinterpret_cast<const uint4*>(q + (int64_t(t) * hq + h0 + h) * D + lig * 8), qf[h]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qf[h][e] *= scale;
+    for (int e = 0; e < kDecodeVec; ++e) {
+      qf[e] *= scale;
+      acc[e] = 0.f;
     }
-  }
-  for (int base = t0 + warp * TPW; base < t1; base += 4 * TPW) {
-    const int tok = base + grp;
-    const bool valid = tok < t1;
-    float kf[8], vf[8];
-    if (valid) {
-      const int page = bt[tok / bs];
-      const int64_t off = ((int64_t(page) * bs + tok % bs) * hkv + kvh) * D + lig * 8;
-      const uint4 ku = __ldg(reinterpret_cast<const uint4*>(kc + off));
-      const uint4 vu = __ldg(reinterpret_cast<const uint4*>(vc + off));
-      unpack8(ku, kf);
-      unpack8(vu, vf);
-    } else {
+    float m = -INFINITY, l = 0.f;
+    for (int base = t0; base < t1; base += TPW * kUnroll) {
+      int page[kUnroll];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) kf[e] = vf[e] = 0.f;
-    }
-#pragma unroll
-    for (int h = 0; h < kHeadsPerBlock; ++h) {
-      if (h >= nh) break;
-      float sc = 0.f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sc = fmaf(qf[h][e], kf[e], sc);
-#pragma unroll
-      for (int o = G / 2; o > 0; o >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o);
-      if (valid) {
-        const float m_new = fmaxf(m[h], sc);
-        const float corr = __expf(m[h] - m_new), p = __expf(sc - m_new);
-        l[h] = l[h] * corr + p;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[h][e] = acc[h][e] * corr + p * vf[e];
-        m[h] = m_new;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int tok = base + u * TPW + grp;
+        page[u] = tok < t1 ? bt[tok / bs] : -1;
       }
-    }
-  }
-  const int g = warp * TPW + grp;
+      uint4 kv[kUnroll][4];
 #pragma unroll
-  for (int h = 0; h < kHeadsPerBlock; ++h) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) sm_acc[g][h][lig * 8 + e] = acc[h][e];
-    if (lig == 0) {
-      sm_m[g][h] = m[h];
-      sm_l[g][h] = l[h];
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
-    const int h = i / D, d = i % D;
-    float mx = -INFINITY;
-    for (int j = 0; j < NG; ++j) mx = fmaxf(mx, sm_m[j][h]);
-    float lsum = 0.f, o = 0.f;
-    if (mx != -INFINITY) {
-      for (int j = 0; j < NG; ++j) {
-        const float w = sm_m[j][h] == -INFINITY ? 0.f : __expf(sm_m[j][h] - mx);
-        lsum += sm_l[j][h] * w;
-        o += sm_acc[j][h][d] * w;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int tok = base + u * TPW + grp;
+        if (page[u] >= 0) {
+          const int64_t off = ((int64_t(page[u]) * bs + tok % bs) * hkv + kvh) * D + lig * kDecodeVec;
+          kv[u][0] = __ldg(reinterpret_cast<const uint4*>(kc + off));
+          kv[u][1] = __ldg(reinterpret_cast<const uint4*>(kc + off + 8));
+          kv[u][2] = __ldg(reinterpret_cast<const uint4*>(vc + off));
+          kv[u][3] = __ldg(reinterpret_cast<const uint4*>(vc + off + 8));
+        } else {
+          kv[u][0] = kv[u][1] = kv[u][2] = kv[u][3] = make_uint4(0, 0, 0, 0);
+        }
       }
+      float sc[kUnroll];
+      float mx = m;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float kf[kDecodeVec];
+        unpack8(kv[u][0], kf);
+        unpack8(kv[u][1], kf + 8);
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < kDecodeVec; ++e) d = fmaf(qf[e], kf[e], d);
+#pragma unroll
+        for (int o = G / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        sc[u] = page[u] >= 0 ? d : -INFINITY;
+        mx = fmaxf(mx, sc[u]);
+      }
+      const float corr = m == -INFINITY ? 0.f : __expf(m - mx);
+      l *= corr;
+#pragma unroll
+      for (int e = 0; e < kDecodeVec; ++e) acc[e] *= corr;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float p = sc[u] == -INFINITY ? 0.f : __expf(sc[u] - mx);
+        l += p;
+        float vf[kDecodeVec];
+        unpack8(kv[u][2], vf);
+        unpack8(kv[u][3], vf + 8);
+#pragma unroll
+        for (int e = 0; e < kDecodeVec; ++e) acc[e] = fmaf(p, vf[e], acc[e]);
+      }
+      m = mx;
     }
-    const int64_t qh = int64_t(t) * hq + h0 + h;
-    if (splits == 1) {
-      out[qh * D + d] = f2bf(lsum > 0.f ? o / lsum : 0.f);
-    } else {
-      const int64_t p = (int64_t(s) * hq + h0 + h) * splits + split;
-      part_o[p * D + d] = o;
-      if (d == 0) {
-        part_ml[2 * p] = mx;
-        part_ml[2 * p + 1] = lsum;
+    // Merge the warp's TPW key groups (lanes lig + G j hold the same elements).
+#pragma unroll
+    for (int o = G; o < 32; o <<= 1) {
+      float acc_o[kDecodeVec];
+#pragma unroll
+      for (int e = 0; e < kDecodeVec; ++e) acc_o[e] = __shfl_xor_sync(0xffffffffu, acc[e], o);
+      const float m_o = __shfl_xor_sync(0xffffffffu, m, o), l_o = __shfl_xor_sync(0xffffffffu, l, o);
+      merge_softmax(m, l, acc, m_o, l_o, acc_o);
+    }
+    if (grp == 0) {
+      if (splits == 1) {
+        float o[kDecodeVec];
+#pragma unroll
+        for (int e = 0; e < kDecodeVec; ++e) o[e] = l > 0.f ? acc[e] / l : 0.f;
+        bf16* op = out + (int64_t(t) * hq + h) * D + lig * kDecodeVec;
+        *reinterpret_cast<uint4*>(op) = pack8(o);
+        *reinterpret_cast<uint4*>(op + 8) = pack8(o + 8);
+      } else {
+        const int64_t p = (int64_t(s) * hq + h) * splits + split;
+#pragma unroll
+        for (int e = 0; e < kDecodeVec; ++e) part_o[p * D + lig * kDecodeVec + e] = acc[e];
+        if (lig == 0) {
+          part_ml[2 * p] = m;
+          part_ml[2 * p + 1] = l;
+        }
       }
     }
   }
 }
 
+// One block per (sequence, query head): the splits' weights exp(m_j - max) and the total mass
+// are computed once by the first warp; then every output element's sum over the splits has
+// independent loads.
 __global__ void attn_combine_kernel(const float* part_o, const float* part_ml, DeviceBatch b, int hq, int d_dim,
                                     int splits, bf16* out) {
+  pdl_begin();
+  __shared__ float wsm[kMaxSplits];
+  __shared__ float lsum_sm;
   const int s = blockIdx.x / hq, h = blockIdx.x % hq;
   const int t = b.q_start[s];
   const int64_t p0 = (int64_t(s) * hq + h) * splits;
-  float mx = -INFINITY;
-  for (int j = 0; j < splits; ++j) mx = fmaxf(mx, part_ml[2 * (p0 + j)]);
-  for (int d = threadIdx.x; d < d_dim; d += blockDim.x) {
-    float lsum = 0.f, o = 0.f;
-    if (mx != -INFINITY) {
-      for (int j = 0; j < splits; ++j) {
-        const float m = part_ml[2 * (p0 + j)];
-        if (m == -INFINITY) continue;
-        const float w = __expf(m - mx);
-        lsum += part_ml[2 * (p0 + j) + 1] * w;
-        o += part_o[(p0 + j) * d_dim + d] * w;
-      }
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float mx = -INFINITY;
+    for (int j = lane; j < splits; j += 32) mx = fmaxf(mx, part_ml[2 * (p0 + j)]);
+    mx = warp_max(mx);
+    float lsum = 0.f;
+    for (int j = lane; j < splits; j += 32) {
+      const float m = part_ml[2 * (p0 + j)];
+      const float w = (mx == -INFINITY || m == -INFINITY) ? 0.f : __expf(m - mx);
+      wsm[j] = w;
+      lsum += part_ml[2 * (p0 + j) + 1] * w;
     }
+    lsum = warp_sum(lsum);
+    if (lane == 0) lsum_sm = lsum;
+  }
+  __syncthreads();
+  const float lsum = lsum_sm;
+  for (int d = threadIdx.x; d < d_dim; d += blockDim.x) {
+    float o = 0.f;
+#pragma unroll 8
+    for (int j = 0; j < splits; ++j) o += part_o[(p0 + j) * d_dim + d] * wsm[j];
     out[(int64_t(t) * hq + h) * d_dim + d] = f2bf(lsum > 0.f ? o / lsum : 0.f);
   }
 }
@@ -188,6 +223,7 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restric
                                                            const bf16* __restrict__ vc, DeviceBatch b,
                                                            const int32_t* tiles, int hq, int hkv, int bs,
                                                            float scale, bf16* out) {
+  pdl_begin();
   using namespace nvcuda;
   using L = PrefillSmem<D>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -321,21 +357,25 @@ void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const
   auto* op = static_cast<bf16*>(out.raw());
   const int nseq = db.num_seqs;
   if (db.all_single_token) {
-    const int group = hq / hkv, subgroups = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
-    const int base = nseq * hkv * subgroups;
-    const int splits = std::clamp((2 * sm_count() + base - 1) / base, 1, kMaxSplits);
+    const int base = nseq * hkv;
+    // Enough splits to give every SM two blocks, but no fewer than kMinSplitTokens keys per split
+    // at this batch's longest context: short splits cost more in the combine than they save.
+    int longest = 0;
+    for (const SeqInBatch& sq : batch.seqs) longest = std::max(longest, sq.ctx_len + sq.q_len);
+    const int by_length = std::max(1, (longest + kMinSplitTokens - 1) / kMinSplitTokens);
+    const int splits = std::clamp(std::min((2 * sm_count() + base - 1) / base, by_length), 1, kMaxSplits);
     Tensor part_o, part_ml;
     if (splits > 1) {
       part_o = scratch({int64_t(nseq) * hq * splits * D}, DType::kF32);
       part_ml = scratch({int64_t(nseq) * hq * splits * 2}, DType::kF32);
     }
-    const dim3 grid(splits, hkv * subgroups, nseq);
-    attn_decode_kernel<D><<<grid, 128, 0, stream()>>>(
+    const dim3 grid(splits, hkv, nseq);
+    launch_pdl(attn_decode_kernel<D>, grid, kDecodeWarps * 32, 0, 
         qp, kp, vp, db, hq, hkv, bs, scale, splits, splits > 1 ? part_o.data<float>() : nullptr,
         splits > 1 ? part_ml.data<float>() : nullptr, op);
     check_launch("attn_decode");
     if (splits > 1) {
-      attn_combine_kernel<<<unsigned(nseq * hq), std::min(D, 256), 0, stream()>>>(
+      launch_pdl(attn_combine_kernel, unsigned(nseq * hq), std::clamp(D, 32, 256), 0,   // a whole first warp
           part_o.data<float>(), part_ml.data<float>(), db, hq, D, splits, op);
       check_launch("attn_combine");
     }
@@ -358,7 +398,7 @@ void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const
   }();
   (void)kAttr;
   const dim3 grid(unsigned(tiles.size() / 2), unsigned(hq));
-  attn_prefill_kernel<D><<<grid, 128, L::kBytes, stream()>>>(qp, kp, vp, db, d_tiles, hq, hkv, bs, scale, op);
+  launch_pdl(attn_prefill_kernel<D>, grid, 128, L::kBytes, qp, kp, vp, db, d_tiles, hq, hkv, bs, scale, op);
   check_launch("attn_prefill");
 }
 
@@ -381,7 +421,7 @@ void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   if (t == 0) return;
   const int bs = int(k_cache.dim(1));
   const DeviceBatch& db = device_batch(batch);
-  kv_write_kernel<<<unsigned(t), 128, 0, stream()>>>(
+  launch_pdl(kv_write_kernel, unsigned(t), 128, 0, 
       static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()), static_cast<bf16*>(k_cache.raw()),
       static_cast<bf16*>(v_cache.raw()), db, hkv * d, bs);
   check_launch("kv_write");

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "strata/ops/cuda/runtime.h"
 
@@ -83,6 +84,46 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   float t = lane < warps ? red[lane] : 0.f;
   t = warp_sum(t);
   return t;
+}
+
+// Programmatic dependent launch (Hopper and later). Every kernel is queued with launch_pdl, so the
+// GPU may start it while the previous kernel of the stream still runs; every kernel therefore
+// begins with pdl_begin(): it lets the next kernel be scheduled as soon as all of this one's
+// blocks are running, then waits until the previous kernel has finished and its writes are
+// visible. What overlaps is the launch and the block scheduling, never the data.
+// A kernel may split it: pdl_trigger() first, then loads of what no kernel writes (weights),
+// then pdl_wait() before anything else.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_begin() {
+  pdl_trigger();
+  pdl_wait();
+}
+
+// kernel<<<grid, block, smem, stream()>>>(args...) with programmatic stream serialization
+// allowed (captured into CUDA graphs as programmatic edges).
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream();
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  // cudaLaunchKernelEx reports a bad configuration itself; check_launch after it stays valid.
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 // True when p is 16-byte aligned (vector loads).

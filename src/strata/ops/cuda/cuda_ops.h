@@ -65,6 +65,9 @@ void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Te
                        const Tensor& weights);
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                  const Tensor& weights, const Tensor& out);
+void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                        const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
+                        const Tensor& shared_gate, const Tensor& out);
 
 // ---- sampling (sampling.cu) ----
 void argmax(const Tensor& logits, const Tensor& ids);

@@ -21,6 +21,7 @@ struct SplitOuts {
 
 __global__ void gather_rows_kernel(const void* src, bool src_f32, int64_t src_rows, const int32_t* idx,
                                    void* dst, bool dst_f32, int64_t d) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const int64_t s = idx[r];
   if (s < 0 || s >= src_rows) return;
@@ -30,6 +31,7 @@ __global__ void gather_rows_kernel(const void* src, bool src_f32, int64_t src_ro
 }
 
 __global__ void split_columns_kernel(const void* x, bool x_f32, int64_t rows, int64_t c, SplitOuts o) {
+  pdl_begin();
   const int64_t total = rows * c;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -43,12 +45,14 @@ __global__ void split_columns_kernel(const void* x, bool x_f32, int64_t rows, in
 
 __global__ void copy_columns_kernel(const void* x, bool x32, int64_t c, int64_t col0, void* o, bool o32,
                                     int64_t t, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t * n; i += int64_t(gridDim.x) * blockDim.x) {
     stf(o, o32, i, ldf(x, x32, (i / n) * c + col0 + i % n));
   }
 }
 
 __global__ void add_kernel(const void* a, bool a32, const void* b, bool b32, void* out, bool o32, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     stf(out, o32, i, ldf(a, a32, i) + ldf(b, b32, i));
   }
@@ -57,6 +61,7 @@ __global__ void add_kernel(const void* a, bool a32, const void* b, bool b32, voi
 // x *= sigmoid(gate) (per element, or per row when per_row); with add_to, y += x * sigmoid(gate).
 __global__ void gate_kernel(void* y, bool y32, const void* x, bool x32, const void* gate, bool g32,
                             int64_t n, int64_t d, bool per_row, bool add_to) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float s = sigmoid_f(ldf(gate, g32, per_row ? i / d : i));
     if (add_to) {
@@ -68,6 +73,7 @@ __global__ void gate_kernel(void* y, bool y32, const void* x, bool x32, const vo
 }
 
 __global__ void silu_mul_kernel(const void* gu, bool g32, void* out, bool o32, int64_t rows, int64_t inter) {
+  pdl_begin();
   const int64_t n = rows * inter;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / inter, c = i % inter;
@@ -77,30 +83,122 @@ __global__ void silu_mul_kernel(const void* gu, bool g32, void* out, bool o32, i
 
 // One block per row. With residual: h += y first (rounded to h's dtype), then the norm of h.
 // With gate: out = norm(x) * w * silu(z). Each thread re-reads only elements it wrote.
+// One block per row. Each thread keeps its (at most kNormPerThread) elements in registers between
+// the sum of squares and the scaling, and loads its weights before the reduction, so a row
+// costs one round trip to memory and one block reduction.
+constexpr int kNormPerThread = 8;
+
 __global__ void rms_norm_kernel(void* x, bool x32, const void* resid, bool r32, const void* w, bool w32,
                                 const void* z, bool z32, void* out, bool o32, int64_t d, float eps,
                                 bool zero_centered) {
+  pdl_begin();
   __shared__ float red[32];
   const int64_t base = int64_t(blockIdx.x) * d;
+  const bool cached = d <= int64_t(kNormPerThread) * blockDim.x;
+  float v[kNormPerThread], wv[kNormPerThread];
   float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    float v = ldf(x, x32, base + c);
-    if (resid) {
-      v += ldf(resid, r32, base + c);
-      stf(x, x32, base + c, v);
-      v = ldf(x, x32, base + c);  // the rounded sum, as the next layer sees it
+  if (cached) {
+#pragma unroll
+    for (int j = 0; j < kNormPerThread; ++j) {
+      const int64_t c = threadIdx.x + int64_t(j) * blockDim.x;
+      v[j] = wv[j] = 0.f;
+      if (c < d) {
+        v[j] = ldf(x, x32, base + c);
+        if (resid) v[j] += ldf(resid, r32, base + c);
+        wv[j] = ldf(w, w32, c) + (zero_centered ? 1.f : 0.f);
+      }
     }
-    ss += v * v;
+#pragma unroll
+    for (int j = 0; j < kNormPerThread; ++j) {
+      const int64_t c = threadIdx.x + int64_t(j) * blockDim.x;
+      if (c < d && resid) {
+        stf(x, x32, base + c, v[j]);
+        if (!x32) v[j] = bf2f(f2bf(v[j]));  // the rounded sum, as the next layer sees it
+      }
+      ss += v[j] * v[j];
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      float u = ldf(x, x32, base + c);
+      if (resid) {
+        u += ldf(resid, r32, base + c);
+        stf(x, x32, base + c, u);
+        u = ldf(x, x32, base + c);
+      }
+      ss += u * u;
+    }
   }
   const float inv = rsqrtf(block_sum(ss, red) / float(d) + eps);
+  if (cached) {
+#pragma unroll
+    for (int j = 0; j < kNormPerThread; ++j) {
+      const int64_t c = threadIdx.x + int64_t(j) * blockDim.x;
+      if (c >= d) break;
+      float o = v[j] * inv * wv[j];
+      if (z) o *= silu_f(ldf(z, z32, base + c));
+      stf(out, o32, base + c, o);
+    }
+    return;
+  }
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const float v = ldf(x, x32, base + c) * inv;
+    const float u = ldf(x, x32, base + c) * inv;
     float wc = ldf(w, w32, c);
     if (zero_centered) wc += 1.f;
-    float o = v * wc;
+    float o = u * wc;
     if (z) o *= silu_f(ldf(z, z32, base + c));
     stf(out, o32, base + c, o);
   }
+}
+
+// The all-bf16 case with d a multiple of 8 (every norm of the Qwen3.5 forward): a thread's 8
+// elements are one 16-byte load of x (and of the residual, z), its weights load before pdl_wait.
+template <bool W32>
+__global__ void rms_norm_bf16x8_kernel(bf16* x, const bf16* resid, const void* w, const bf16* z, bf16* out,
+                                       int64_t d, float eps, bool zero_centered) {
+  pdl_trigger();
+  __shared__ float red[32];
+  const int64_t c = int64_t(threadIdx.x) * 8, base = int64_t(blockIdx.x) * d + c;
+  const bool in = c < d;
+  float wf[8], v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) wf[e] = v[e] = 0.f;
+  if (in) {
+    if (W32) {
+      const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(w) + c);
+      const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(w) + c + 4);
+      wf[0] = a.x, wf[1] = a.y, wf[2] = a.z, wf[3] = a.w, wf[4] = b.x, wf[5] = b.y, wf[6] = b.z, wf[7] = b.w;
+    } else {
+      unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(w) + c), wf);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) wf[e] += zero_centered ? 1.f : 0.f;
+  }
+  pdl_wait();
+  float ss = 0.f;
+  if (in) {
+    unpack8(*reinterpret_cast<const uint4*>(x + base), v);
+    if (resid) {
+      float r[8];
+      unpack8(*reinterpret_cast<const uint4*>(resid + base), r);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] += r[e];
+      const uint4 sum = pack8(v);
+      *reinterpret_cast<uint4*>(x + base) = sum;
+      unpack8(sum, v);  // the rounded sum, as the next layer sees it
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+  }
+  const float inv = rsqrtf(block_sum(ss, red) / float(d) + eps);
+  if (!in) return;
+  float o[8], zf[8];
+  if (z) unpack8(*reinterpret_cast<const uint4*>(z + base), zf);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    o[e] = v[e] * inv * wf[e];
+    if (z) o[e] *= silu_f(zf[e]);
+  }
+  *reinterpret_cast<uint4*>(out + base) = pack8(o);
 }
 
 struct RopeParams {
@@ -111,6 +209,7 @@ struct RopeParams {
 
 __global__ void rope_kernel(void* x, bool x32, const int32_t* positions, int64_t heads, int64_t d,
                             RopeParams p) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   const float pos = float(positions[t]);
   for (int64_t i = threadIdx.x; i < heads * p.half; i += blockDim.x) {
@@ -126,6 +225,7 @@ __global__ void rope_kernel(void* x, bool x32, const int32_t* positions, int64_t
 }
 
 __global__ void fill_uniform_kernel(void* t, bool f32, int64_t n, uint64_t seed, float scale) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     stf(t, f32, i, random_uniform_value(seed, uint64_t(i), scale));
   }
@@ -135,7 +235,7 @@ unsigned grid_for(int64_t n) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 16)));
 }
 
-int norm_threads(int64_t d) { return d >= 1024 ? 512 : d >= 256 ? 256 : d >= 128 ? 128 : 64; }
+int norm_threads(int64_t d) { return d > 4096 ? 1024 : d >= 1024 ? 512 : d >= 256 ? 256 : d >= 128 ? 128 : 64; }
 
 }  // namespace
 
@@ -150,7 +250,7 @@ void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tenso
   if (ids.empty()) return;
   Tensor keep;
   const int32_t* d_ids = device_ints(ids, &keep);
-  gather_rows_kernel<<<unsigned(ids.size()), 256, 0, stream()>>>(table.raw(), is_f32(table), vocab, d_ids,
+  launch_pdl(gather_rows_kernel, unsigned(ids.size()), 256, 0, table.raw(), is_f32(table), vocab, d_ids,
                                                                  out.raw(), is_f32(out), h);
   check_launch("embedding");
 }
@@ -165,7 +265,7 @@ void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, const Tensor
   if (rows.empty()) return;
   Tensor keep;
   const int32_t* d_rows = device_ints(rows, &keep);
-  gather_rows_kernel<<<unsigned(rows.size()), 256, 0, stream()>>>(x.raw(), is_f32(x), n, d_rows, out.raw(),
+  launch_pdl(gather_rows_kernel, unsigned(rows.size()), 256, 0, x.raw(), is_f32(x), n, d_rows, out.raw(),
                                                                   is_f32(out), d);
   check_launch("gather_rows");
 }
@@ -191,7 +291,7 @@ void split_columns(const Tensor& x, const std::vector<Tensor>& outs) {
   o.start[o.n] = col;
   STRATA_CHECK(col == c, "split_columns: outputs cover ", col, " of ", c, " columns");
   if (rows == 0) return;
-  split_columns_kernel<<<grid_for(rows * c), 256, 0, stream()>>>(x.raw(), is_f32(x), rows, c, o);
+  launch_pdl(split_columns_kernel, grid_for(rows * c), 256, 0, x.raw(), is_f32(x), rows, c, o);
   check_launch("split_columns");
 }
 
@@ -203,7 +303,7 @@ void copy_columns(const Tensor& x, int64_t col0, const Tensor& out) {
   STRATA_CHECK(rows_of(out) == t && col0 >= 0 && col0 + n <= c, "copy_columns: [", col0, ", +", n,
                ") of ", x.describe(), " into ", out.describe());
   if (t == 0 || n == 0) return;
-  copy_columns_kernel<<<grid_for(t * n), 256, 0, stream()>>>(x.raw(), is_f32(x), c, col0, out.raw(),
+  launch_pdl(copy_columns_kernel, grid_for(t * n), 256, 0, x.raw(), is_f32(x), c, col0, out.raw(),
                                                              is_f32(out), t, n);
   check_launch("copy_columns");
 }
@@ -216,7 +316,7 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   STRATA_CHECK(a.numel() == b.numel() && a.numel() == out.numel(), "add: sizes differ: ", a.describe(),
                " ", b.describe(), " ", out.describe());
   if (!a.numel()) return;
-  add_kernel<<<grid_for(a.numel()), 256, 0, stream()>>>(a.raw(), is_f32(a), b.raw(), is_f32(b), out.raw(),
+  launch_pdl(add_kernel, grid_for(a.numel()), 256, 0, a.raw(), is_f32(a), b.raw(), is_f32(b), out.raw(),
                                                         is_f32(out), a.numel());
   check_launch("add");
 }
@@ -229,7 +329,7 @@ void mul_sigmoid(const Tensor& x, const Tensor& gate) {
   STRATA_CHECK(x.numel() == gate.numel() || gate.numel() == rows, "mul_sigmoid: gate ", gate.describe(),
                " does not fit x ", x.describe());
   if (!x.numel()) return;
-  gate_kernel<<<grid_for(x.numel()), 256, 0, stream()>>>(x.raw(), is_f32(x), nullptr, false, gate.raw(),
+  launch_pdl(gate_kernel, grid_for(x.numel()), 256, 0, x.raw(), is_f32(x), nullptr, false, gate.raw(),
                                                          is_f32(gate), x.numel(), d,
                                                          gate.numel() != x.numel(), false);
   check_launch("mul_sigmoid");
@@ -244,7 +344,7 @@ void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate) {
   STRATA_CHECK(y.numel() == x.numel() && gate.numel() == rows, "add_sigmoid_gated: y ", y.describe(),
                ", x ", x.describe(), ", gate ", gate.describe());
   if (!x.numel()) return;
-  gate_kernel<<<grid_for(x.numel()), 256, 0, stream()>>>(y.raw(), is_f32(y), x.raw(), is_f32(x), gate.raw(),
+  launch_pdl(gate_kernel, grid_for(x.numel()), 256, 0, y.raw(), is_f32(y), x.raw(), is_f32(x), gate.raw(),
                                                          is_f32(gate), x.numel(), d, true, true);
   check_launch("add_sigmoid_gated");
 }
@@ -257,10 +357,41 @@ void silu_mul(const Tensor& gate_up, const Tensor& out) {
   STRATA_CHECK(gate_up.dim(-1) == 2 * inter && rows_of(gate_up) == t, "silu_mul: ", gate_up.describe(),
                " does not match ", out.describe());
   if (!out.numel()) return;
-  silu_mul_kernel<<<grid_for(out.numel()), 256, 0, stream()>>>(gate_up.raw(), is_f32(gate_up), out.raw(),
+  launch_pdl(silu_mul_kernel, grid_for(out.numel()), 256, 0, gate_up.raw(), is_f32(gate_up), out.raw(),
                                                                is_f32(out), t, inter);
   check_launch("silu_mul");
 }
+
+namespace {
+
+// x (+= resid, written back) normalised into out, times (1 +) w, times silu(z) when given.
+void launch_norm(const Tensor& x, const Tensor* resid, const Tensor& w, const Tensor* z, const Tensor& out,
+                 float eps, bool zero_centered) {
+  const int64_t d = x.dim(-1), rows = rows_of(x);
+  bool vec = d % 8 == 0 && d <= 8 * 1024 && !is_f32(x) && !is_f32(out) && aligned16(x.raw()) &&
+             aligned16(out.raw()) && aligned16(w.raw());
+  for (const Tensor* t : {resid, z}) vec = vec && (!t || (!is_f32(*t) && aligned16(t->raw())));
+  if (vec) {
+    const unsigned threads = unsigned(std::max<int64_t>(32, (d / 8 + 31) / 32 * 32));
+    auto* xp = static_cast<bf16*>(x.raw());
+    const auto* rp = resid ? static_cast<const bf16*>(resid->raw()) : nullptr;
+    const auto* zp = z ? static_cast<const bf16*>(z->raw()) : nullptr;
+    auto* op = static_cast<bf16*>(out.raw());
+    if (is_f32(w)) {
+      launch_pdl(rms_norm_bf16x8_kernel<true>, unsigned(rows), threads, 0, xp, rp, w.raw(), zp, op, d, eps,
+                 zero_centered);
+    } else {
+      launch_pdl(rms_norm_bf16x8_kernel<false>, unsigned(rows), threads, 0, xp, rp, w.raw(), zp, op, d, eps,
+                 zero_centered);
+    }
+    return;
+  }
+  launch_pdl(rms_norm_kernel, unsigned(rows), norm_threads(d), 0, x.raw(), is_f32(x), resid ? resid->raw() : nullptr,
+             resid && is_f32(*resid), w.raw(), is_f32(w), z ? z->raw() : nullptr, z && is_f32(*z), out.raw(),
+             is_f32(out), d, eps, zero_centered);
+}
+
+}  // namespace
 
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out) {
   OpTimer timer_("rms_norm");
@@ -271,9 +402,7 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, c
   STRATA_CHECK(w.numel() == d && out.numel() == x.numel(), "rms_norm: weight ", w.describe(),
                " does not match x ", x.describe());
   if (!rows) return;
-  rms_norm_kernel<<<unsigned(rows), norm_threads(d), 0, stream()>>>(
-      x.raw(), is_f32(x), nullptr, false, w.raw(), is_f32(w), nullptr, false, out.raw(), is_f32(out), d, eps,
-      zero_centered);
+  launch_norm(x, nullptr, w, nullptr, out, eps, zero_centered);
   check_launch("rms_norm");
 }
 
@@ -288,9 +417,7 @@ void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, 
   STRATA_CHECK(w.numel() == d && out.numel() == h.numel() && y.numel() == h.numel(), "add_rms_norm: h ",
                h.describe(), ", y ", y.describe(), ", weight ", w.describe(), ", out ", out.describe());
   if (!rows) return;
-  rms_norm_kernel<<<unsigned(rows), norm_threads(d), 0, stream()>>>(
-      h.raw(), is_f32(h), y.raw(), is_f32(y), w.raw(), is_f32(w), nullptr, false, out.raw(), is_f32(out), d,
-      eps, zero_centered);
+  launch_norm(h, &y, w, nullptr, out, eps, zero_centered);
   check_launch("add_rms_norm");
 }
 
@@ -304,9 +431,7 @@ void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps
   STRATA_CHECK(w.numel() == d && z.numel() == x.numel() && out.numel() == x.numel(),
                "rms_norm_gated: shapes differ: x ", x.describe(), " z ", z.describe(), " w ", w.describe());
   if (!rows) return;
-  rms_norm_kernel<<<unsigned(rows), norm_threads(d), 0, stream()>>>(
-      x.raw(), is_f32(x), nullptr, false, w.raw(), is_f32(w), z.raw(), is_f32(z), out.raw(), is_f32(out), d,
-      eps, false);
+  launch_norm(x, nullptr, w, &z, out, eps, false);
   check_launch("rms_norm_gated");
 }
 
@@ -325,7 +450,7 @@ void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec
   p.scaling = spec.attention_scaling;
   Tensor keep;
   const int32_t* pos = device_ints(positions, &keep);
-  rope_kernel<<<unsigned(t), 128, 0, stream()>>>(x.raw(), is_f32(x), pos, heads, d, p);
+  launch_pdl(rope_kernel, unsigned(t), 128, 0, x.raw(), is_f32(x), pos, heads, d, p);
   check_launch("rope");
 }
 
@@ -333,7 +458,7 @@ void fill_random_uniform(const Tensor& t, uint64_t seed, float scale) {
   OpTimer timer_("fill_random_uniform");
   expect_float(t, "fill_random_uniform", "t");
   if (!t.numel()) return;
-  fill_uniform_kernel<<<grid_for(t.numel()), 256, 0, stream()>>>(t.raw(), is_f32(t), t.numel(), seed, scale);
+  launch_pdl(fill_uniform_kernel, grid_for(t.numel()), 256, 0, t.raw(), is_f32(t), t.numel(), seed, scale);
   check_launch("fill_random_uniform");
 }
 

@@ -3,6 +3,8 @@
 // each thread holding one column of the state in registers), and the fused single-token step
 // (conv + gates + l2 norms + recurrence + gated RMSNorm in one kernel) that decode runs.
 // The chunked prefill form lives in gdn_chunked.cu.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -14,10 +16,13 @@
 namespace strata::ops::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kMaxConvHistory = 8;
 
 __global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, const void* cs, bool cs32,
                               DeviceBatch b, void* out, bool o32, int64_t c_dim, int kw) {
+  pdl_begin();
   const int t = blockIdx.x;
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= c_dim) return;
@@ -41,6 +46,7 @@ __global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, 
 // After conv1d: the state keeps the last kw - 1 inputs of the window [state; x].
 __global__ void conv_state_kernel(const void* x, bool x32, void* cs, bool cs32, DeviceBatch b, int64_t c_dim,
                                   int kw) {
+  pdl_begin();
   const int s = blockIdx.x;
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   const int slot = b.slot[s];
@@ -60,6 +66,7 @@ __device__ __forceinline__ float softplus_torch(float x) { return x > 20.f ? x :
 
 __global__ void gates_kernel(const void* a, bool a32, const void* bb, bool b32, const void* a_log, bool l32,
                              const void* dt_bias, bool d32, float* g, float* beta, int64_t rows, int hv) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * hv; i += int64_t(gridDim.x) * blockDim.x) {
     const int h = int(i % hv);
     const float x = ldf(a, a32, i) + ldf(dt_bias, d32, h);
@@ -75,6 +82,7 @@ __global__ void __launch_bounds__(256) gdn_recurrent_kernel(const bf16* q, const
                                                             const float* g, const float* beta, float* state,
                                                             DeviceBatch b, const int32_t* seqs, int hk, int hv,
                                                             int dv, bf16* out) {
+  pdl_begin();
   __shared__ float qs[DK], ks[DK], red[32];
   const int s = seqs[blockIdx.x], h = blockIdx.y, kh = h / (hv / hk);
   const int c = threadIdx.x;
@@ -143,36 +151,93 @@ struct DecodeArgs {
   float eps;
 };
 
-// One block per (sequence, key head): the conv of the key head's q, k channels and of its value
-// heads' v channels (each channel read and its conv state rewritten by one thread), then for
-// each value head the recurrence (thread = state column) and the gated RMSNorm.
-template <int DK>
-__global__ void __launch_bounds__(256) gdn_decode_kernel(DecodeArgs p, DeviceBatch b) {
-  __shared__ float qs[DK], ks[DK], red[32], os[256];
-  const int s = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
+// The fused single-token step. A cluster of blocks serves one (sequence, key head): `ratio`
+// value heads x `slices` column slices of `cols` state columns each, so that the whole state
+// is spread over the GPU at batch 1. Every block recomputes the key head's q, k conv and l2
+// norms (a few KB) and owns its value columns: their conv, their state columns (8 warps over the
+// DK rows, lane = column) and their outputs. The gated RMSNorm's sum of squares over a value
+// head's columns is exchanged through distributed shared memory; rank 0 writes the q, k conv
+// state once every block of the cluster has read it.
+constexpr int kDecodeWarps = 8;
+constexpr int kMaxCluster = 8;
+
+template <int DK, int CPL>
+__global__ void __launch_bounds__(kDecodeWarps * 32) gdn_decode_kernel(DecodeArgs p, DeviceBatch b, int slices,
+                                                                       int cols) {
+  pdl_begin();
+  constexpr int kRows = DK / kDecodeWarps, kCols = 32 * CPL;
+  __shared__ float qs[DK], ks[DK], vs[kCols], delta[kCols], red[32];
+  __shared__ float part[kDecodeWarps][kCols];
+  __shared__ float ss_block;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int s = blockIdx.z, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int ratio = p.hv / p.hk, r = blockIdx.x / slices, slice = blockIdx.x % slices;
+  const int h = kh * ratio + r, c0 = slice * cols, ncols = max(0, min(cols, p.dv - c0));
   const int t = b.q_start[s], slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
-  const int hist = p.kw - 1, ratio = p.hv / p.hk;
-  // Causal conv of one channel, with its conv-state update.
-  auto conv = [&](int64_t ch) {
-    float win[kMaxConvHistory + 1];
-    for (int j = 0; j < hist; ++j) {
-      win[j] = has_state ? ldf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch) : 0.f;
+  // First the loads that do not wait for the conv: this thread's state cells (rows warp + 8 i,
+  // columns lane + 32 m of the slice), the gates, and its output column's z and norm weight.
+  float sv[kRows][CPL];
+  float* st = slot >= 0 ? p.state + (int64_t(slot) * p.hv + h) * DK * p.dv + c0 : nullptr;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+    for (int m = 0; m < CPL; ++m) {
+      const int c = lane + 32 * m;
+      sv[i][m] = has_state && c < ncols ? st[int64_t(warp + kDecodeWarps * i) * p.dv + c] : 0.f;
     }
-    win[hist] = bf2f(p.qkv[int64_t(t) * p.conv_dim + ch]);
+  }
+  const int64_t gi = int64_t(t) * p.hv + h;
+  const float decay = expf(-expf(ldf(p.a_log, p.l32, h)) * softplus_torch(ldf(p.a, p.a32, gi) + ldf(p.dt_bias, p.d32, h)));
+  const float beta = 1.f / (1.f + expf(-ldf(p.b, p.b32, gi)));
+  const int64_t oi = (int64_t(t) * p.hv + h) * p.dv + c0 + tid;
+  const float zo = tid < ncols ? silu_f(bf2f(p.z[oi])) : 0.f;
+  const float nw = tid < ncols ? ldf(p.norm_w, p.n32, c0 + tid) : 0.f;
+  const int hist = p.kw - 1;
+  // Causal conv of one channel; `win` ends holding the channel's new conv state. The loops run
+  // to the compile-time bound so that `win` stays in registers and the loads issue together.
+  auto conv = [&](int64_t ch, float* win) {
+#pragma unroll
+    for (int j = 0; j < kMaxConvHistory; ++j) {
+      win[j] = has_state && j < hist
+                   ? ldf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch)
+                   : 0.f;
+    }
+    const float x_new = bf2f(p.qkv[int64_t(t) * p.conv_dim + ch]);
     float acc = 0.f;
-    for (int j = 0; j <= hist; ++j) acc += ldf(p.conv_w, p.w32, ch * p.kw + j) * win[j];
-    if (slot >= 0) {
-      for (int j = 0; j < hist; ++j) stf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch, win[j + 1]);
+#pragma unroll
+    for (int j = 0; j < kMaxConvHistory; ++j) {
+      if (j < hist) acc += ldf(p.conv_w, p.w32, ch * p.kw + j) * win[j];
+    }
+    acc += ldf(p.conv_w, p.w32, ch * p.kw + hist) * x_new;
+    // Shift: the new state is the window's last `hist` inputs.
+#pragma unroll
+    for (int j = 0; j < kMaxConvHistory; ++j) {
+      if (j + 1 < hist) {
+        win[j] = win[j + 1];
+      } else if (j + 1 == hist) {
+        win[j] = x_new;
+      }
     }
     return silu_f(acc);
   };
-  for (int i = tid; i < 2 * DK; i += blockDim.x) {
-    if (i < DK) {
-      qs[i] = conv(int64_t(kh) * DK + i);
-    } else {
-      ks[i - DK] = conv(int64_t(p.hk) * DK + int64_t(kh) * DK + (i - DK));
+  auto store_conv_state = [&](int64_t ch, const float* win) {
+#pragma unroll
+    for (int j = 0; j < kMaxConvHistory; ++j) {
+      if (j < hist) stf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch, win[j]);
     }
+  };
+  float qk_win[kMaxConvHistory];
+  const int64_t qk_ch = tid < DK ? int64_t(kh) * DK + tid : int64_t(p.hk) * DK + int64_t(kh) * DK + (tid - DK);
+  if (tid < 2 * DK) {
+    const float v = conv(qk_ch, qk_win);
+    (tid < DK ? qs[tid] : ks[tid - DK]) = v;
+  }
+  if (tid < ncols) {
+    float win[kMaxConvHistory];
+    const int64_t ch = 2 * int64_t(p.hk) * DK + int64_t(h) * p.dv + c0 + tid;
+    vs[tid] = conv(ch, win);
+    if (slot >= 0) store_conv_state(ch, win);
   }
   __syncthreads();
   const float qq = block_sum(tid < DK ? qs[tid] * qs[tid] : 0.f, red);
@@ -183,50 +248,88 @@ __global__ void __launch_bounds__(256) gdn_decode_kernel(DecodeArgs p, DeviceBat
     ks[tid] *= 1.f / sqrtf(kk + 1e-6f);
   }
   __syncthreads();
-  const int heads_per_pass = blockDim.x / p.dv;
-  for (int r0 = 0; r0 < ratio; r0 += heads_per_pass) {
-    const int r = r0 + tid / p.dv, c = tid % p.dv;
-    const bool active = tid < heads_per_pass * p.dv && r < ratio;
-    const int h = kh * ratio + r;
+#pragma unroll
+  for (int m = 0; m < CPL; ++m) {
+    float kS = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      sv[i][m] *= decay;
+      kS += sv[i][m] * ks[warp + kDecodeWarps * i];
+    }
+    part[warp][lane + 32 * m] = kS;
+  }
+  __syncthreads();
+  if (tid < ncols) {
+    float kS = 0.f;
+    for (int w = 0; w < kDecodeWarps; ++w) kS += part[w][tid];
+    delta[tid] = (vs[tid] - kS) * beta;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < CPL; ++m) {
+    const int c = lane + 32 * m;
+    const float dl = c < ncols ? delta[c] : 0.f;
     float o = 0.f;
-    if (active) {
-      const float v = conv(2 * int64_t(p.hk) * DK + int64_t(h) * p.dv + c);
-      const int64_t gi = int64_t(t) * p.hv + h;
-      const float x = ldf(p.a, p.a32, gi) + ldf(p.dt_bias, p.d32, h);
-      const float decay = expf(-expf(ldf(p.a_log, p.l32, h)) * softplus_torch(x));
-      const float beta = 1.f / (1.f + expf(-ldf(p.b, p.b32, gi)));
-      float* st = p.state + (int64_t(slot) * p.hv + h) * DK * p.dv + c;
-      float sv[DK];
 #pragma unroll
-      for (int i = 0; i < DK; ++i) sv[i] = has_state ? st[int64_t(i) * p.dv] : 0.f;
-      float kS = 0.f;
-#pragma unroll
-      for (int i = 0; i < DK; ++i) {
-        sv[i] *= decay;
-        kS += sv[i] * ks[i];
-      }
-      const float delta = (v - kS) * beta;
-#pragma unroll
-      for (int i = 0; i < DK; ++i) {
-        sv[i] += ks[i] * delta;
-        o += sv[i] * qs[i];
-      }
-      if (slot >= 0) {
-#pragma unroll
-        for (int i = 0; i < DK; ++i) st[int64_t(i) * p.dv] = sv[i];
-      }
-      os[tid] = o;
+    for (int i = 0; i < kRows; ++i) {
+      const int row = warp + kDecodeWarps * i;
+      sv[i][m] += ks[row] * dl;
+      o += sv[i][m] * qs[row];
+      if (st && c < ncols) st[int64_t(row) * p.dv + c] = sv[i][m];
     }
-    __syncthreads();
-    if (active) {
-      float ss = 0.f;
-      const float* row = os + (tid / p.dv) * p.dv;
-      for (int i = 0; i < p.dv; ++i) ss += row[i] * row[i];
-      const float inv = 1.f / sqrtf(ss / float(p.dv) + p.eps);
-      const int64_t oi = (int64_t(t) * p.hv + h) * p.dv + c;
-      p.out[oi] = f2bf(ldf(p.norm_w, p.n32, c) * (o * inv) * silu_f(bf2f(p.z[oi])));
-    }
-    __syncthreads();
+    part[warp][c] = o;
+  }
+  __syncthreads();
+  float o = 0.f;
+  if (tid < ncols) {
+    for (int w = 0; w < kDecodeWarps; ++w) o += part[w][tid];
+  }
+  const float ss = block_sum(o * o, red);
+  if (tid == 0) ss_block = ss;
+  cluster.sync();  // every block has read the q, k conv state and published its sum of squares
+  if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_conv_state(qk_ch, qk_win);
+  float total = 0.f;
+  for (int j = 0; j < slices; ++j) total += *cluster.map_shared_rank(&ss_block, unsigned(r * slices + j));
+  if (tid < ncols) {
+    const float inv = 1.f / sqrtf(total / float(p.dv) + p.eps);
+    p.out[oi] = f2bf(nw * (o * inv) * zo);
+  }
+  cluster.sync();  // no block leaves while another reads its shared memory
+}
+
+template <int DK, int CPL>
+void launch_decode(const DecodeArgs& p, const DeviceBatch& db, int t, int slices, int cols) {
+  const int ratio = p.hv / p.hk;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(ratio * slices), unsigned(p.hk), unsigned(t));
+  cfg.blockDim = dim3(kDecodeWarps * 32);
+  cfg.stream = stream();
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = unsigned(ratio * slices);
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 2;
+  STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL>, p, db, slices, cols));
+}
+
+template <int DK>
+void launch_decode_dk(const DecodeArgs& p, const DeviceBatch& db, int t) {
+  // Column slices (at least 32 columns each, as many as a cluster holds) only while the batch
+  // alone leaves SMs idle: each slice repeats the key head's conv and norms.
+  const int ratio = p.hv / p.hk;
+  const int want = (2 * sm_count() + t * p.hv - 1) / (t * p.hv);
+  const int slices = std::max(1, std::min({kMaxCluster / ratio, (p.dv + 31) / 32, want}));
+  const int cols = (p.dv + slices - 1) / slices;
+  switch ((cols + 31) / 32) {
+    case 1: return launch_decode<DK, 1>(p, db, t, slices, cols);
+    case 2: return launch_decode<DK, 2>(p, db, t, slices, cols);
+    case 3:
+    case 4: return launch_decode<DK, 4>(p, db, t, slices, cols);
+    default: return launch_decode<DK, 8>(p, db, t, slices, cols);
   }
 }
 
@@ -237,7 +340,7 @@ void launch_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const T
   Tensor keep;
   const int32_t* d_seqs = device_ints(seqs, &keep);
   const int threads = std::max(32, (std::max(dv, DK) + 31) / 32 * 32);
-  gdn_recurrent_kernel<DK><<<dim3(unsigned(seqs.size()), unsigned(hv)), threads, 0, stream()>>>(
+  launch_pdl(gdn_recurrent_kernel<DK>, dim3(unsigned(seqs.size()), unsigned(hv)), threads, 0, 
       static_cast<const bf16*>(q.raw()), static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()),
       g.data<float>(), beta.data<float>(), state.data<float>(), db, d_seqs, hk, hv, dv,
       static_cast<bf16*>(out.raw()));
@@ -262,11 +365,11 @@ void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, c
   if (t == 0) return;
   const DeviceBatch& db = device_batch(batch);
   const unsigned cb = blocks_for(c, 256);
-  conv1d_kernel<<<dim3(unsigned(t), cb), 256, 0, stream()>>>(x.raw(), is_f32(x), w.raw(), is_f32(w),
+  launch_pdl(conv1d_kernel, dim3(unsigned(t), cb), 256, 0, x.raw(), is_f32(x), w.raw(), is_f32(w),
                                                              conv_state.raw(), is_f32(conv_state), db, out.raw(),
                                                              is_f32(out), c, int(kw));
   check_launch("conv1d");
-  conv_state_kernel<<<dim3(unsigned(db.num_seqs), cb), 256, 0, stream()>>>(
+  launch_pdl(conv_state_kernel, dim3(unsigned(db.num_seqs), cb), 256, 0, 
       x.raw(), is_f32(x), conv_state.raw(), is_f32(conv_state), db, c, int(kw));
   check_launch("conv_state");
 }
@@ -286,7 +389,7 @@ void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tens
                "gdn_gates: a ", a.describe(), ", b ", b.describe(), ", g ", g.describe(), ", beta ",
                beta.describe(), ", A_log ", a_log.describe(), ", dt_bias ", dt_bias.describe());
   if (!a.numel()) return;
-  gates_kernel<<<blocks_for(t * hv, 256), 256, 0, stream()>>>(a.raw(), is_f32(a), b.raw(), is_f32(b),
+  launch_pdl(gates_kernel, blocks_for(t * hv, 256), 256, 0, a.raw(), is_f32(a), b.raw(), is_f32(b),
                                                               a_log.raw(), is_f32(a_log), dt_bias.raw(),
                                                               is_f32(dt_bias), g.data<float>(),
                                                               beta.data<float>(), t, int(hv));
@@ -359,14 +462,13 @@ void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const 
                conv_w.raw(), conv_state.raw(), a_log.raw(), dt_bias.raw(), state.data<float>(), norm_w.raw(),
                static_cast<bf16*>(out.raw()), is_f32(a), is_f32(b), is_f32(conv_w), is_f32(conv_state),
                is_f32(a_log), is_f32(dt_bias), is_f32(norm_w), int(hk), int(hv), int(dv), int(kw), conv_dim, eps};
-  const int ratio = int(hv / hk);
-  const int threads = std::min(256, (std::max<int>(ratio * int(dv), 2 * int(dk)) + 31) / 32 * 32);
-  const dim3 grid{unsigned(t), unsigned(hk)};
+  STRATA_CHECK(hv / hk <= kMaxCluster, "gdn_decode_step: ", hv / hk, " value heads per key head (at most ",
+               kMaxCluster, " on CUDA)");
   switch (dk) {
-    case 16: gdn_decode_kernel<16><<<grid, threads, 0, stream()>>>(p, db); break;
-    case 32: gdn_decode_kernel<32><<<grid, threads, 0, stream()>>>(p, db); break;
-    case 64: gdn_decode_kernel<64><<<grid, threads, 0, stream()>>>(p, db); break;
-    case 128: gdn_decode_kernel<128><<<grid, threads, 0, stream()>>>(p, db); break;
+    case 16: launch_decode_dk<16>(p, db, int(t)); break;
+    case 32: launch_decode_dk<32>(p, db, int(t)); break;
+    case 64: launch_decode_dk<64>(p, db, int(t)); break;
+    case 128: launch_decode_dk<128>(p, db, int(t)); break;
     default: fail("gdn_decode_step: key head dim ", dk, " is not supported on CUDA (16, 32, 64 or 128)");
   }
   check_launch("gdn_decode");

@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const bf16* q, cons
                                                              const float* g, const float* beta, DeviceBatch b,
                                                              const int32_t* chunks, int hk, int hv, int dk, int dv,
                                                              float* ws) {
+  pdl_begin();
   extern __shared__ float sm[];
   const int ldk = dk + 1;
   float* qn = sm;
@@ -142,6 +143,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const bf16* q, cons
 __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const float* ws, const int32_t* seqinfo,
                                                              const int32_t* chunks, float* state, DeviceBatch b,
                                                              int hv, int dk, int dv, int cb, bf16* out) {
+  pdl_begin();
   extern __shared__ float sm[];
   float* st = sm;                 // [dk][cb]
   float* wc = st + dk * cb;       // [64][dk]
@@ -243,15 +245,14 @@ void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   static int prep_limit = 48 << 10, scan_limit = 48 << 10;
   const size_t prep_bytes = prep_smem(dk, dv);
   set_smem(reinterpret_cast<const void*>(gdn_chunk_prep_kernel), prep_bytes, &prep_limit);
-  gdn_chunk_prep_kernel<<<dim3(unsigned(num_chunks), unsigned(hv)), 256, prep_bytes, stream()>>>(
+  launch_pdl(gdn_chunk_prep_kernel, dim3(unsigned(num_chunks), unsigned(hv)), 256, prep_bytes, 
       static_cast<const bf16*>(q.raw()), static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()),
       g.data<float>(), beta.data<float>(), db, d_chunks, hk, hv, dk, dv, ws.data<float>());
   check_launch("gdn_chunk_prep");
   const int cb = dv % 32 == 0 ? 32 : dv;
   const size_t scan_bytes = scan_smem(dk, cb);
   set_smem(reinterpret_cast<const void*>(gdn_chunk_scan_kernel), scan_bytes, &scan_limit);
-  gdn_chunk_scan_kernel<<<dim3(unsigned(seqs.size()), unsigned(hv), unsigned(dv / cb)), 256, scan_bytes,
-                          stream()>>>(ws.data<float>(), d_info, d_chunks, state.data<float>(), db, hv, dk, dv, cb,
+  launch_pdl(gdn_chunk_scan_kernel, dim3(unsigned(seqs.size()), unsigned(hv), unsigned(dv / cb)), 256, scan_bytes, ws.data<float>(), d_info, d_chunks, state.data<float>(), db, hv, dk, dv, cb,
                                       static_cast<bf16*>(out.raw()));
   check_launch("gdn_chunk_scan");
 }

@@ -3,6 +3,7 @@
 // linear_split writes the columns of several projections straight into their own outputs.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -32,38 +33,50 @@ __device__ __forceinline__ void store_out(const Outs& o, int64_t t, int64_t col,
   stf(o.ptr[s], o.f32[s], t * w + col - o.start[s], v);
 }
 
-// Each warp computes R consecutive output columns for all T rows of x; 8 weight vectors of 16
-// bytes per lane are in flight before the first multiply.
-template <int T, int R>
+// A block of 8 warps computes 8 / S groups of R consecutive output columns for all T rows of x;
+// the S warps of a group split the K dimension and add their partial sums in shared memory.
+// 8 / R weight vectors of 16 bytes per lane are in flight before the first multiply; the first
+// ones load before pdl_wait (no kernel writes weights). S spreads short, wide GEMVs over every
+// SM and evens out the last wave (see launch_gemv).
+template <int T, int R, int S>
 __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                    int64_t k_dim, int64_t n_dim, int rows, Outs outs) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warp = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  constexpr int kUnroll = 8 / R;
-  for (int64_t n0 = warp * R; n0 < n_dim; n0 += warps * R) {
+  pdl_trigger();
+  constexpr int kGroups = 8 / S, kUnroll = 8 / R;
+  __shared__ float partial[S > 1 ? 8 : 1][R][T];
+  bool waited = false;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = warp / S, part = warp % S;
+  // This warp's K segment (a multiple of 8 elements).
+  const int64_t seg = (k_dim / 8 + S - 1) / S * 8;
+  const int64_t k_lo = part * seg, k_hi = min(k_dim, k_lo + seg);
+  const int64_t tiles = (n_dim + int64_t(kGroups) * R - 1) / (int64_t(kGroups) * R);
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t n0 = (tile * kGroups + group) * R;
     float acc[R][T];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int t = 0; t < T; ++t) acc[r][t] = 0.f;
     }
-    for (int64_t k0 = int64_t(lane) * 8; k0 < k_dim; k0 += 256 * kUnroll) {
+    for (int64_t k0 = k_lo + int64_t(lane) * 8; k0 < k_hi; k0 += 256 * kUnroll) {
       uint4 wv[R][kUnroll];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t k = k0 + u * 256;
-          wv[r][u] = (k < k_dim && n0 + r < n_dim)
-                         ? __ldg(reinterpret_cast<const uint4*>(w + (n0 + r) * k_dim + k))
-                         : make_uint4(0, 0, 0, 0);
+          wv[r][u] = (k < k_hi && n0 + r < n_dim) ? __ldg(reinterpret_cast<const uint4*>(w + (n0 + r) * k_dim + k))
+                                                  : make_uint4(0, 0, 0, 0);
         }
+      }
+      if (!waited) {
+        pdl_wait();
+        waited = true;
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t k = k0 + u * 256;
-        if (k >= k_dim) break;
+        if (k >= k_hi) break;
 #pragma unroll
         for (int t = 0; t < T; ++t) {
           if (t >= rows) break;
@@ -81,20 +94,41 @@ __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, c
         }
       }
     }
+    if (!waited) {  // a lane with no K elements still must not write early
+      pdl_wait();
+      waited = true;
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int t = 0; t < T; ++t) {
         const float v = warp_sum(acc[r][t]);
-        if (lane == 0 && t < rows && n0 + r < n_dim) store_out(outs, t, n0 + r, v);
+        if (S == 1) {
+          if (lane == 0 && t < rows && n0 + r < n_dim) store_out(outs, t, n0 + r, v);
+        } else if (lane == 0) {
+          partial[warp][r][t] = v;
+        }
       }
     }
+    if (S > 1) {
+      __syncthreads();
+      if (part == 0 && lane < R * T) {
+        const int r = lane / T, t = lane % T;
+        float v = 0.f;
+#pragma unroll
+        for (int j = 0; j < S; ++j) v += partial[warp + j][r][t];
+        if (t < rows && n0 + r < n_dim) store_out(outs, t, n0 + r, v);
+      }
+      __syncthreads();
+    }
   }
+  if (!waited) pdl_wait();
 }
 
 // Any shape and alignment: one thread per output element.
 __global__ void linear_scalar_kernel(const bf16* x, const bf16* w, int64_t k_dim, int64_t n_dim, int64_t rows,
                                      Outs outs) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * n_dim;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / n_dim, n = i % n_dim;
@@ -104,11 +138,54 @@ __global__ void linear_scalar_kernel(const bf16* x, const bf16* w, int64_t k_dim
   }
 }
 
+// Blocks of gemv_kernel<T, R, S> resident at once on the whole GPU.
+template <int T, int R, int S>
+int64_t resident_gemv_blocks() {
+  static const int64_t kBlocks = [] {
+    int per_sm = 0;
+    STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, R, S>, 256, 0));
+    return int64_t(std::max(per_sm, 1)) * sm_count();
+  }();
+  return kBlocks;
+}
+
+// How evenly `tiles` block tiles fill whole waves of `resident` blocks (1 = no idle tail).
+double wave_fill(int64_t tiles, int64_t resident) {
+  const int64_t waves = (tiles + resident - 1) / resident;
+  return double(tiles) / double(waves * resident);
+}
+
+template <int T, int R, int S>
+void launch_gemv_split(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o) {
+  const int64_t tiles = (n + (8 / S) * R - 1) / ((8 / S) * R);
+  const int64_t grid = std::min(tiles, resident_gemv_blocks<T, R, S>());
+  launch_pdl(gemv_kernel<T, R, S>, unsigned(std::max<int64_t>(grid, 1)), 256, 0, x, w, k, n, rows, o);
+}
+
+// The split S (warps per output group) is the smallest that fills the resident waves to 90%,
+// else the best filling, keeping at least 256 elements of K per warp.
 template <int T, int R>
 void launch_gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o) {
-  const int64_t warps_needed = (n + R - 1) / R;
-  const int64_t blocks = std::min<int64_t>((warps_needed + 7) / 8, int64_t(sm_count()) * 16);
-  gemv_kernel<T, R><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, stream()>>>(x, w, k, n, rows, o);
+  auto fill = [&](int s, int64_t resident) {
+    if (s > 1 && k / s < 256) return -1.0;
+    return wave_fill((n + (8 / s) * R - 1) / ((8 / s) * R), resident);
+  };
+  const double f[4] = {fill(1, resident_gemv_blocks<T, R, 1>()), fill(2, resident_gemv_blocks<T, R, 2>()),
+                       fill(4, resident_gemv_blocks<T, R, 4>()), fill(8, resident_gemv_blocks<T, R, 8>())};
+  int best = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (f[i] >= 0.9) {
+      best = i;
+      break;
+    }
+    if (f[i] > f[best]) best = i;
+  }
+  switch (best) {
+    case 0: return launch_gemv_split<T, R, 1>(x, w, k, n, rows, o);
+    case 1: return launch_gemv_split<T, R, 2>(x, w, k, n, rows, o);
+    case 2: return launch_gemv_split<T, R, 4>(x, w, k, n, rows, o);
+    default: return launch_gemv_split<T, R, 8>(x, w, k, n, rows, o);
+  }
 }
 
 template <int R>
@@ -185,7 +262,7 @@ void linear_into(const Tensor& x, const Tensor& w, const std::vector<Tensor>& ys
     return;
   }
   if (!vec || k < 8) {
-    linear_scalar_kernel<<<blocks_for(rows * n, 256), 256, 0, stream()>>>(xp, wp, k, n, rows, o);
+    launch_pdl(linear_scalar_kernel, blocks_for(rows * n, 256), 256, 0, xp, wp, k, n, rows, o);
     check_launch("linear_scalar");
     return;
   }

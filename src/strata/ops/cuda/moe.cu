@@ -21,6 +21,7 @@ constexpr int kGemvTokens = 16;
 
 __global__ void route_kernel(const void* logits, bool l32, int64_t rows, int e, int top_k, bool norm,
                              int32_t* ids, float* weights) {
+  pdl_begin();
   extern __shared__ float probs[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + warp;
@@ -64,62 +65,206 @@ __global__ void route_kernel(const void* logits, bool l32, int64_t rows, int e, 
   }
 }
 
-// Dot of a weight row with a bf16 vector, both of length n (a multiple of 8), over one warp.
-__device__ __forceinline__ float warp_dot(const bf16* __restrict__ w, const bf16* __restrict__ x, int64_t n) {
-  const int lane = threadIdx.x & 31;
-  float acc = 0.f;
-  for (int64_t k0 = int64_t(lane) * 8; k0 < n; k0 += 256 * 4) {
-    uint4 wv[4], xv[4];
+// The same routing with each lane's PER experts in registers (E <= 32 PER), so the top-k rounds
+// touch no shared memory: the common case (E <= 256).
+template <int PER>
+__global__ void route_reg_kernel(const void* logits, bool l32, int64_t rows, int e, int top_k, bool norm,
+                                 int32_t* ids, float* weights) {
+  pdl_begin();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + warp;
+  if (r >= rows) return;
+  float p[PER];
+  float mx = -INFINITY;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int64_t k = k0 + u * 256;
-      wv[u] = k < n ? __ldg(reinterpret_cast<const uint4*>(w + k)) : make_uint4(0, 0, 0, 0);
-      xv[u] = k < n ? __ldg(reinterpret_cast<const uint4*>(x + k)) : make_uint4(0, 0, 0, 0);
-    }
+  for (int j = 0; j < PER; ++j) {
+    const int i = lane + 32 * j;
+    p[j] = i < e ? ldf(logits, l32, r * e + i) : -INFINITY;
+    mx = fmaxf(mx, p[j]);
+  }
+  mx = warp_max(mx);
+  float sum = 0.f;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      float wf[8], xf[8];
-      unpack8(wv[u], wf);
-      unpack8(xv[u], xf);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc = fmaf(wf[i], xf[i], acc);
+  for (int j = 0; j < PER; ++j) {
+    if (lane + 32 * j < e) {
+      p[j] = expf(p[j] - mx);
+      sum += p[j];
     }
   }
-  return acc;
+  sum = warp_sum(sum);
+#pragma unroll
+  for (int j = 0; j < PER; ++j) p[j] = lane + 32 * j < e ? p[j] / sum : -2.f;
+  float total = 0.f;
+  for (int k = 0; k < top_k; ++k) {
+    float best = -1.f;
+    int bi = e;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      if (p[j] > best) {  // ascending index within the lane: the lower index keeps a tie
+        best = p[j];
+        bi = lane + 32 * j;
+      }
+    }
+    warp_argmax(best, bi);
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      if (lane + 32 * j == bi) p[j] = -2.f;
+    }
+    if (lane == 0) {
+      ids[r * top_k + k] = bi;
+      weights[r * top_k + k] = best;
+    }
+    total += best;
+  }
+  if (norm && lane == 0) {
+    for (int k = 0; k < top_k; ++k) weights[r * top_k + k] /= total;
+  }
 }
 
-// grid (pairs, ceil(I / 8)): warp w of block y computes act[pair, 8y + w].
+// Decode's expert GEMVs load all of a warp's weight vectors for a step before the first
+// multiply: kDotUnroll 16-byte vectors per lane per row (a 4 KB row of bf16 in one go).
+constexpr int kDotUnroll = 8;
+
+// grid (pairs, ceil(I / 8)): warp w of block y computes act[pair, 8y + w] = silu(g . x) * (u . x).
 __global__ void __launch_bounds__(256) gate_up_gemv_kernel(const bf16* x, const bf16* gate_up, const int32_t* ids,
                                                            int top_k, int64_t h_dim, int64_t inter, bf16* act) {
+  pdl_begin();
   const int pair = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t i = int64_t(blockIdx.y) * 8 + (threadIdx.x >> 5);
   if (i >= inter) return;
   const int64_t e = ids[pair];
   const bf16* xr = x + int64_t(pair / top_k) * h_dim;
-  const bf16* w = gate_up + e * 2 * inter * h_dim;
-  const float g = warp_sum(warp_dot(w + i * h_dim, xr, h_dim));
-  const float u = warp_sum(warp_dot(w + (inter + i) * h_dim, xr, h_dim));
+  const bf16* wg = gate_up + (e * 2 * inter + i) * h_dim;
+  const bf16* wu = wg + inter * h_dim;
+  float g = 0.f, u = 0.f;
+  for (int64_t k0 = int64_t(lane) * 8; k0 < h_dim; k0 += 256 * kDotUnroll) {
+    uint4 gv[kDotUnroll], uv[kDotUnroll];
+#pragma unroll
+    for (int j = 0; j < kDotUnroll; ++j) {
+      const int64_t k = k0 + j * 256;
+      const bool in = k < h_dim;
+      gv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wg + k)) : make_uint4(0, 0, 0, 0);
+      uv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wu + k)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kDotUnroll; ++j) {
+      const int64_t k = k0 + j * 256;
+      if (k >= h_dim) break;
+      float xf[8], gf[8], uf[8];
+      unpack8(__ldg(reinterpret_cast<const uint4*>(xr + k)), xf);
+      unpack8(gv[j], gf);
+      unpack8(uv[j], uf);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        g = fmaf(gf[q], xf[q], g);
+        u = fmaf(uf[q], xf[q], u);
+      }
+    }
+  }
+  g = warp_sum(g);
+  u = warp_sum(u);
   if (lane == 0) act[int64_t(pair) * inter + i] = f2bf(silu_f(g) * u);
 }
 
-// grid (tokens, ceil(H / 8)): warp w of block y computes out[t, 8y + w] over the token's experts.
+// grid (tokens, ceil(H / 8)): warp w of block y computes out[t, 8y + w] = sum_j w_j (down_j . act_j)
+// over the token's experts, kDownExperts experts' rows loaded at once.
+constexpr int kDownExperts = 8, kDownVecs = 2;  // 2 vectors per lane: 512 intermediate columns per pass
+
+// The shared expert (optional: shared.down null) joins as in moe_experts_shared, with the
+// unfused ops' roundings: its activation and its output rounded to bf16 before the gated add.
+struct SharedArgs {
+  const bf16* gate_up;  // [T, 2 Is]
+  const bf16* down;     // [H, Is]
+  const void* gate;     // [T, 1]
+  bool gate32;
+  int64_t inter;
+};
+
 __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, const bf16* down, const int32_t* ids,
                                                            const float* weights, int top_k, int64_t h_dim,
-                                                           int64_t inter, bf16* out) {
+                                                           int64_t inter, SharedArgs shared, bf16* out) {
+  pdl_begin();
   const int t = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t h = int64_t(blockIdx.y) * 8 + (threadIdx.x >> 5);
   if (h >= h_dim) return;
   float total = 0.f;
-  for (int j = 0; j < top_k; ++j) {
-    const int pair = t * top_k + j;
-    const int64_t e = ids[pair];
-    const float y = warp_sum(warp_dot(down + (e * h_dim + h) * inter, act + int64_t(pair) * inter, inter));
-    total += weights[pair] * y;
+  for (int j0 = 0; j0 < top_k; j0 += kDownExperts) {
+    const bf16* wr[kDownExperts];
+    const bf16* ar[kDownExperts];
+    float wt[kDownExperts];
+#pragma unroll
+    for (int jj = 0; jj < kDownExperts; ++jj) {
+      const int pair = t * top_k + min(j0 + jj, top_k - 1);
+      wr[jj] = down + (int64_t(ids[pair]) * h_dim + h) * inter;
+      ar[jj] = act + int64_t(pair) * inter;
+      wt[jj] = j0 + jj < top_k ? weights[pair] : 0.f;
+    }
+    for (int64_t k0 = int64_t(lane) * 8; k0 < inter; k0 += 256 * kDownVecs) {
+      uint4 wv[kDownExperts][kDownVecs], av[kDownExperts][kDownVecs];
+#pragma unroll
+      for (int jj = 0; jj < kDownExperts; ++jj) {
+#pragma unroll
+        for (int q = 0; q < kDownVecs; ++q) {
+          const int64_t k = k0 + q * 256;
+          const bool in = k < inter && j0 + jj < top_k;
+          wv[jj][q] = in ? __ldg(reinterpret_cast<const uint4*>(wr[jj] + k)) : make_uint4(0, 0, 0, 0);
+          av[jj][q] = in ? __ldg(reinterpret_cast<const uint4*>(ar[jj] + k)) : make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < kDownExperts; ++jj) {
+        float part = 0.f;
+#pragma unroll
+        for (int q = 0; q < kDownVecs; ++q) {
+          float wf[8], af[8];
+          unpack8(wv[jj][q], wf);
+          unpack8(av[jj][q], af);
+#pragma unroll
+          for (int c = 0; c < 8; ++c) part = fmaf(wf[c], af[c], part);
+        }
+        total = fmaf(wt[jj], part, total);
+      }
+    }
   }
-  if (lane == 0) out[int64_t(t) * h_dim + h] = f2bf(total);
+  float sp = 0.f;
+  if (shared.down) {
+    const bf16* g = shared.gate_up + int64_t(t) * 2 * shared.inter;
+    const bf16* wr = shared.down + h * shared.inter;
+    for (int64_t k0 = int64_t(lane) * 8; k0 < shared.inter; k0 += 256 * kDownVecs) {
+      uint4 wv[kDownVecs], gv[kDownVecs], uv[kDownVecs];
+#pragma unroll
+      for (int q = 0; q < kDownVecs; ++q) {
+        const int64_t k = k0 + q * 256;
+        const bool in = k < shared.inter;
+        wv[q] = in ? __ldg(reinterpret_cast<const uint4*>(wr + k)) : make_uint4(0, 0, 0, 0);
+        gv[q] = in ? __ldg(reinterpret_cast<const uint4*>(g + k)) : make_uint4(0, 0, 0, 0);
+        uv[q] = in ? __ldg(reinterpret_cast<const uint4*>(g + shared.inter + k)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int q = 0; q < kDownVecs; ++q) {
+        float wf[8], gf[8], uf[8];
+        unpack8(wv[q], wf);
+        unpack8(gv[q], gf);
+        unpack8(uv[q], uf);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) sp = fmaf(wf[c], bf2f(f2bf(silu_f(gf[c]) * uf[c])), sp);
+      }
+    }
+  }
+  total = warp_sum(total);
+  if (shared.down) sp = warp_sum(sp);
+  if (lane == 0) {
+    float y = total;
+    if (shared.down) {
+      const float s = sigmoid_f(ldf(shared.gate, shared.gate32, t));
+      y = bf2f(f2bf(total)) + bf2f(f2bf(sp)) * s;
+    }
+    out[int64_t(t) * h_dim + h] = f2bf(y);
+  }
 }
 
 __global__ void count_kernel(const int32_t* ids, int64_t pairs, int32_t* counts) {
+  pdl_begin();
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < pairs; p += int64_t(gridDim.x) * blockDim.x) {
     atomicAdd(&counts[ids[p]], 1);
   }
@@ -128,6 +273,7 @@ __global__ void count_kernel(const int32_t* ids, int64_t pairs, int32_t* counts)
 // One block of 1024 threads (E <= 1024): exclusive scans of the counts and of the tiles.
 __global__ void __launch_bounds__(1024) schedule_kernel(const int32_t* counts, int e, int bm, int32_t* offsets,
                                                         int32_t* cursor, MoeTiles tiles) {
+  pdl_begin();
   __shared__ int32_t sc[1024], st[1024];
   const int i = threadIdx.x;
   const int c = i < e ? counts[i] : 0;
@@ -157,6 +303,7 @@ __global__ void __launch_bounds__(1024) schedule_kernel(const int32_t* counts, i
 
 __global__ void permute_kernel(const int32_t* ids, int64_t pairs, int top_k, const int32_t* offsets, int32_t* cursor,
                                int32_t* perm_token, int32_t* pair_pos) {
+  pdl_begin();
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < pairs; p += int64_t(gridDim.x) * blockDim.x) {
     const int e = ids[p];
     const int pos = offsets[e] + atomicAdd(&cursor[e], 1);
@@ -167,6 +314,7 @@ __global__ void permute_kernel(const int32_t* ids, int64_t pairs, int top_k, con
 
 __global__ void unpermute_kernel(const bf16* y, const int32_t* pair_pos, const float* weights, int top_k,
                                  int64_t h_dim, bf16* out) {
+  pdl_begin();
   const int t = blockIdx.x;
   for (int64_t h = threadIdx.x; h < h_dim; h += blockDim.x) {
     float total = 0.f;
@@ -191,14 +339,26 @@ void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Te
   STRATA_CHECK(ids.shape() == Shape({t, top_k}) && weights.shape() == ids.shape(), "moe_route_softmax: ids ",
                ids.describe(), ", weights ", weights.describe());
   if (!t) return;
-  route_kernel<<<blocks_for(t, 4), 128, 4 * e * sizeof(float), stream()>>>(
-      logits.raw(), is_f32(logits), t, int(e), top_k, norm_topk, ids.data<int32_t>(), weights.data<float>());
+  const unsigned blocks = blocks_for(t, 4);
+  if (e <= 128) {
+    launch_pdl(route_reg_kernel<4>, blocks, 128, 0, logits.raw(), is_f32(logits), t, int(e), top_k, norm_topk,
+                                                      ids.data<int32_t>(), weights.data<float>());
+  } else if (e <= 256) {
+    launch_pdl(route_reg_kernel<8>, blocks, 128, 0, logits.raw(), is_f32(logits), t, int(e), top_k, norm_topk,
+                                                      ids.data<int32_t>(), weights.data<float>());
+  } else {
+    launch_pdl(route_kernel, blocks, 128, 4 * e * sizeof(float), 
+        logits.raw(), is_f32(logits), t, int(e), top_k, norm_topk, ids.data<int32_t>(), weights.data<float>());
+  }
   check_launch("moe_route");
 }
 
-void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
-                 const Tensor& weights, const Tensor& out) {
-  OpTimer timer_("moe_experts", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
+namespace {
+
+// moe_experts; with `shared` (its down non-null), moe_experts_shared's fused GEMV path. Returns
+// false when the shared expert is still to be added (the grouped path).
+bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                 const Tensor& weights, const SharedArgs& shared, const Tensor& out) {
   const char* op = "moe_experts";
   expect_dtype(x, DType::kBF16, op, "x");
   expect_dtype(gate_up, DType::kBF16, op, "gate_up");
@@ -213,7 +373,7 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                ", ids ", ids.describe(), ", out ", out.describe());
   STRATA_CHECK(h % 8 == 0 && inter % 8 == 0, "moe_experts: hidden ", h, " and intermediate ", inter,
                " sizes must be multiples of 8 on CUDA");
-  if (!t) return;
+  if (!t) return true;
   const auto* xp = static_cast<const bf16*>(x.raw());
   const auto* gp = static_cast<const bf16*>(gate_up.raw());
   const auto* dp = static_cast<const bf16*>(down.raw());
@@ -221,14 +381,14 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   const bool grouped = t > kGemvTokens && moe_gemm_supported(h, inter) && ne <= 1024;
   if (!grouped) {
     Tensor act = scratch({pairs, inter}, DType::kBF16);
-    gate_up_gemv_kernel<<<dim3(unsigned(pairs), blocks_for(inter, 8)), 256, 0, stream()>>>(
+    launch_pdl(gate_up_gemv_kernel, dim3(unsigned(pairs), blocks_for(inter, 8)), 256, 0, 
         xp, gp, ids.data<int32_t>(), int(k), h, inter, static_cast<bf16*>(act.raw()));
     check_launch("moe_gate_up_gemv");
-    down_combine_kernel<<<dim3(unsigned(t), blocks_for(h, 8)), 256, 0, stream()>>>(
+    launch_pdl(down_combine_kernel, dim3(unsigned(t), blocks_for(h, 8)), 256, 0, 
         static_cast<const bf16*>(act.raw()), dp, ids.data<int32_t>(), weights.data<float>(), int(k), h, inter,
-        static_cast<bf16*>(out.raw()));
+        shared, static_cast<bf16*>(out.raw()));
     check_launch("moe_down_combine");
-    return;
+    return true;
   }
   const int64_t max_tiles = (pairs + kMoeBm - 1) / kMoeBm + ne;
   // One int32 workspace: counts, offsets, cursor [E]; tiles 3 x max_tiles + 1; perm, pair_pos.
@@ -241,11 +401,11 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   int32_t* pair_pos = perm_token + pairs;
   STRATA_CUDA_CHECK(cudaMemsetAsync(counts, 0, ne * sizeof(int32_t), stream()));
   const unsigned pgrid = std::min<unsigned>(blocks_for(pairs, 256), unsigned(sm_count() * 8));
-  count_kernel<<<pgrid, 256, 0, stream()>>>(ids.data<int32_t>(), pairs, counts);
+  launch_pdl(count_kernel, pgrid, 256, 0, ids.data<int32_t>(), pairs, counts);
   check_launch("moe_count");
-  schedule_kernel<<<1, 1024, 0, stream()>>>(counts, int(ne), kMoeBm, offsets, cursor, tiles);
+  launch_pdl(schedule_kernel, 1, 1024, 0, counts, int(ne), kMoeBm, offsets, cursor, tiles);
   check_launch("moe_schedule");
-  permute_kernel<<<pgrid, 256, 0, stream()>>>(ids.data<int32_t>(), pairs, int(k), offsets, cursor, perm_token,
+  launch_pdl(permute_kernel, pgrid, 256, 0, ids.data<int32_t>(), pairs, int(k), offsets, cursor, perm_token,
                                               pair_pos);
   check_launch("moe_permute");
   Tensor act = scratch({pairs, inter}, DType::kBF16);
@@ -253,10 +413,41 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   moe_grouped_gemm(xp, perm_token, gp, tiles, unsigned(max_tiles), h, inter, true, static_cast<bf16*>(act.raw()));
   moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dp, tiles, unsigned(max_tiles), inter, h, false,
                    static_cast<bf16*>(y.raw()));
-  unpermute_kernel<<<unsigned(t), 256, 0, stream()>>>(static_cast<const bf16*>(y.raw()), pair_pos,
+  launch_pdl(unpermute_kernel, unsigned(t), 256, 0, static_cast<const bf16*>(y.raw()), pair_pos,
                                                       weights.data<float>(), int(k), h,
                                                       static_cast<bf16*>(out.raw()));
   check_launch("moe_unpermute");
+  return shared.down == nullptr;
+}
+
+}  // namespace
+
+void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                 const Tensor& weights, const Tensor& out) {
+  OpTimer timer_("moe_experts", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
+  run_experts(x, gate_up, down, ids, weights, SharedArgs{}, out);
+}
+
+void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                        const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
+                        const Tensor& shared_gate, const Tensor& out) {
+  OpTimer timer_("moe_experts_shared", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
+  const char* op = "moe_experts_shared";
+  expect_dtype(shared_gate_up, DType::kBF16, op, "shared_gate_up");
+  expect_dtype(shared_down, DType::kBF16, op, "shared_down");
+  expect_float(shared_gate, op, "shared_gate");
+  const int64_t t = x.dim(0), h = x.dim(1), si = shared_down.dim(1);
+  STRATA_CHECK(shared_down.ndim() == 2 && shared_down.dim(0) == h && shared_gate_up.shape() == Shape({t, 2 * si}) &&
+                   shared_gate.numel() == t && si % 8 == 0,
+               op, ": shared gate_up ", shared_gate_up.describe(), ", down ", shared_down.describe(), ", gate ",
+               shared_gate.describe(), " for x ", x.describe());
+  const SharedArgs shared{static_cast<const bf16*>(shared_gate_up.raw()), static_cast<const bf16*>(shared_down.raw()),
+                          shared_gate.raw(), is_f32(shared_gate), si};
+  if (run_experts(x, gate_up, down, ids, weights, shared, out)) return;
+  Tensor act = scratch({t, si}, DType::kBF16), y = scratch({t, h}, DType::kBF16);
+  silu_mul(shared_gate_up, act);
+  linear(act, shared_down, y);
+  add_sigmoid_gated(out, y, shared_gate);
 }
 
 }  // namespace strata::ops::cuda

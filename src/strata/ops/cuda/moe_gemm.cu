@@ -23,6 +23,7 @@ template <bool kGateUp>
 __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* __restrict__ a, const int32_t* gather,
                                                            const bf16* __restrict__ w, MoeTiles tiles, int64_t k,
                                                            int64_t n, bf16* out) {
+  pdl_begin();
   using namespace nvcuda;
   __shared__ __align__(128) bf16 as[2][kMoeBm * kLd];
   __shared__ __align__(128) bf16 bs[2][kBn * kLd];
@@ -106,9 +107,9 @@ __global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* __restric
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
                       unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out) {
   if (gate_up) {
-    grouped_gemm_kernel<true><<<dim3(max_tiles, unsigned(n / 32)), 128, 0, stream()>>>(a, gather, w, tiles, k, n, out);
+    launch_pdl(grouped_gemm_kernel<true>, dim3(max_tiles, unsigned(n / 32)), 128, 0, a, gather, w, tiles, k, n, out);
   } else {
-    grouped_gemm_kernel<false><<<dim3(max_tiles, unsigned(n / kBn)), 128, 0, stream()>>>(a, gather, w, tiles, k, n,
+    launch_pdl(grouped_gemm_kernel<false>, dim3(max_tiles, unsigned(n / kBn)), 128, 0, a, gather, w, tiles, k, n,
                                                                                         out);
   }
   check_launch(gate_up ? "moe_grouped_gemm_gate_up" : "moe_grouped_gemm_down");

@@ -42,7 +42,10 @@ __device__ __forceinline__ int block_argmax(float best, int bi, float* redv, int
     best = lane < (blockDim.x >> 5) ? redv[lane] : -INFINITY;
     bi = lane < (blockDim.x >> 5) ? redi[lane] : INT_MAX;
     warp_argmax(best, bi);
-    if (lane == 0) redi[0] = bi;
+    if (lane == 0) {
+      redv[0] = best;
+      redi[0] = bi;
+    }
   }
   __syncthreads();
   return redi[0];
@@ -69,11 +72,57 @@ __device__ __forceinline__ float block_max(float v, float* red) {
   return warp_max(lane < (blockDim.x >> 5) ? red[lane] : -INFINITY);
 }
 
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t v, int32_t* ids) {
+// Greedy decode reads a whole vocabulary row (~1 MB at 248k): stage 1 spreads a row over
+// kArgmaxParts blocks, each leaving its (best, index); stage 2 is one warp per row over those.
+constexpr int kArgmaxParts = 128, kArgmaxThreads = 256;
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_part_kernel(const float* logits, int64_t v, float* part_v,
+                                                                     int* part_i) {
+  pdl_begin();
   __shared__ float redv[32];
   __shared__ int redi[32];
-  const int id = row_argmax(logits + int64_t(blockIdx.x) * v, v, redv, redi);
-  if (threadIdx.x == 0) ids[blockIdx.x] = id;
+  const int64_t chunk = (v + kArgmaxParts - 1) / kArgmaxParts;
+  const int64_t lo = blockIdx.x * chunk, hi = min(v, lo + chunk);
+  const float* l = logits + int64_t(blockIdx.y) * v;
+  float best = -INFINITY;
+  int bi = INT_MAX;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    if (bi == INT_MAX || l[i] > best) {  // ascending i: the lower index keeps a tie
+      best = l[i];
+      bi = int(i);
+    }
+  }
+  block_argmax(best, bi, redv, redi);
+  if (threadIdx.x == 0) {
+    part_v[int64_t(blockIdx.y) * kArgmaxParts + blockIdx.x] = redv[0];
+    part_i[int64_t(blockIdx.y) * kArgmaxParts + blockIdx.x] = redi[0];
+  }
+}
+
+__global__ void argmax_final_kernel(const float* part_v, const int* part_i, int32_t* ids) {
+  pdl_begin();
+  const int lane = threadIdx.x;
+  float best = -INFINITY;
+  int bi = INT_MAX;
+  for (int j = lane; j < kArgmaxParts; j += 32) {
+    const float pv = part_v[int64_t(blockIdx.x) * kArgmaxParts + j];
+    const int pi = part_i[int64_t(blockIdx.x) * kArgmaxParts + j];
+    if (pi != INT_MAX && (bi == INT_MAX || pv > best || (pv == best && pi < bi))) {
+      best = pv;
+      bi = pi;
+    }
+  }
+  // Entries without an index (empty parts) lose to every real one.
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (oi != INT_MAX && (bi == INT_MAX || ob > best || (ob == best && oi < bi))) {
+      best = ob;
+      bi = oi;
+    }
+  }
+  if (lane == 0) ids[blockIdx.x] = bi;
 }
 
 struct RowParams {
@@ -85,6 +134,7 @@ struct RowParams {
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t v, RowParams rp, float* probs,
                                                           int32_t* ids) {
+  pdl_begin();
   __shared__ float redf[32], seg_prefix[kThreads];
   __shared__ int redi[32], pick, fallback;
   const int r = blockIdx.x, tid = threadIdx.x;
@@ -199,8 +249,13 @@ void argmax(const Tensor& logits, const Tensor& ids) {
   OpTimer timer_("argmax");
   check_rows(logits, ids, "argmax");
   if (!logits.dim(0)) return;
-  argmax_kernel<<<unsigned(logits.dim(0)), kThreads, 0, stream()>>>(logits.data<float>(), logits.dim(1),
-                                                                    ids.data<int32_t>());
+  const int64_t n = logits.dim(0);
+  Tensor part_v = scratch({n, kArgmaxParts}, DType::kF32), part_i = scratch({n, kArgmaxParts}, DType::kI32);
+  launch_pdl(argmax_part_kernel, dim3(kArgmaxParts, unsigned(n)), kArgmaxThreads, 0, 
+      logits.data<float>(), logits.dim(1), part_v.data<float>(), part_i.data<int32_t>());
+  check_launch("argmax_part");
+  launch_pdl(argmax_final_kernel, unsigned(n), 32, 0, part_v.data<float>(), part_i.data<int32_t>(),
+                                                       ids.data<int32_t>());
   check_launch("argmax");
 }
 
@@ -225,7 +280,7 @@ void sample(const Tensor& logits, const std::vector<SampleRow>& rows, const Tens
   RowParams rp{reinterpret_cast<const float*>(d), d + n, reinterpret_cast<const float*>(d + 2 * n),
                reinterpret_cast<const float*>(d + 3 * n)};
   Tensor probs = scratch({n, v}, DType::kF32);
-  sample_kernel<<<unsigned(n), kThreads, 0, stream()>>>(logits.data<float>(), v, rp, probs.data<float>(),
+  launch_pdl(sample_kernel, unsigned(n), kThreads, 0, logits.data<float>(), v, rp, probs.data<float>(),
                                                         ids.data<int32_t>());
   check_launch("sample");
 }
