@@ -53,6 +53,44 @@ TEST(CudaDense, LinearSplitMixedDtypes) {
   }
 }
 
+// The residual add + norm fused into the GEMV after it: with and without the residual, F32 and
+// BF16 norm weights, split outputs, widths on both GEMV paths (R = 4 and 1), every row count of
+// the fused path, and the unfused fallbacks (too wide for shared memory; h_out aliasing h).
+TEST(CudaDense, AddRmsNormLinearFusedMatchesTheComposition) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  struct Case {
+    int64_t t, k;
+    bool resid, w32, alias;
+  };
+  for (const Case c : {Case{1, 64, true, true, false}, Case{3, 64, false, false, false}, Case{8, 2048, true, false, false},
+                       Case{1, 2048, true, true, false}, Case{5, 2048, false, true, false}, Case{8, 4096, true, true, false},
+                       Case{2, 2048, true, true, true}}) {
+    const int64_t n0 = 300, n1 = 1, n2 = 77;
+    Tensor h = rand_bf16_values({c.t, c.k}, rng), y = rand_bf16_values({c.t, c.k}, rng);
+    Tensor nw = rand_bf16_values({c.k}, rng, 0.1f), w = rand_bf16_values({n0 + n1 + n2, c.k}, rng, 0.05f);
+    Tensor h_ref = Tensor::empty({c.t, c.k}, DType::kF32), x_ref = Tensor::empty({c.t, c.k}, DType::kF32);
+    Tensor r0 = Tensor::empty({c.t, n0}, DType::kF32), r1 = Tensor::empty({c.t, n1}, DType::kF32),
+           r2 = Tensor::empty({c.t, n2}, DType::kF32);
+    ops::add_rms_norm_linear(h, c.resid ? y : Tensor(), nw, 1e-6f, true, h_ref, x_ref, w, {r0, r1, r2});
+    Tensor gh = to_gpu(h), gy = to_gpu(y);
+    Tensor gh_out = c.alias ? gh : Tensor::empty({c.t, c.k}, DType::kBF16, Device::kCuda);
+    Tensor gx = Tensor::empty({c.t, c.k}, DType::kBF16, Device::kCuda);
+    Tensor g0 = Tensor::empty({c.t, n0}, DType::kF32, Device::kCuda), g1 = Tensor::empty({c.t, n1}, DType::kBF16, Device::kCuda),
+           g2 = Tensor::empty({c.t, n2}, DType::kBF16, Device::kCuda);
+    ops::add_rms_norm_linear(gh, c.resid ? gy : Tensor(), c.w32 ? to_gpu(nw, DType::kF32) : to_gpu(nw), 1e-6f, true,
+                             c.resid ? gh_out : Tensor(), gx, to_gpu(w), {g0, g1, g2});
+    const std::string at = "t " + std::to_string(c.t) + " k " + std::to_string(c.k);
+    if (c.resid) {
+      EXPECT_LE(rel_err(to_host_f32(gh_out), h_ref), kBf16Tol) << at;
+    }
+    EXPECT_LE(rel_err(to_host_f32(gx), x_ref), kBf16Tol) << at;
+    EXPECT_LE(rel_err(to_host_f32(g0), r0), kBf16Tol) << at;
+    EXPECT_LE(rel_err(to_host_f32(g1), r1), kBf16Tol) << at;
+    EXPECT_LE(rel_err(to_host_f32(g2), r2), kBf16Tol) << at;
+  }
+}
+
 TEST(CudaDense, EmbeddingGatherAndColumns) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(4);
@@ -160,6 +198,20 @@ TEST(CudaDense, Rope) {
     ops::rope(got, pos, spec);
     EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol)
         << "rotary " << c.rotary_dim << " of " << c.head_dim << ", theta " << c.theta;
+    // The fused query/key preparation (gate split, both norms, both ropes) against the CPU's
+    // composition, 4 query heads over 2 kv heads.
+    const int64_t t = int64_t(pos.size()), d = c.head_dim;
+    Tensor qg = rand_bf16_values({t, 4, 2 * d}, rng), k = rand_bf16_values({t, 2, d}, rng);
+    Tensor qw = rand_bf16_values({d}, rng, 0.1f), kw = rand_bf16_values({d}, rng, 0.1f);
+    Tensor q_ref = Tensor::empty({t, 4, d}, DType::kF32), gate_ref = Tensor::empty({t, 4 * d}, DType::kF32);
+    Tensor k_ref = k.to(Device::kCpu);
+    ops::qk_norm_rope(qg, k_ref, qw, kw, 1e-6f, true, pos, spec, q_ref, gate_ref);
+    Tensor gq = Tensor::empty({t, 4, d}, DType::kBF16, Device::kCuda), ggate = Tensor::empty({t, 4 * d}, DType::kBF16, Device::kCuda);
+    Tensor gk = to_gpu(k);
+    ops::qk_norm_rope(to_gpu(qg), gk, to_gpu(qw, DType::kF32), to_gpu(kw), 1e-6f, true, pos, spec, gq, ggate);
+    EXPECT_LE(rel_err(to_host_f32(gq), q_ref), kBf16Tol) << "q, head dim " << d;
+    EXPECT_LE(rel_err(to_host_f32(gk), k_ref), kBf16Tol) << "k, head dim " << d;
+    EXPECT_LE(rel_err(to_host_f32(ggate), gate_ref), 1e-6) << "gate, head dim " << d;
   }
 }
 

@@ -206,30 +206,29 @@ class Qwen35Model final : public Model {
     // Everything below is the forward's workspace (on CUDA: an arena reset per forward).
     ops::ForwardScope scope(device_, batch);
     const int64_t t = batch.num_tokens();
-    Tensor h = act({t, cfg_.hidden});
-    ops::embedding(embed_, batch.token_ids, h);
+    // Each residual add and the norm after it run inside the next sublayer's first projection.
+    Residual r{act({t, cfg_.hidden}), act({t, cfg_.hidden}), Tensor(), &layers_[0].input_norm};
+    ops::embedding(embed_, batch.token_ids, r.h);
     Tensor x = act({t, cfg_.hidden}), y = act({t, cfg_.hidden});
-    // Each residual add is fused into the norm that follows it.
-    ops::rms_norm(h, layers_[0].input_norm, float(cfg_.eps), true, x);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Layer& l = layers_[i];
+      r.norm = &l.input_norm;
       if (l.linear) {
-        gated_delta_net(l, x, batch, caches.layers[i], y);
+        gated_delta_net(l, r, x, batch, caches.layers[i], y);
       } else {
-        attention(l, x, batch, caches.layers[i], y);
+        attention(l, r, x, batch, caches.layers[i], y);
       }
-      ops::add_rms_norm(h, y, l.post_norm, float(cfg_.eps), true, x);
+      r.y = y;
+      r.norm = &l.post_norm;
       if (l.moe) {
-        moe(l, x, y);
+        moe(l, r, x, y);
       } else {
-        mlp(l.mlp, x, y);
+        mlp(l.mlp, r, x, y);
       }
-      if (i + 1 < layers_.size()) {
-        ops::add_rms_norm(h, y, layers_[i + 1].input_norm, float(cfg_.eps), true, x);
-      } else {
-        ops::add(h, y, h);
-      }
+      r.y = y;
     }
+    Tensor& h = r.h;
+    ops::add(h, r.y, h);
     Tensor last = act({n, cfg_.hidden}), normed = act({n, cfg_.hidden});
     ops::gather_rows(h, batch.logit_rows, last);
     ops::rms_norm(last, final_norm_, float(cfg_.eps), true, normed);
@@ -237,6 +236,24 @@ class Qwen35Model final : public Model {
   }
 
  private:
+  // The residual stream into a sublayer: h, the previous sublayer's output y still to be added
+  // (undefined before the first layer), and the norm the sublayer applies to h + y.
+  struct Residual {
+    Tensor h, spare, y;
+    const Tensor* norm = nullptr;
+  };
+
+  // x = norm(h + y) and the sublayer's first projection of x (w into outs), one op; h becomes
+  // h + y (written into the spare buffer, which then swaps with h).
+  void project(Residual& r, Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) const {
+    if (r.y.defined()) {
+      ops::add_rms_norm_linear(r.h, r.y, *r.norm, float(cfg_.eps), true, r.spare, x, w, outs);
+      std::swap(r.h, r.spare);
+    } else {
+      ops::add_rms_norm_linear(r.h, Tensor(), *r.norm, float(cfg_.eps), true, Tensor(), x, w, outs);
+    }
+  }
+
   // Activations, KV and conv caches: F32 on the CPU, BF16 on CUDA (the GDN state stays F32).
   DType act_dtype() const { return device_ == Device::kCuda ? DType::kBF16 : DType::kF32; }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
@@ -358,15 +375,15 @@ class Qwen35Model final : public Model {
     l.out_proj = w.get(p + "out_proj.weight", {hsz, hv * dv});
   }
 
-  void mlp(const Mlp& m, const Tensor& x, Tensor& y) {
+  void mlp(const Mlp& m, Residual& r, Tensor& x, Tensor& y) {
     const int64_t t = x.dim(0), inter = m.down.dim(1);
     Tensor gu = act({t, 2 * inter}), a = act({t, inter});
-    ops::linear(x, m.gate_up, gu);
+    project(r, x, m.gate_up, {gu});
     ops::silu_mul(gu, a);
     ops::linear(a, m.down, y);
   }
 
-  void moe(const Layer& l, const Tensor& x, Tensor& y) {
+  void moe(const Layer& l, Residual& r, Tensor& x, Tensor& y) {
     const int64_t t = x.dim(0), si = cfg_.shared_inter;
     // Router logits stay F32 on every device: expert choice is sensitive to their rounding.
     Tensor logits = Tensor::empty({t, cfg_.experts}, DType::kF32, device_);
@@ -375,9 +392,9 @@ class Qwen35Model final : public Model {
       // One pass over x for the router, the shared expert's gate and its gate/up projections.
       gate = act({t, 1});
       shared_gu = act({t, 2 * si});
-      ops::linear_split(x, l.router_shared, {logits, gate, shared_gu});
+      project(r, x, l.router_shared, {logits, gate, shared_gu});
     } else {
-      ops::linear(x, l.router_shared, logits);
+      project(r, x, l.router_shared, {logits});
     }
     Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
     Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
@@ -389,19 +406,16 @@ class Qwen35Model final : public Model {
     }
   }
 
-  void attention(const Layer& l, const Tensor& x, const ForwardBatch& batch, LayerCaches& cache,
+  void attention(const Layer& l, Residual& r, Tensor& x, const ForwardBatch& batch, LayerCaches& cache,
                  Tensor& y) {
     const int64_t t = x.dim(0), d = cfg_.head_dim, hq = cfg_.heads, hkv = cfg_.kv_heads;
     // q_proj gives per head [query (d) | gate (d)].
     Tensor qg = act({t, hq * 2 * d});
     Tensor k = act({t, hkv, d}), v = act({t, hkv, d});
-    ops::linear_split(x, l.qkv_proj, {qg, k.reshape({t, hkv * d}), v.reshape({t, hkv * d})});
+    project(r, x, l.qkv_proj, {qg, k.reshape({t, hkv * d}), v.reshape({t, hkv * d})});
     Tensor q = act({t, hq, d}), gate = act({t, hq * d});
-    ops::split_columns(qg.reshape({t * hq, 2 * d}), {q.reshape({t * hq, d}), gate.reshape({t * hq, d})});
-    ops::rms_norm(q, l.q_norm, float(cfg_.eps), true, q);
-    ops::rms_norm(k, l.k_norm, float(cfg_.eps), true, k);
-    ops::rope(q, batch.positions, cfg_.rope);
-    ops::rope(k, batch.positions, cfg_.rope);
+    ops::qk_norm_rope(qg.reshape({t, hq, 2 * d}), k, l.q_norm, l.k_norm, float(cfg_.eps), true, batch.positions,
+                      cfg_.rope, q, gate);
     Tensor o = act({t, hq, d});
     ops::paged_attention(q, k, v, cache.paged[0], cache.paged[1], batch, 1.f / std::sqrt(float(d)), o);
     Tensor o2 = o.reshape({t, hq * d});
@@ -409,13 +423,13 @@ class Qwen35Model final : public Model {
     ops::linear(o2, l.o_proj, y);
   }
 
-  void gated_delta_net(const Layer& l, const Tensor& x, const ForwardBatch& batch,
+  void gated_delta_net(const Layer& l, Residual& r, Tensor& x, const ForwardBatch& batch,
                        LayerCaches& cache, Tensor& y) {
     const int64_t t = x.dim(0), hk = cfg_.lin_k_heads, hv = cfg_.lin_v_heads,
                   dk = cfg_.lin_k_dim, dv = cfg_.lin_v_dim;
     const int64_t conv_dim = 2 * hk * dk + hv * dv;
     Tensor qkv = act({t, conv_dim}), z = act({t, hv, dv}), b = act({t, hv}), a = act({t, hv});
-    ops::linear_split(x, l.in_proj, {qkv, z.reshape({t, hv * dv}), b, a});
+    project(r, x, l.in_proj, {qkv, z.reshape({t, hv * dv}), b, a});
     bool single_tokens = true;
     for (const SeqInBatch& s : batch.seqs) single_tokens = single_tokens && s.q_len == 1;
     if (single_tokens) {

@@ -52,6 +52,14 @@ struct RopeSpec {
 // In place on x [T, H, D]: NeoX (rotate-half) rotation of x[..., :rotary_dim] at positions[t].
 void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec& spec);
 
+// Gated attention's query/key preparation in one op: qg [T, Hq, 2D] holds per head [query |
+// gate]; q [T, Hq, D] = rope(rms_norm(query) * w_q), gate [T, Hq * D] = the gate halves, and k
+// [T, Hkv, D] = rope(rms_norm(k) * w_k) in place (zero_centered: 1 + w). The same result as
+// split_columns, rms_norm twice and rope twice.
+void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const Tensor& k_norm,
+                  float eps, bool zero_centered, const std::vector<int32_t>& positions,
+                  const RopeSpec& spec, const Tensor& q, const Tensor& gate);
+
 // ---- attention ----
 
 // Writes the new k, v [T, Hkv, D] into the paged caches [num_blocks, block_size, Hkv, D] at each
@@ -147,6 +155,14 @@ void split_columns(const Tensor& x, const std::vector<Tensor>& outs);
 // columns, concatenated (several projections of one input in one pass over x). The outputs
 // may differ in dtype on the device (e.g. F32 router logits beside BF16 activations).
 void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs);
+// The pre-norm residual step fused with the projection after it: h_out = h + y (rounded as
+// add_rms_norm rounds h), x = rms_norm(h_out) * w (zero_centered: 1 + w), outs = the columns of
+// x · weight^T as in linear_split. Without y (undefined): x = rms_norm(h) and h_out is unused.
+// h_out must not alias h or y on CUDA's fused path (other blocks still read them); elsewhere
+// it may. The same result as add (or nothing), rms_norm and linear_split one after the other.
+void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w, float eps,
+                         bool zero_centered, const Tensor& h_out, const Tensor& x,
+                         const Tensor& weight, const std::vector<Tensor>& outs);
 // y += x * sigmoid(gate), one gate per row of x (gate has one element per row).
 void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
 

@@ -156,6 +156,18 @@ void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps
   });
 }
 
+void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const Tensor& k_norm,
+                  float eps, bool zero_centered, const std::vector<int32_t>& positions,
+                  const RopeSpec& spec, const Tensor& q, const Tensor& gate) {
+  STRATA_CUDA_DISPATCH(qg, qk_norm_rope(qg, k, q_norm, k_norm, eps, zero_centered, positions, spec, q, gate));
+  const int64_t t = qg.dim(0), hq = qg.dim(1), d = q.dim(-1);
+  split_columns(qg.reshape({t * hq, 2 * d}), {q.reshape({t * hq, d}), gate.reshape({t * hq, d})});
+  rms_norm(q, q_norm, eps, zero_centered, q);
+  rms_norm(k, k_norm, eps, zero_centered, k);
+  rope(q, positions, spec);
+  rope(k, positions, spec);
+}
+
 void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec& spec) {
   STRATA_CUDA_DISPATCH(x, rope(x, positions, spec));
   expect_cpu_f32(x, "rope", "x");

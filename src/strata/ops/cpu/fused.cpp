@@ -60,6 +60,19 @@ void split_columns(const Tensor& x, const std::vector<Tensor>& outs) {
   }
 }
 
+void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w, float eps,
+                         bool zero_centered, const Tensor& h_out, const Tensor& x,
+                         const Tensor& weight, const std::vector<Tensor>& outs) {
+  STRATA_CUDA_DISPATCH(h, add_rms_norm_linear(h, y, norm_w, eps, zero_centered, h_out, x, weight, outs));
+  if (y.defined()) {
+    add(h, y, h_out);
+    rms_norm(h_out, norm_w, eps, zero_centered, x);
+  } else {
+    rms_norm(h, norm_w, eps, zero_centered, x);
+  }
+  linear_split(x, weight, outs);
+}
+
 void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) {
   STRATA_CUDA_DISPATCH(x, linear_split(x, w, outs));
   expect_cpu_f32(x, "linear_split", "x");

@@ -33,12 +33,17 @@ void copy_columns(const Tensor& x, int64_t col0, const Tensor& out);
 void split_columns(const Tensor& x, const std::vector<Tensor>& outs);
 void add(const Tensor& a, const Tensor& b, const Tensor& out);
 void mul_sigmoid(const Tensor& x, const Tensor& gate);
+void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w, float eps, bool zero_centered,
+                         const Tensor& h_out, const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs);
 void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
 void silu_mul(const Tensor& gate_up, const Tensor& out);
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out);
 void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
                   const Tensor& out);
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& out);
+void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                  bool zero_centered, const std::vector<int32_t>& positions, const RopeSpec& spec, const Tensor& q,
+                  const Tensor& gate);
 void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec& spec);
 void fill_random_uniform(const Tensor& t, uint64_t seed, float scale);
 void copy_slot(const Tensor& pool, int64_t src, int64_t dst);

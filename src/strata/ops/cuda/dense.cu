@@ -224,6 +224,37 @@ __global__ void rope_kernel(void* x, bool x32, const int32_t* positions, int64_t
   }
 }
 
+// qk_norm_rope: block (token, head) over the Hq query heads of qg then the Hkv key heads, a
+// thread per element of the head: the zero-centred RMSNorm, rounded to bf16 as rms_norm stores
+// it, then rope_kernel's rotation of the leading 2 half elements; query heads also copy their gate.
+__global__ void qk_norm_rope_kernel(const bf16* qg, bf16* k, const void* qw, bool qw32, const void* kw, bool kw32,
+                                    float eps, bool zero_centered, const int32_t* positions, int hq, int hkv, int d,
+                                    RopeParams p, bf16* q, bf16* gate) {
+  pdl_begin();
+  __shared__ float red[32], row[256];
+  const int t = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
+  const bool is_q = head < hq;
+  const int h = is_q ? head : head - hq;
+  const bf16* src = is_q ? qg + (int64_t(t) * hq + h) * 2 * d : k + (int64_t(t) * hkv + h) * d;
+  bf16* dst = is_q ? q + (int64_t(t) * hq + h) * d : k + (int64_t(t) * hkv + h) * d;
+  const float v = tid < d ? bf2f(src[tid]) : 0.f;
+  if (is_q && tid < d) gate[(int64_t(t) * hq + h) * d + tid] = src[d + tid];
+  const float wv = tid < d ? ldf(is_q ? qw : kw, is_q ? qw32 : kw32, tid) + (zero_centered ? 1.f : 0.f) : 0.f;
+  const float inv = rsqrtf(block_sum(v * v, red) / float(d) + eps);
+  if (tid < d) row[tid] = bf2f(f2bf(v * inv * wv));
+  __syncthreads();
+  if (tid >= d) return;
+  float o = row[tid];
+  if (tid < 2 * p.half) {
+    const int j = tid % p.half;
+    const float angle = float(positions[t]) * p.inv_freq[j];
+    const float cs = cosf(angle) * p.scaling, sn = sinf(angle) * p.scaling;
+    const float a = row[j], b = row[j + p.half];
+    o = tid < p.half ? a * cs - b * sn : b * cs + a * sn;
+  }
+  dst[tid] = f2bf(o);
+}
+
 __global__ void fill_uniform_kernel(void* t, bool f32, int64_t n, uint64_t seed, float scale) {
   pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -452,6 +483,36 @@ void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec
   const int32_t* pos = device_ints(positions, &keep);
   launch_pdl(rope_kernel, unsigned(t), 128, 0, x.raw(), is_f32(x), pos, heads, d, p);
   check_launch("rope");
+}
+
+void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                  bool zero_centered, const std::vector<int32_t>& positions, const RopeSpec& spec, const Tensor& q,
+                  const Tensor& gate) {
+  OpTimer timer_("qk_norm_rope");
+  const char* op = "qk_norm_rope";
+  for (const Tensor* x : {&qg, &k, &q, &gate}) expect_dtype(*x, DType::kBF16, op, "qg, k, q and gate");
+  expect_float(q_norm, op, "q_norm");
+  expect_float(k_norm, op, "k_norm");
+  const int64_t t = qg.dim(0), hq = qg.dim(1), d = q.dim(-1), hkv = k.dim(1);
+  const int half = spec.rotary_dim / 2;
+  STRATA_CHECK(qg.ndim() == 3 && qg.dim(2) == 2 * d && q.shape() == Shape({t, hq, d}) && gate.numel() == t * hq * d &&
+                   k.shape() == Shape({t, hkv, d}) && q_norm.numel() == d && k_norm.numel() == d && d <= 256 &&
+                   int64_t(positions.size()) == t && spec.rotary_dim <= d && int(spec.inv_freq.size()) == half,
+               op, ": qg ", qg.describe(), ", k ", k.describe(), ", q ", q.describe(), ", rotary_dim ",
+               spec.rotary_dim);
+  if (!t) return;
+  RopeParams p{};
+  for (int j = 0; j < half; ++j) p.inv_freq[j] = spec.inv_freq[j];
+  p.half = half;
+  p.scaling = spec.attention_scaling;
+  Tensor keep;
+  const int32_t* pos = device_ints(positions, &keep);
+  const unsigned threads = unsigned(std::max<int64_t>(32, (d + 31) / 32 * 32));
+  launch_pdl(qk_norm_rope_kernel, dim3(unsigned(t), unsigned(hq + hkv)), threads, 0,
+             static_cast<const bf16*>(qg.raw()), static_cast<bf16*>(k.raw()), q_norm.raw(), is_f32(q_norm),
+             k_norm.raw(), is_f32(k_norm), eps, zero_centered, pos, int(hq), int(hkv), int(d), p,
+             static_cast<bf16*>(q.raw()), static_cast<bf16*>(gate.raw()));
+  check_launch("qk_norm_rope");
 }
 
 void fill_random_uniform(const Tensor& t, uint64_t seed, float scale) {

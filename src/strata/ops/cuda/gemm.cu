@@ -33,23 +33,124 @@ __device__ __forceinline__ void store_out(const Outs& o, int64_t t, int64_t col,
   stf(o.ptr[s], o.f32[s], t * w + col - o.start[s], v);
 }
 
+// add_rms_norm_linear's prologue: every block forms x = rms_norm(h + y) * w itself, in shared
+// memory (rows x K bf16, the same roundings as add_rms_norm); block 0 also writes h + y and x out.
+constexpr int kNormMaxElems = 8 * 2048;
+
+struct NormIn {
+  const bf16* h;
+  const bf16* y;  // null: x = rms_norm(h), nothing to add
+  const void* w;
+  bool w32, zero_centered;
+  float eps;
+  bf16* h_out;  // h + y (with y)
+  bf16* x_out;
+};
+
+// The prologue, between pdl_wait and the GEMV: xs[rows][k_dim] = the normalised rows.
+template <int T>
+__device__ void norm_prologue(const NormIn& nin, int64_t k_dim, int rows, bf16* xs) {
+  __shared__ float red[8][T];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool writer = blockIdx.x == 0;
+  float ss[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    ss[t] = 0.f;
+    if (t >= rows) continue;
+    for (int64_t c = int64_t(tid) * 8; c < k_dim; c += 256 * 8) {
+      float v[8];
+      unpack8(*reinterpret_cast<const uint4*>(nin.h + t * k_dim + c), v);
+      uint4 packed;
+      if (nin.y) {
+        float r[8];
+        unpack8(*reinterpret_cast<const uint4*>(nin.y + t * k_dim + c), r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] += r[e];
+        packed = pack8(v);
+        unpack8(packed, v);  // the rounded sum, as the next layer sees it
+        if (writer) *reinterpret_cast<uint4*>(nin.h_out + t * k_dim + c) = packed;
+      } else {
+        packed = pack8(v);
+      }
+      *reinterpret_cast<uint4*>(xs + t * k_dim + c) = packed;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss[t] += v[e] * v[e];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    const float w = warp_sum(ss[t]);
+    if (lane == 0) red[warp][t] = w;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    if (t >= rows) continue;
+    float total = 0.f;
+    for (int j = 0; j < 8; ++j) total += red[j][t];
+    const float inv = rsqrtf(total / float(k_dim) + nin.eps);
+    for (int64_t c = int64_t(tid) * 8; c < k_dim; c += 256 * 8) {
+      float v[8], o[8], wf[8];
+      unpack8(*reinterpret_cast<const uint4*>(xs + t * k_dim + c), v);
+      if (nin.w32) {
+        const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(nin.w) + c);
+        const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(nin.w) + c + 4);
+        wf[0] = a.x, wf[1] = a.y, wf[2] = a.z, wf[3] = a.w, wf[4] = b.x, wf[5] = b.y, wf[6] = b.z, wf[7] = b.w;
+      } else {
+        unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(nin.w) + c), wf);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = v[e] * inv * (wf[e] + (nin.zero_centered ? 1.f : 0.f));
+      const uint4 packed = pack8(o);
+      *reinterpret_cast<uint4*>(xs + t * k_dim + c) = packed;
+      if (writer) *reinterpret_cast<uint4*>(nin.x_out + t * k_dim + c) = packed;
+    }
+  }
+  __syncthreads();
+}
+
 // A block of 8 warps computes 8 / S groups of R consecutive output columns for all T rows of x;
 // the S warps of a group split the K dimension and add their partial sums in shared memory.
 // 8 / R weight vectors of 16 bytes per lane are in flight before the first multiply; the first
 // ones load before pdl_wait (no kernel writes weights). S spreads short, wide GEMVs over every
 // SM and evens out the last wave (see launch_gemv).
-template <int T, int R, int S>
+template <int T, int R, int S, bool kNorm>
 __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                                   int64_t k_dim, int64_t n_dim, int rows, Outs outs) {
+                                                   int64_t k_dim, int64_t n_dim, int rows, Outs outs, NormIn nin) {
   pdl_trigger();
   constexpr int kGroups = 8 / S, kUnroll = 8 / R;
   __shared__ float partial[S > 1 ? 8 : 1][R][T];
+  __shared__ __align__(16) bf16 xs[kNorm ? kNormMaxElems : 8];
   bool waited = false;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = warp / S, part = warp % S;
   // This warp's K segment (a multiple of 8 elements).
   const int64_t seg = (k_dim / 8 + S - 1) / S * 8;
   const int64_t k_lo = part * seg, k_hi = min(k_dim, k_lo + seg);
   const int64_t tiles = (n_dim + int64_t(kGroups) * R - 1) / (int64_t(kGroups) * R);
+  uint4 wv[R][kUnroll];
+  auto load_weights = [&](int64_t n0, int64_t k0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k = k0 + u * 256;
+        wv[r][u] = (k < k_hi && n0 + r < n_dim) ? __ldg(reinterpret_cast<const uint4*>(w + (n0 + r) * k_dim + k))
+                                                : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  // With the norm prologue, the first step's weights are already on their way while it runs.
+  bool preloaded = false;
+  if constexpr (kNorm) {
+    if (int64_t(blockIdx.x) < tiles && k_lo + int64_t(lane) * 8 < k_hi) {
+      load_weights((int64_t(blockIdx.x) * kGroups + group) * R, k_lo + int64_t(lane) * 8);
+      preloaded = true;
+    }
+    pdl_wait();
+    waited = true;
+    norm_prologue<T>(nin, k_dim, rows, xs);
+  }
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t n0 = (tile * kGroups + group) * R;
     float acc[R][T];
@@ -59,16 +160,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, c
       for (int t = 0; t < T; ++t) acc[r][t] = 0.f;
     }
     for (int64_t k0 = k_lo + int64_t(lane) * 8; k0 < k_hi; k0 += 256 * kUnroll) {
-      uint4 wv[R][kUnroll];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t k = k0 + u * 256;
-          wv[r][u] = (k < k_hi && n0 + r < n_dim) ? __ldg(reinterpret_cast<const uint4*>(w + (n0 + r) * k_dim + k))
-                                                  : make_uint4(0, 0, 0, 0);
-        }
-      }
+      if (!preloaded) load_weights(n0, k0);
+      preloaded = false;
       if (!waited) {
         pdl_wait();
         waited = true;
@@ -81,7 +174,11 @@ __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, c
         for (int t = 0; t < T; ++t) {
           if (t >= rows) break;
           float xf[8];
-          unpack8(__ldg(reinterpret_cast<const uint4*>(x + t * k_dim + k)), xf);
+          if constexpr (kNorm) {
+            unpack8(*reinterpret_cast<const uint4*>(xs + t * k_dim + k), xf);
+          } else {
+            unpack8(__ldg(reinterpret_cast<const uint4*>(x + t * k_dim + k)), xf);
+          }
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             float wf[8];
@@ -139,11 +236,11 @@ __global__ void linear_scalar_kernel(const bf16* x, const bf16* w, int64_t k_dim
 }
 
 // Blocks of gemv_kernel<T, R, S> resident at once on the whole GPU.
-template <int T, int R, int S>
+template <int T, int R, int S, bool kNorm>
 int64_t resident_gemv_blocks() {
   static const int64_t kBlocks = [] {
     int per_sm = 0;
-    STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, R, S>, 256, 0));
+    STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, R, S, kNorm>, 256, 0));
     return int64_t(std::max(per_sm, 1)) * sm_count();
   }();
   return kBlocks;
@@ -155,23 +252,23 @@ double wave_fill(int64_t tiles, int64_t resident) {
   return double(tiles) / double(waves * resident);
 }
 
-template <int T, int R, int S>
-void launch_gemv_split(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o) {
+template <int T, int R, int S, bool kNorm>
+void launch_gemv_split(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
   const int64_t tiles = (n + (8 / S) * R - 1) / ((8 / S) * R);
-  const int64_t grid = std::min(tiles, resident_gemv_blocks<T, R, S>());
-  launch_pdl(gemv_kernel<T, R, S>, unsigned(std::max<int64_t>(grid, 1)), 256, 0, x, w, k, n, rows, o);
+  const int64_t grid = std::min(tiles, resident_gemv_blocks<T, R, S, kNorm>());
+  launch_pdl(gemv_kernel<T, R, S, kNorm>, unsigned(std::max<int64_t>(grid, 1)), 256, 0, x, w, k, n, rows, o, nin);
 }
 
 // The split S (warps per output group) is the smallest that fills the resident waves to 90%,
 // else the best filling, keeping at least 256 elements of K per warp.
-template <int T, int R>
-void launch_gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o) {
+template <int T, int R, bool kNorm>
+void launch_gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
   auto fill = [&](int s, int64_t resident) {
     if (s > 1 && k / s < 256) return -1.0;
     return wave_fill((n + (8 / s) * R - 1) / ((8 / s) * R), resident);
   };
-  const double f[4] = {fill(1, resident_gemv_blocks<T, R, 1>()), fill(2, resident_gemv_blocks<T, R, 2>()),
-                       fill(4, resident_gemv_blocks<T, R, 4>()), fill(8, resident_gemv_blocks<T, R, 8>())};
+  const double f[4] = {fill(1, resident_gemv_blocks<T, R, 1, kNorm>()), fill(2, resident_gemv_blocks<T, R, 2, kNorm>()),
+                       fill(4, resident_gemv_blocks<T, R, 4, kNorm>()), fill(8, resident_gemv_blocks<T, R, 8, kNorm>())};
   int best = 0;
   for (int i = 0; i < 4; ++i) {
     if (f[i] >= 0.9) {
@@ -181,24 +278,35 @@ void launch_gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, c
     if (f[i] > f[best]) best = i;
   }
   switch (best) {
-    case 0: return launch_gemv_split<T, R, 1>(x, w, k, n, rows, o);
-    case 1: return launch_gemv_split<T, R, 2>(x, w, k, n, rows, o);
-    case 2: return launch_gemv_split<T, R, 4>(x, w, k, n, rows, o);
-    default: return launch_gemv_split<T, R, 8>(x, w, k, n, rows, o);
+    case 0: return launch_gemv_split<T, R, 1, kNorm>(x, w, k, n, rows, o, nin);
+    case 1: return launch_gemv_split<T, R, 2, kNorm>(x, w, k, n, rows, o, nin);
+    case 2: return launch_gemv_split<T, R, 4, kNorm>(x, w, k, n, rows, o, nin);
+    default: return launch_gemv_split<T, R, 8, kNorm>(x, w, k, n, rows, o, nin);
   }
 }
 
-template <int R>
-void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o) {
+template <int R, bool kNorm>
+void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
   if (rows <= 1) {
-    launch_gemv<1, R>(x, w, k, n, rows, o);
+    launch_gemv<1, R, kNorm>(x, w, k, n, rows, o, nin);
   } else if (rows <= 2) {
-    launch_gemv<2, R>(x, w, k, n, rows, o);
+    launch_gemv<2, R, kNorm>(x, w, k, n, rows, o, nin);
   } else if (rows <= 4) {
-    launch_gemv<4, R>(x, w, k, n, rows, o);
+    launch_gemv<4, R, kNorm>(x, w, k, n, rows, o, nin);
   } else {
-    launch_gemv<8, R>(x, w, k, n, rows, o);
+    launch_gemv<8, R, kNorm>(x, w, k, n, rows, o, nin);
   }
+}
+
+// The GEMV path for up to kGemvMaxRows rows; with `nin`, x comes from the norm prologue.
+template <bool kNorm>
+void gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin = {}) {
+  if (k <= 1024) {
+    gemv_rows<4, kNorm>(x, w, k, n, rows, o, nin);
+  } else {
+    gemv_rows<1, kNorm>(x, w, k, n, rows, o, nin);
+  }
+  check_launch("gemv");
 }
 
 struct Lt {
@@ -253,12 +361,7 @@ void linear_into(const Tensor& x, const Tensor& w, const std::vector<Tensor>& ys
   const auto* wp = static_cast<const bf16*>(w.raw());
   const bool vec = k % 8 == 0 && aligned16(xp) && aligned16(wp);
   if (rows <= kGemvMaxRows && vec) {
-    if (k <= 1024) {
-      gemv_rows<4>(xp, wp, k, n, int(rows), o);
-    } else {
-      gemv_rows<1>(xp, wp, k, n, int(rows), o);
-    }
-    check_launch("gemv");
+    gemv<false>(xp, wp, k, n, int(rows), o);
     return;
   }
   if (!vec || k < 8) {
@@ -329,6 +432,40 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   OpTimer timer_("linear", w.ndim() == 2 ? w.dim(0) : 0, w.ndim() == 2 ? w.dim(1) : 0);
   STRATA_CHECK(y.dim(-1) == w.dim(0), "linear: y ", y.describe(), " does not match weight ", w.describe());
   linear_into(x, w, {y}, "linear");
+}
+
+void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w, float eps, bool zero_centered,
+                         const Tensor& h_out, const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) {
+  OpTimer timer_("add_rms_norm_linear", w.ndim() == 2 ? w.dim(0) : 0, w.ndim() == 2 ? w.dim(1) : 0);
+  const char* op = "add_rms_norm_linear";
+  const int64_t k = h.dim(-1), rows = rows_of(h);
+  STRATA_CHECK(x.shape() == h.shape() && norm_w.numel() == k && (!y.defined() || (y.shape() == h.shape() &&
+                                                                                 h_out.shape() == h.shape())),
+               op, ": h ", h.describe(), ", y ", y.defined() ? y.describe() : "none", ", x ", x.describe(),
+               ", norm weight ", norm_w.describe());
+  bool fused = rows >= 1 && rows <= kGemvMaxRows && rows * k <= kNormMaxElems && k % 8 == 0 && w.ndim() == 2 &&
+               w.dim(1) == k && w.dtype() == DType::kBF16 && aligned16(w.raw()) && aligned16(norm_w.raw());
+  for (const Tensor* t : {&h, &y, &h_out, &x}) {
+    if (t->defined()) fused = fused && t->dtype() == DType::kBF16 && aligned16(t->raw());
+  }
+  // Block 0 writes h + y while the others still read h and y: they must be other tensors.
+  if (y.defined()) fused = fused && h_out.raw() != h.raw() && h_out.raw() != y.raw();
+  fused = fused && (norm_w.dtype() == DType::kF32 || norm_w.dtype() == DType::kBF16);
+  if (!fused) {
+    if (y.defined()) {
+      add(h, y, h_out);
+      rms_norm(h_out, norm_w, eps, zero_centered, x);
+    } else {
+      rms_norm(h, norm_w, eps, zero_centered, x);
+    }
+    linear_into(x, w, outs, op);
+    return;
+  }
+  const Outs o = outs_of(outs, rows, w.dim(0), op);
+  const NormIn nin{static_cast<const bf16*>(h.raw()), y.defined() ? static_cast<const bf16*>(y.raw()) : nullptr,
+                   norm_w.raw(), is_f32(norm_w), zero_centered, eps,
+                   y.defined() ? static_cast<bf16*>(h_out.raw()) : nullptr, static_cast<bf16*>(x.raw())};
+  gemv<true>(nullptr, static_cast<const bf16*>(w.raw()), k, w.dim(0), int(rows), o, nin);
 }
 
 void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) {

@@ -121,33 +121,35 @@ __global__ void route_reg_kernel(const void* logits, bool l32, int64_t rows, int
   }
 }
 
-// Decode's expert GEMVs load all of a warp's weight vectors for a step before the first
-// multiply: kDotUnroll 16-byte vectors per lane per row (a 4 KB row of bf16 in one go).
-constexpr int kDotUnroll = 8;
-
+// Decode's expert GEMVs load all of a warp's weight vectors for a step before the first multiply.
 // grid (pairs, ceil(I / 8)): warp w of block y computes act[pair, 8y + w] = silu(g . x) * (u . x).
-__global__ void __launch_bounds__(256) gate_up_gemv_kernel(const bf16* x, const bf16* gate_up, const int32_t* ids,
-                                                           int top_k, int64_t h_dim, int64_t inter, bf16* act) {
+// At most 64 registers (4 blocks of 8 warps per SM): a batch-1 step's 4096 warps are all resident
+// at once, each with half its gate and up rows (2 x 2 KB) in flight per pass.
+constexpr int kGateUpWarps = 8, kGateUpUnroll = 4;
+
+__global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(const bf16* x, const bf16* gate_up,
+                                                                        const int32_t* ids, int top_k, int64_t h_dim,
+                                                                        int64_t inter, bf16* act) {
   pdl_begin();
   const int pair = blockIdx.x, lane = threadIdx.x & 31;
-  const int64_t i = int64_t(blockIdx.y) * 8 + (threadIdx.x >> 5);
+  const int64_t i = int64_t(blockIdx.y) * kGateUpWarps + (threadIdx.x >> 5);
   if (i >= inter) return;
   const int64_t e = ids[pair];
   const bf16* xr = x + int64_t(pair / top_k) * h_dim;
   const bf16* wg = gate_up + (e * 2 * inter + i) * h_dim;
   const bf16* wu = wg + inter * h_dim;
   float g = 0.f, u = 0.f;
-  for (int64_t k0 = int64_t(lane) * 8; k0 < h_dim; k0 += 256 * kDotUnroll) {
-    uint4 gv[kDotUnroll], uv[kDotUnroll];
+  for (int64_t k0 = int64_t(lane) * 8; k0 < h_dim; k0 += 256 * kGateUpUnroll) {
+    uint4 gv[kGateUpUnroll], uv[kGateUpUnroll];
 #pragma unroll
-    for (int j = 0; j < kDotUnroll; ++j) {
+    for (int j = 0; j < kGateUpUnroll; ++j) {
       const int64_t k = k0 + j * 256;
       const bool in = k < h_dim;
       gv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wg + k)) : make_uint4(0, 0, 0, 0);
       uv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wu + k)) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int j = 0; j < kDotUnroll; ++j) {
+    for (int j = 0; j < kGateUpUnroll; ++j) {
       const int64_t k = k0 + j * 256;
       if (k >= h_dim) break;
       float xf[8], gf[8], uf[8];
@@ -183,10 +185,34 @@ struct SharedArgs {
 __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, const bf16* down, const int32_t* ids,
                                                            const float* weights, int top_k, int64_t h_dim,
                                                            int64_t inter, SharedArgs shared, bf16* out) {
-  pdl_begin();
+  pdl_trigger();
   const int t = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t h = int64_t(blockIdx.y) * 8 + (threadIdx.x >> 5);
   if (h >= h_dim) return;
+  // The shared expert's first weight vectors load before pdl_wait (weights are never written);
+  // its activations and gate right after it, beside the routed experts' ids.
+  uint4 swv[kDownVecs], sgv[kDownVecs], suv[kDownVecs];
+  const bf16* s_gu = shared.down ? shared.gate_up + int64_t(t) * 2 * shared.inter : nullptr;
+  const bf16* s_w = shared.down ? shared.down + h * shared.inter : nullptr;
+  auto load_shared = [&](int64_t k0, bool weights) {
+#pragma unroll
+    for (int q = 0; q < kDownVecs; ++q) {
+      const int64_t k = k0 + q * 256;
+      const bool in = k < shared.inter;
+      if (weights) swv[q] = in ? __ldg(reinterpret_cast<const uint4*>(s_w + k)) : make_uint4(0, 0, 0, 0);
+      if (!weights) {
+        sgv[q] = in ? *reinterpret_cast<const uint4*>(s_gu + k) : make_uint4(0, 0, 0, 0);
+        suv[q] = in ? *reinterpret_cast<const uint4*>(s_gu + shared.inter + k) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  if (shared.down) load_shared(int64_t(lane) * 8, true);
+  pdl_wait();
+  float s_gate = 0.f;
+  if (shared.down) {
+    load_shared(int64_t(lane) * 8, false);
+    s_gate = sigmoid_f(ldf(shared.gate, shared.gate32, t));
+  }
   float total = 0.f;
   for (int j0 = 0; j0 < top_k; j0 += kDownExperts) {
     const bf16* wr[kDownExperts];
@@ -228,24 +254,17 @@ __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, cons
   }
   float sp = 0.f;
   if (shared.down) {
-    const bf16* g = shared.gate_up + int64_t(t) * 2 * shared.inter;
-    const bf16* wr = shared.down + h * shared.inter;
     for (int64_t k0 = int64_t(lane) * 8; k0 < shared.inter; k0 += 256 * kDownVecs) {
-      uint4 wv[kDownVecs], gv[kDownVecs], uv[kDownVecs];
-#pragma unroll
-      for (int q = 0; q < kDownVecs; ++q) {
-        const int64_t k = k0 + q * 256;
-        const bool in = k < shared.inter;
-        wv[q] = in ? __ldg(reinterpret_cast<const uint4*>(wr + k)) : make_uint4(0, 0, 0, 0);
-        gv[q] = in ? __ldg(reinterpret_cast<const uint4*>(g + k)) : make_uint4(0, 0, 0, 0);
-        uv[q] = in ? __ldg(reinterpret_cast<const uint4*>(g + shared.inter + k)) : make_uint4(0, 0, 0, 0);
+      if (k0 != int64_t(lane) * 8) {
+        load_shared(k0, true);
+        load_shared(k0, false);
       }
 #pragma unroll
       for (int q = 0; q < kDownVecs; ++q) {
         float wf[8], gf[8], uf[8];
-        unpack8(wv[q], wf);
-        unpack8(gv[q], gf);
-        unpack8(uv[q], uf);
+        unpack8(swv[q], wf);
+        unpack8(sgv[q], gf);
+        unpack8(suv[q], uf);
 #pragma unroll
         for (int c = 0; c < 8; ++c) sp = fmaf(wf[c], bf2f(f2bf(silu_f(gf[c]) * uf[c])), sp);
       }
@@ -255,10 +274,7 @@ __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, cons
   if (shared.down) sp = warp_sum(sp);
   if (lane == 0) {
     float y = total;
-    if (shared.down) {
-      const float s = sigmoid_f(ldf(shared.gate, shared.gate32, t));
-      y = bf2f(f2bf(total)) + bf2f(f2bf(sp)) * s;
-    }
+    if (shared.down) y = bf2f(f2bf(total)) + bf2f(f2bf(sp)) * s_gate;
     out[int64_t(t) * h_dim + h] = f2bf(y);
   }
 }
@@ -381,7 +397,7 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   const bool grouped = t > kGemvTokens && moe_gemm_supported(h, inter) && ne <= 1024;
   if (!grouped) {
     Tensor act = scratch({pairs, inter}, DType::kBF16);
-    launch_pdl(gate_up_gemv_kernel, dim3(unsigned(pairs), blocks_for(inter, 8)), 256, 0, 
+    launch_pdl(gate_up_gemv_kernel, dim3(unsigned(pairs), blocks_for(inter, kGateUpWarps)), kGateUpWarps * 32, 0, 
         xp, gp, ids.data<int32_t>(), int(k), h, inter, static_cast<bf16*>(act.raw()));
     check_launch("moe_gate_up_gemv");
     launch_pdl(down_combine_kernel, dim3(unsigned(t), blocks_for(h, 8)), 256, 0, 
