@@ -215,8 +215,8 @@ TEST_P(CudaGolden, GraphDecodeWithPaddingMatchesEager) {
 TEST_P(CudaGolden, DummyWeightsLoadOnBothDevices) {
   STRATA_REQUIRE_GPU();
   Fixture f = load_fixture(GetParam());
-  auto cpu = load_model(f.dir, LoadOptions{Device::kCpu, LoadFormat::kDummy});
-  auto gpu = load_model(f.dir, LoadOptions{Device::kCuda, LoadFormat::kDummy});
+  auto cpu = load_model(f.dir, LoadOptions{Device::kCpu, LoadFormat::kDummy, {}});
+  auto gpu = load_model(f.dir, LoadOptions{Device::kCuda, LoadFormat::kDummy, {}});
   const std::vector<int32_t> ids(f.prompt.begin(), f.prompt.begin() + std::min<size_t>(12, f.prompt.size()));
   Tensor c = sequence_logits(*cpu, ids, "full");
   Tensor g = gpu_sequence_logits(*gpu, ids, ids.size());

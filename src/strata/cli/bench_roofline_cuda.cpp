@@ -335,7 +335,7 @@ int run(int argc, char** argv) {
 
   const Dims dims = read_dims(model_dir);
   const auto t_load = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> model = load_model(model_dir, LoadOptions{Device::kCuda, parse_load_format(load_format)});
+  std::unique_ptr<Model> model = load_model(model_dir, LoadOptions{Device::kCuda, parse_load_format(load_format), {}});
   cu::synchronize();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   std::snprintf(buf, sizeof buf, "model: %s, %.1f GB of weights on the GPU, loaded in %.1f s\n",

@@ -9,6 +9,7 @@
 
 #include "strata/core/batch.h"
 #include "strata/core/tensor.h"
+#include "strata/dist/communicator.h"
 
 namespace strata {
 
@@ -94,6 +95,8 @@ enum class LoadFormat { kSafetensors, kDummy };
 struct LoadOptions {
   Device device = Device::kCpu;
   LoadFormat format = LoadFormat::kSafetensors;
+  // Tensor/expert parallelism: which shard this rank loads and runs (size 1: the whole model).
+  dist::Parallel parallel;
 };
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
 // "auto" or "safetensors" -> kSafetensors, "dummy" -> kDummy; an Error naming --load-format else.

@@ -160,11 +160,39 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
+// A tensor-parallel rank's view of the config: the heads, intermediate sizes and experts it
+// holds (cfg.experts stays the router's full count). Key-value heads fewer than the ranks are
+// replicated: each rank keeps the one its query heads read.
+Qwen35Config local_config(const Qwen35Config& full, const dist::Parallel& par, const std::string& origin) {
+  const int64_t n = par.size;
+  STRATA_CHECK(n >= 1 && par.rank >= 0 && par.rank < n && (n == 1 || par.comm), origin,
+               ": tensor parallelism needs 0 <= rank < size and a communicator (rank ", par.rank, " of ", n, ")");
+  if (n == 1) return full;
+  auto divides = [&](int64_t v, const char* field) {
+    STRATA_CHECK(v % n == 0, origin, ": field '", field, "' (", v, ") is not divisible by the ", n,
+                 " tensor-parallel ranks");
+    return v / n;
+  };
+  Qwen35Config c = full;
+  c.heads = divides(full.heads, "num_attention_heads");
+  STRATA_CHECK(full.kv_heads % n == 0 || n % full.kv_heads == 0, origin, ": field 'num_key_value_heads' (",
+               full.kv_heads, ") neither divides nor is divided by the ", n, " tensor-parallel ranks");
+  c.kv_heads = full.kv_heads % n == 0 ? full.kv_heads / n : 1;
+  c.lin_k_heads = divides(full.lin_k_heads, "linear_num_key_heads");
+  c.lin_v_heads = divides(full.lin_v_heads, "linear_num_value_heads");
+  if (full.inter > 0) c.inter = divides(full.inter, "intermediate_size");
+  if (full.experts > 0) divides(full.experts, "num_experts");
+  if (full.shared_inter > 0) c.shared_inter = divides(full.shared_inter, "shared_expert_intermediate_size");
+  divides(full.vocab, "vocab_size");
+  return c;
+}
+
 class Qwen35Model final : public Model {
  public:
-  Qwen35Model(const Checkpoint& ckpt, Device device) : device_(device) {
+  Qwen35Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par) : device_(device), par_(par) {
     const std::string origin = ckpt.dir() + "/config.json";
-    cfg_ = parse_config(ckpt.config(), origin);
+    full_ = parse_config(ckpt.config(), origin);
+    cfg_ = local_config(full_, par_, origin);
     WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device);
     load(w);
     auto unused = w.unused({"model.visual.", "mtp.", "model.mtp.", "visual."});
@@ -232,7 +260,22 @@ class Qwen35Model final : public Model {
     Tensor last = act({n, cfg_.hidden}), normed = act({n, cfg_.hidden});
     ops::gather_rows(h, batch.logit_rows, last);
     ops::rms_norm(last, final_norm_, float(cfg_.eps), true, normed);
-    ops::linear(normed, lm_head_, logits);
+    if (par_.size == 1) {
+      ops::linear(normed, lm_head_, logits);
+      return;
+    }
+    // lm_head is split over the vocabulary: gather the ranks' column blocks.
+    STRATA_CHECK(device_ == Device::kCpu, "tensor parallelism runs on the CPU only so far");
+    const int64_t part = cfg_.vocab / par_.size;
+    Tensor mine = Tensor::empty({n, part}, DType::kF32), all = Tensor::empty({par_.size * n, part}, DType::kF32);
+    ops::linear(normed, lm_head_, mine);
+    par_.comm->all_gather(mine, all);
+    for (int r = 0; r < par_.size; ++r) {
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(logits.data<float>() + i * cfg_.vocab + r * part, all.data<float>() + (r * n + i) * part,
+                    size_t(part) * sizeof(float));
+      }
+    }
   }
 
  private:
@@ -258,99 +301,125 @@ class Qwen35Model final : public Model {
   DType act_dtype() const { return device_ == Device::kCuda ? DType::kBF16 : DType::kF32; }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
 
+  // Every weight is read as this rank's slice of the checkpoint's tensor (the whole tensor when
+  // par_.size is 1): full_ gives the stored shapes, share() the rank's rows or columns.
+  using Slice = WeightLoader::Slice;
+
   void load(WeightLoader& w) {
-    const int64_t hsz = cfg_.hidden;
-    embed_ = w.get("embed_tokens.weight", {cfg_.vocab, hsz});
+    const int64_t hsz = full_.hidden, vocab = full_.vocab;
+    const Share vs = share(vocab);
+    embed_ = w.get("embed_tokens.weight", {vocab, hsz});
     final_norm_ = w.get("norm.weight", {hsz});
-    if (w.has_top("lm_head.weight") || (w.dummy() && !cfg_.tie_embeddings)) {
-      lm_head_ = w.get_top("lm_head.weight", {cfg_.vocab, hsz});
-    } else if (cfg_.tie_embeddings) {
-      lm_head_ = embed_;
+    if (w.has_top("lm_head.weight") || (w.dummy() && !full_.tie_embeddings)) {
+      lm_head_ = w.get_slices({{"lm_head.weight", {vocab, hsz}, 0, vs.first, vs.count, true}});
+    } else if (full_.tie_embeddings) {
+      lm_head_ = par_.size == 1 ? embed_ : w.get_slices({{"embed_tokens.weight", {vocab, hsz}, 0, vs.first, vs.count}});
     } else {
       fail(w.checkpoint().dir(), ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
     }
-    for (int64_t i = 0; i < cfg_.layers; ++i) {
+    for (int64_t i = 0; i < full_.layers; ++i) {
       const std::string p = cat("layers.", i, ".");
       Layer l;
       l.input_norm = w.get(p + "input_layernorm.weight", {hsz});
       l.post_norm = w.get(p + "post_attention_layernorm.weight", {hsz});
-      l.linear = cfg_.layer_types[i] == "linear_attention";
+      l.linear = full_.layer_types[i] == "linear_attention";
       if (l.linear) {
         load_gdn(w, p + "linear_attn.", l);
       } else {
         load_attention(w, p + "self_attn.", l);
       }
-      l.moe = cfg_.is_moe_layer(i);
+      l.moe = full_.is_moe_layer(i);
       if (l.moe) {
         load_moe(w, p + "mlp.", l);
       } else {
-        l.mlp = load_mlp(w, p + "mlp.", cfg_.inter);
+        l.mlp = load_mlp(w, p + "mlp.", full_.inter);
       }
       layers_.push_back(std::move(l));
     }
   }
 
+  // gate_proj and up_proj column-parallel (this rank's intermediate columns), down_proj row-parallel.
   Mlp load_mlp(WeightLoader& w, const std::string& p, int64_t inter) {
     STRATA_CHECK(inter > 0, w.checkpoint().dir(), "/config.json: intermediate size of ", p, " is 0");
+    const int64_t hsz = full_.hidden;
+    const Share is = share(inter);
     Mlp m;
-    m.gate_up = w.get_rows({{p + "gate_proj.weight", {inter, cfg_.hidden}},
-                            {p + "up_proj.weight", {inter, cfg_.hidden}}});
-    m.down = w.get(p + "down_proj.weight", {cfg_.hidden, inter});
+    m.gate_up = w.get_slices({{p + "gate_proj.weight", {inter, hsz}, 0, is.first, is.count},
+                              {p + "up_proj.weight", {inter, hsz}, 0, is.first, is.count}});
+    m.down = w.get_slices({{p + "down_proj.weight", {hsz, inter}, 1, is.first, is.count}});
     return m;
   }
 
+  // The routed experts split over the ranks (expert parallel); the router and the shared
+  // expert's gate replicated; the shared expert split as an MLP.
   void load_moe(WeightLoader& w, const std::string& p, Layer& l) {
-    const int64_t e = cfg_.experts, inter = cfg_.moe_inter, hsz = cfg_.hidden;
+    const int64_t e = full_.experts, inter = full_.moe_inter, hsz = full_.hidden;
+    const Share es = share(e);
     if (w.dummy() || w.has(p + "experts.gate_up_proj")) {
-      l.experts_gate_up = w.get(p + "experts.gate_up_proj", {e, 2 * inter, hsz});
-      l.experts_down = w.get(p + "experts.down_proj", {e, hsz, inter});
+      l.experts_gate_up = w.get_slices({{p + "experts.gate_up_proj", {e, 2 * inter, hsz}, 0, es.first, es.count}});
+      l.experts_down = w.get_slices({{p + "experts.down_proj", {e, hsz, inter}, 0, es.first, es.count}});
     } else {
       // Per-expert tensors, fused here into [E, 2I, H] and [E, H, I].
       std::vector<Tensor> gu, down;
-      for (int64_t j = 0; j < e; ++j) {
+      for (int64_t j = es.first; j < es.first + es.count; ++j) {
         const std::string q = w.prefix() + p + cat("experts.", j, ".");
         gu.push_back(w.raw(q + "gate_proj.weight", {inter, hsz}).to_f32());
         gu.push_back(w.raw(q + "up_proj.weight", {inter, hsz}).to_f32());
         down.push_back(w.raw(q + "down_proj.weight", {hsz, inter}).to_f32());
       }
-      l.experts_gate_up = w.to_device(concat_rows(gu).reshape({e, 2 * inter, hsz}));
-      l.experts_down = w.to_device(concat_rows(down).reshape({e, hsz, inter}));
+      for (int64_t j = 0; j < e; ++j) {  // the other ranks' experts: checked and marked, not converted
+        if (j >= es.first && j < es.first + es.count) continue;
+        const std::string q = w.prefix() + p + cat("experts.", j, ".");
+        w.raw(q + "gate_proj.weight", {inter, hsz});
+        w.raw(q + "up_proj.weight", {inter, hsz});
+        w.raw(q + "down_proj.weight", {hsz, inter});
+      }
+      l.experts_gate_up = w.to_device(concat_rows(gu).reshape({es.count, 2 * inter, hsz}));
+      l.experts_down = w.to_device(concat_rows(down).reshape({es.count, hsz, inter}));
     }
-    l.has_shared = cfg_.shared_inter > 0;
+    l.has_shared = full_.shared_inter > 0;
     if (l.has_shared) {
-      const int64_t si = cfg_.shared_inter;
-      l.router_shared = w.get_rows({{p + "gate.weight", {e, hsz}},
-                                    {p + "shared_expert_gate.weight", {1, hsz}},
-                                    {p + "shared_expert.gate_proj.weight", {si, hsz}},
-                                    {p + "shared_expert.up_proj.weight", {si, hsz}}});
-      l.shared.down = w.get(p + "shared_expert.down_proj.weight", {hsz, si});
+      const int64_t si = full_.shared_inter;
+      const Share ss = share(si);
+      l.router_shared = w.get_slices({{p + "gate.weight", {e, hsz}, 0, 0, e},
+                                      {p + "shared_expert_gate.weight", {1, hsz}, 0, 0, 1},
+                                      {p + "shared_expert.gate_proj.weight", {si, hsz}, 0, ss.first, ss.count},
+                                      {p + "shared_expert.up_proj.weight", {si, hsz}, 0, ss.first, ss.count}});
+      l.shared.down = w.get_slices({{p + "shared_expert.down_proj.weight", {hsz, si}, 1, ss.first, ss.count}});
     } else {
       l.router_shared = w.get(p + "gate.weight", {e, hsz});
     }
   }
 
+  // Query heads (each [query | gate]) split; key-value heads split, or the one this rank's
+  // query heads read when there are fewer than ranks; o_proj row-parallel.
   void load_attention(WeightLoader& w, const std::string& p, Layer& l) {
-    const int64_t d = cfg_.head_dim, hsz = cfg_.hidden;
-    l.qkv_proj = w.get_rows({{p + "q_proj.weight", {cfg_.heads * d * 2, hsz}},
-                             {p + "k_proj.weight", {cfg_.kv_heads * d, hsz}},
-                             {p + "v_proj.weight", {cfg_.kv_heads * d, hsz}}});
-    l.o_proj = w.get(p + "o_proj.weight", {hsz, cfg_.heads * d});
+    const int64_t d = full_.head_dim, hsz = full_.hidden, hq = full_.heads, hkv = full_.kv_heads;
+    const Share qh = share(hq);
+    const Share kh = hkv % par_.size == 0 ? share(hkv) : Share{qh.first / (hq / hkv), 1};
+    l.qkv_proj = w.get_slices({{p + "q_proj.weight", {hq * d * 2, hsz}, 0, qh.first * 2 * d, qh.count * 2 * d},
+                               {p + "k_proj.weight", {hkv * d, hsz}, 0, kh.first * d, kh.count * d},
+                               {p + "v_proj.weight", {hkv * d, hsz}, 0, kh.first * d, kh.count * d}});
+    l.o_proj = w.get_slices({{p + "o_proj.weight", {hsz, hq * d}, 1, qh.first * d, qh.count * d}});
     l.q_norm = w.get(p + "q_norm.weight", {d});
     l.k_norm = w.get(p + "k_norm.weight", {d});
   }
 
+  // Key heads, with their value heads, split over the ranks: in_proj's q, k, v, z, b, a rows
+  // and the conv channels of those heads; out_proj row-parallel.
   void load_gdn(WeightLoader& w, const std::string& p, Layer& l) {
-    const int64_t hk = cfg_.lin_k_heads, hv = cfg_.lin_v_heads, dk = cfg_.lin_k_dim,
-                  dv = cfg_.lin_v_dim, hsz = cfg_.hidden, r = hv / hk;
+    const int64_t hk = full_.lin_k_heads, hv = full_.lin_v_heads, dk = full_.lin_k_dim, dv = full_.lin_v_dim,
+                  hsz = full_.hidden, r = hv / hk, kw = full_.conv_kernel;
     const int64_t conv_dim = 2 * hk * dk + hv * dv;
+    const Share kh = share(hk), vh = share(hv);
     if (!w.dummy() && w.has(p + "in_proj_qkvz.weight")) {
       // Qwen3-Next groups the rows per key head: [q (dk), k (dk), v (r*dv), z (r*dv)] and
-      // [b (r), a (r)]. Regroup into Qwen3.5's split layout.
+      // [b (r), a (r)]. Regroup this rank's key heads into Qwen3.5's split layout.
       Tensor qkvz = w.raw(w.prefix() + p + "in_proj_qkvz.weight", {hk * (2 * dk + 2 * r * dv), hsz}).to_f32();
       Tensor ba = w.raw(w.prefix() + p + "in_proj_ba.weight", {hk * 2 * r, hsz}).to_f32();
       const int64_t group = 2 * dk + 2 * r * dv;
       std::vector<Tensor> q, k, v, z, b, a;
-      for (int64_t g = 0; g < hk; ++g) {
+      for (int64_t g = kh.first; g < kh.first + kh.count; ++g) {
         const int64_t base = g * group;
         q.push_back(qkvz.rows(base, base + dk));
         k.push_back(qkvz.rows(base + dk, base + 2 * dk));
@@ -363,16 +432,24 @@ class Qwen35Model final : public Model {
       for (const std::vector<Tensor>* part : {&k, &v, &z, &b, &a}) rows.insert(rows.end(), part->begin(), part->end());
       l.in_proj = w.to_device(concat_rows(rows));
     } else {
-      l.in_proj = w.get_rows({{p + "in_proj_qkv.weight", {conv_dim, hsz}},
-                              {p + "in_proj_z.weight", {hv * dv, hsz}},
-                              {p + "in_proj_b.weight", {hv, hsz}},
-                              {p + "in_proj_a.weight", {hv, hsz}}});
+      const Shape qkv{conv_dim, hsz};
+      l.in_proj = w.get_slices({{p + "in_proj_qkv.weight", qkv, 0, kh.first * dk, kh.count * dk},
+                                {p + "in_proj_qkv.weight", qkv, 0, hk * dk + kh.first * dk, kh.count * dk},
+                                {p + "in_proj_qkv.weight", qkv, 0, 2 * hk * dk + vh.first * dv, vh.count * dv},
+                                {p + "in_proj_z.weight", {hv * dv, hsz}, 0, vh.first * dv, vh.count * dv},
+                                {p + "in_proj_b.weight", {hv, hsz}, 0, vh.first, vh.count},
+                                {p + "in_proj_a.weight", {hv, hsz}, 0, vh.first, vh.count}});
     }
-    l.conv_w = w.get(p + "conv1d.weight", {conv_dim, 1, cfg_.conv_kernel}).reshape({conv_dim, cfg_.conv_kernel});
-    l.a_log = w.get(p + "A_log", {hv});
-    l.dt_bias = w.get(p + "dt_bias", {hv});
+    const Shape conv{conv_dim, 1, kw};
+    const int64_t local_conv = 2 * kh.count * dk + vh.count * dv;
+    l.conv_w = w.get_slices({{p + "conv1d.weight", conv, 0, kh.first * dk, kh.count * dk},
+                             {p + "conv1d.weight", conv, 0, hk * dk + kh.first * dk, kh.count * dk},
+                             {p + "conv1d.weight", conv, 0, 2 * hk * dk + vh.first * dv, vh.count * dv}})
+                   .reshape({local_conv, kw});
+    l.a_log = w.get_slices({{p + "A_log", {hv}, 0, vh.first, vh.count}});
+    l.dt_bias = w.get_slices({{p + "dt_bias", {hv}, 0, vh.first, vh.count}});
     l.gdn_norm = w.get(p + "norm.weight", {dv});
-    l.out_proj = w.get(p + "out_proj.weight", {hsz, hv * dv});
+    l.out_proj = w.get_slices({{p + "out_proj.weight", {hsz, hv * dv}, 1, vh.first * dv, vh.count * dv}});
   }
 
   void mlp(const Mlp& m, Residual& r, Tensor& x, Tensor& y) {
@@ -381,6 +458,7 @@ class Qwen35Model final : public Model {
     project(r, x, m.gate_up, {gu});
     ops::silu_mul(gu, a);
     ops::linear(a, m.down, y);
+    reduce(y);
   }
 
   void moe(const Layer& l, Residual& r, Tensor& x, Tensor& y) {
@@ -399,11 +477,14 @@ class Qwen35Model final : public Model {
     Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
     Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
     ops::moe_route_softmax(logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights);
+    const ops::ExpertShard shard{share(cfg_.experts).first, cfg_.experts};
     if (l.has_shared) {
-      ops::moe_experts_shared(x, l.experts_gate_up, l.experts_down, ids, weights, shared_gu, l.shared.down, gate, y);
+      ops::moe_experts_shared(x, l.experts_gate_up, l.experts_down, ids, weights, shared_gu, l.shared.down, gate, y,
+                              shard);
     } else {
-      ops::moe_experts(x, l.experts_gate_up, l.experts_down, ids, weights, y);
+      ops::moe_experts(x, l.experts_gate_up, l.experts_down, ids, weights, y, shard);
     }
+    reduce(y);
   }
 
   void attention(const Layer& l, Residual& r, Tensor& x, const ForwardBatch& batch, LayerCaches& cache,
@@ -421,6 +502,7 @@ class Qwen35Model final : public Model {
     Tensor o2 = o.reshape({t, hq * d});
     ops::mul_sigmoid(o2, gate);
     ops::linear(o2, l.o_proj, y);
+    reduce(y);
   }
 
   void gated_delta_net(const Layer& l, Residual& r, Tensor& x, const ForwardBatch& batch,
@@ -438,6 +520,7 @@ class Qwen35Model final : public Model {
       ops::gdn_decode_step(qkv, z, a, b, l.conv_w, cache.slots[1], l.a_log, l.dt_bias, cache.slots[0],
                            l.gdn_norm, float(cfg_.eps), batch, normed);
       ops::linear(normed.reshape({t, hv * dv}), l.out_proj, y);
+      reduce(y);
       return;
     }
     Tensor mixed = act({t, conv_dim});
@@ -454,10 +537,22 @@ class Qwen35Model final : public Model {
     Tensor normed = act({t, hv, dv});
     ops::rms_norm_gated(core, z, l.gdn_norm, float(cfg_.eps), normed);
     ops::linear(normed.reshape({t, hv * dv}), l.out_proj, y);
+    reduce(y);
+  }
+
+  // This rank's share of n things split par_.size ways.
+  struct Share {
+    int64_t first, count;
+  };
+  Share share(int64_t n) const { return {par_.rank * (n / par_.size), n / par_.size}; }
+  // After a row-parallel projection: the ranks' partial sums added.
+  void reduce(const Tensor& y) const {
+    if (par_.size > 1) par_.comm->all_reduce_sum(y);
   }
 
   Device device_;
-  Qwen35Config cfg_;
+  dist::Parallel par_;
+  Qwen35Config full_, cfg_;  // the checkpoint's config; this rank's share of it
   ModelInfo info_;
   Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
@@ -465,8 +560,8 @@ class Qwen35Model final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device) {
-  return std::make_unique<Qwen35Model>(ckpt, device);
+std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel) {
+  return std::make_unique<Qwen35Model>(ckpt, device, parallel);
 }
 
 }  // namespace strata

@@ -8,6 +8,9 @@
 
 namespace strata {
 
-std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device);
+// With parallel.size > 1, rank parallel.rank's shard: GDN and attention heads, MLP and shared
+// expert columns, the routed experts and lm_head's vocabulary split parallel.size ways; the
+// forward all-reduces after each row-parallel projection and all-gathers the logits.
+std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel = {});
 
 }  // namespace strata

@@ -15,14 +15,23 @@ namespace {
 
 struct Family {
   std::vector<std::string> model_types;
-  std::function<std::unique_ptr<Model>(const Checkpoint&, Device)> load;
+  std::function<std::unique_ptr<Model>(const Checkpoint&, const LoadOptions&)> load;
 };
+
+// A family without tensor parallelism yet: one shard only.
+template <std::unique_ptr<Model> (*Load)(const Checkpoint&, Device)>
+std::unique_ptr<Model> whole(const Checkpoint& ckpt, const LoadOptions& options) {
+  STRATA_CHECK(options.parallel.size == 1, ckpt.dir(), ": tensor parallelism (", options.parallel.size,
+               " ranks) is not implemented for this model type yet");
+  return Load(ckpt, options.device);
+}
 
 const std::vector<Family>& families() {
   static const std::vector<Family> kFamilies = {
-      {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}, load_qwen3_5},
-      {{"qwen4_exp", "qwen4_exp_text"}, load_qwen4_exp},
-      {{"deepseek_v4"}, load_deepseek_v4},
+      {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"},
+       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel); }},
+      {{"qwen4_exp", "qwen4_exp_text"}, whole<load_qwen4_exp>},
+      {{"deepseek_v4"}, whole<load_deepseek_v4>},
   };
   return kFamilies;
 }
@@ -30,7 +39,7 @@ const std::vector<Family>& families() {
 }  // namespace
 
 std::unique_ptr<Model> load_model(const std::string& dir, Device device) {
-  return load_model(dir, LoadOptions{device, LoadFormat::kSafetensors});
+  return load_model(dir, LoadOptions{device, LoadFormat::kSafetensors, {}});
 }
 
 LoadFormat parse_load_format(const std::string& name) {
@@ -40,7 +49,6 @@ LoadFormat parse_load_format(const std::string& name) {
 }
 
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
-  const Device device = options.device;
   Checkpoint ckpt = options.format == LoadFormat::kDummy ? Checkpoint::open_config_only(dir)
                                                          : Checkpoint::open(dir);
   const nlohmann::json& cfg = ckpt.config();
@@ -49,7 +57,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   const std::string type = cfg["model_type"].get<std::string>();
   for (const Family& f : families()) {
     for (const std::string& t : f.model_types) {
-      if (t == type) return f.load(ckpt, device);
+      if (t == type) return f.load(ckpt, options);
     }
   }
   std::string known;

@@ -102,6 +102,52 @@ Tensor WeightLoader::get_rows(const std::vector<std::pair<std::string, Shape>>& 
   return to_device(out);
 }
 
+Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
+  STRATA_CHECK(!parts.empty(), "get_slices: no tensors");
+  std::vector<Tensor> pieces;
+  Shape total;
+  for (const Slice& s : parts) {
+    const std::string full_name = s.top ? s.name : prefix_ + s.name;
+    STRATA_CHECK((s.dim == 0 || (s.dim == 1 && s.full.size() == 2)) && s.begin >= 0 && s.count > 0 &&
+                     s.begin + s.count <= s.full[size_t(s.dim)],
+                 full_name, ": shard [", s.begin, ", ", s.begin + s.count, ") along dimension ", s.dim,
+                 " does not fit ", shape_str(s.full));
+    Shape shape = s.full;
+    shape[size_t(s.dim)] = s.count;
+    if (total.empty()) {
+      total = shape;
+    } else {
+      STRATA_CHECK(shape.size() == total.size() && std::equal(total.begin() + 1, total.end(), shape.begin() + 1),
+                   "get_slices: '", full_name, "' ", shape_str(shape), " does not stack on ", shape_str(total));
+      total[0] += shape[0];
+    }
+    if (dummy()) continue;
+    Tensor stored = raw(full_name, s.full);
+    const DType t = stored.dtype();
+    STRATA_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16, ckpt_.file_of(full_name),
+                 ": tensor '", full_name, "': dtype ", dtype_name(t),
+                 " needs a quantised loader (expected BF16, F16 or F32)");
+    if (s.dim == 0 || (s.begin == 0 && s.count == s.full[1])) {
+      pieces.push_back(stored.rows(s.begin, s.dim == 0 ? s.begin + s.count : s.full[0]).to_f32());
+    } else {
+      Tensor cols = Tensor::empty(shape, DType::kF32);
+      for (int64_t r = 0; r < s.full[0]; ++r) {
+        Tensor row = stored.rows(r, r + 1).to_f32();
+        std::memcpy(cols.data<float>() + r * s.count, row.data<float>() + s.begin, size_t(s.count) * sizeof(float));
+      }
+      pieces.push_back(cols);
+    }
+  }
+  if (dummy()) return random((parts[0].top ? "" : prefix_) + parts[0].name, total);
+  Tensor out = Tensor::empty(total, DType::kF32);
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor& piece : pieces) {
+    std::memcpy(dst, piece.raw(), piece.nbytes());
+    dst += piece.nbytes();
+  }
+  return to_device(out);
+}
+
 std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignored) const {
   std::vector<std::string> out;
   if (dummy()) return out;

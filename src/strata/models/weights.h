@@ -39,6 +39,17 @@ class WeightLoader {
   // The row-wise concatenation of prefix + name tensors (several projections of one input fused
   // into one matrix), checked against their shapes, on the device.
   Tensor get_rows(const std::vector<std::pair<std::string, Shape>>& parts);
+  // A tensor-parallel rank's shard: of each prefix + name tensor (top: the full name) of `full`
+  // shape, the slice [begin, begin + count) along dimension `dim` (0, or 1 of a matrix), the
+  // slices concatenated along dimension 0, on the device. Only the slice is converted.
+  struct Slice {
+    std::string name;
+    Shape full;
+    int dim = 0;
+    int64_t begin = 0, count = 0;
+    bool top = false;
+  };
+  Tensor get_slices(const std::vector<Slice>& parts);
   // True for a config-only checkpoint (--load-format dummy): get() and get_rows() then return
   // seeded uniform random values of the requested shapes, generated on the device.
   bool dummy() const { return ckpt_.weightless(); }

@@ -106,10 +106,16 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
 // [T, top_k] F32.
 void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids,
                        const Tensor& weights);
+// Expert parallelism: gate_up and down hold experts [first, first + E_local) of `total` (0: all
+// of them, first 0); the other experts' terms are left out here (their ranks add them).
+struct ExpertShard {
+  int64_t first = 0, total = 0;
+};
 // out[T, H] = sum_j weights[t, j] * down[e] · (silu(gate) * up), (gate; up) = gate_up[e] · x[t],
-// with e = ids[t, j]; gate_up [E, 2I, H], down [E, H, I].
+// with e = ids[t, j]; gate_up [E, 2I, H], down [E, H, I]. With a shard, e - first indexes them
+// and only the shard's experts contribute.
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
-                 const Tensor& weights, const Tensor& out);
+                 const Tensor& weights, const Tensor& out, const ExpertShard& shard = {});
 // moe_experts, then the shared expert added under its sigmoid gate: out += sigmoid(shared_gate)
 // * shared_down · silu_mul(shared_gate_up); shared_gate_up [T, 2 Is] (its gate and up
 // projections, already computed), shared_down [H, Is], shared_gate [T, 1]. The same result as
@@ -117,7 +123,7 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
 // experts and the shared expert at decode on CUDA).
 void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                         const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
-                        const Tensor& shared_gate, const Tensor& out);
+                        const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard = {});
 
 // ---- cache management ----
 

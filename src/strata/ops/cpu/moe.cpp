@@ -55,8 +55,8 @@ void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Te
 }
 
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
-                 const Tensor& weights, const Tensor& out) {
-  STRATA_CUDA_DISPATCH(x, moe_experts(x, gate_up, down, ids, weights, out));
+                 const Tensor& weights, const Tensor& out, const ExpertShard& shard) {
+  STRATA_CUDA_DISPATCH(x, moe_experts(x, gate_up, down, ids, weights, out, shard));
   expect_cpu_f32(x, "moe_experts", "x");
   expect_cpu_f32(gate_up, "moe_experts", "gate_up");
   expect_cpu_f32(down, "moe_experts", "down");
@@ -66,9 +66,12 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   expect_shape(down, {ne, h, inter}, "moe_experts", "down");
   expect_shape(weights, {t, k}, "moe_experts", "weights");
   expect_shape(out, {t, h}, "moe_experts", "out");
+  const int64_t total = shard.total ? shard.total : ne;
+  STRATA_CHECK(shard.first >= 0 && shard.first + ne <= total, "moe_experts: experts [", shard.first, ", ",
+               shard.first + ne, ") of ", total);
   for (int64_t i = 0; i < t * k; ++i) {
     const int32_t e = ids.data<int32_t>()[i];
-    STRATA_CHECK(e >= 0 && e < ne, "moe_experts: expert id ", e, " out of range [0, ", ne, ")");
+    STRATA_CHECK(e >= 0 && e < total, "moe_experts: expert id ", e, " out of range [0, ", total, ")");
   }
   // Per token, its experts in routing order: each token's result is independent of the batch.
   parallel_for(t, [&](int64_t r) {
@@ -76,7 +79,8 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
     float* o = out.data<float>() + r * h;
     std::fill(o, o + h, 0.f);
     for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = ids.data<int32_t>()[r * k + j];
+      const int64_t e = ids.data<int32_t>()[r * k + j] - shard.first;
+      if (e < 0 || e >= ne) continue;  // another rank's expert
       cblas_sgemv(CblasRowMajor, CblasNoTrans, int(2 * inter), int(h), 1.f,
                   gate_up.data<float>() + e * 2 * inter * h, int(h), x.data<float>() + r * h, 1,
                   0.f, gu.data(), 1);
@@ -91,11 +95,11 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
 
 void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                         const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
-                        const Tensor& shared_gate, const Tensor& out) {
+                        const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard) {
   STRATA_CUDA_DISPATCH(x, moe_experts_shared(x, gate_up, down, ids, weights, shared_gate_up, shared_down,
-                                             shared_gate, out));
+                                             shared_gate, out, shard));
   const int64_t t = x.dim(0), si = shared_down.dim(1);
-  moe_experts(x, gate_up, down, ids, weights, out);
+  moe_experts(x, gate_up, down, ids, weights, out, shard);
   Tensor act = Tensor::empty({t, si}, DType::kF32), shared = Tensor::empty(out.shape(), DType::kF32);
   silu_mul(shared_gate_up, act);
   linear(act, shared_down, shared);

@@ -438,17 +438,25 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
 
 }  // namespace
 
+// Expert parallelism is not on CUDA yet (its kernels index the whole expert table).
+static void check_unsharded(const ExpertShard& shard, const Tensor& gate_up, const char* op) {
+  STRATA_CHECK(shard.first == 0 && (shard.total == 0 || shard.total == gate_up.dim(0)), op,
+               ": expert parallelism (experts ", shard.first, "+ of ", shard.total, ") is not implemented on CUDA");
+}
+
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
-                 const Tensor& weights, const Tensor& out) {
+                 const Tensor& weights, const Tensor& out, const ExpertShard& shard) {
   OpTimer timer_("moe_experts", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
+  check_unsharded(shard, gate_up, "moe_experts");
   run_experts(x, gate_up, down, ids, weights, SharedArgs{}, out);
 }
 
 void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                         const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
-                        const Tensor& shared_gate, const Tensor& out) {
+                        const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard) {
   OpTimer timer_("moe_experts_shared", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
   const char* op = "moe_experts_shared";
+  check_unsharded(shard, gate_up, op);
   expect_dtype(shared_gate_up, DType::kBF16, op, "shared_gate_up");
   expect_dtype(shared_down, DType::kBF16, op, "shared_down");
   expect_float(shared_gate, op, "shared_gate");

@@ -1,0 +1,128 @@
+// Tensor and expert parallelism's sharding math on the CPU. Every rank (a thread with a
+// LocalGroup communicator) loads only its shard of a fixture (heads, intermediate columns,
+// experts, vocabulary) and runs the same forward; rank 0's logits must match the single-device
+// model's in every mode, and every rank must see the same logits. LocalGroup's collectives are
+// the host reference reduce; this does not exercise NCCL.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <exception>
+#include <thread>
+
+#include "../golden/golden_util.h"
+#include "strata/core/error.h"
+#include "strata/dist/communicator.h"
+#include "strata/engine/single_sequence.h"
+#include "strata/models/model.h"
+
+namespace strata::testing {
+namespace {
+
+// Runs fn(rank) on `size` threads; rethrows the first rank's exception.
+template <typename Fn>
+void on_ranks(int size, Fn fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[size_t(r)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+TEST(LocalGroup, CollectivesMatchTheirDefinitions) {
+  const int n = 3;
+  dist::LocalGroup group(n);
+  std::vector<Tensor> reduced(n), gathered(n), scattered(n), exchanged(n);
+  on_ranks(n, [&](int r) {
+    dist::Communicator& c = group.rank(r);
+    EXPECT_EQ(c.rank(), r);
+    EXPECT_EQ(c.size(), n);
+    Tensor a = Tensor::empty({2, 3}, DType::kF32);
+    for (int i = 0; i < 6; ++i) a.data<float>()[i] = float(10 * r + i);
+    c.all_reduce_sum(a);
+    reduced[size_t(r)] = a;
+    Tensor mine = Tensor::empty({1, 2}, DType::kI32), all = Tensor::empty({n, 2}, DType::kI32);
+    mine.data<int32_t>()[0] = r;
+    mine.data<int32_t>()[1] = 100 + r;
+    c.all_gather(mine, all);
+    gathered[size_t(r)] = all;
+    Tensor in = Tensor::empty({n, 2}, DType::kF32), part = Tensor::empty({1, 2}, DType::kF32);
+    for (int i = 0; i < 2 * n; ++i) in.data<float>()[i] = float(r * 1000 + i);
+    c.reduce_scatter_sum(in, part);
+    scattered[size_t(r)] = part;
+    Tensor to = Tensor::empty({n, 1}, DType::kI32), from = Tensor::empty({n, 1}, DType::kI32);
+    for (int j = 0; j < n; ++j) to.data<int32_t>()[j] = 10 * r + j;  // slice j goes to rank j
+    c.all_to_all(to, from);
+    exchanged[size_t(r)] = from;
+  });
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(reduced[size_t(r)].data<float>()[i], float(30 + 3 * i)) << r;
+    for (int j = 0; j < n; ++j) {
+      EXPECT_EQ(gathered[size_t(r)].data<int32_t>()[2 * j], j);
+      EXPECT_EQ(gathered[size_t(r)].data<int32_t>()[2 * j + 1], 100 + j);
+      EXPECT_EQ(exchanged[size_t(r)].data<int32_t>()[j], 10 * j + r) << "rank " << r << " from " << j;
+    }
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(scattered[size_t(r)].data<float>()[i], float(3000 + 3 * (2 * r + i))) << r;
+    }
+  }
+}
+
+class TensorParallel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TensorParallel, ShardedLogitsMatchTheSingleDeviceModel) {
+  const Fixture f = load_fixture(GetParam());
+  auto single = load_model(f.dir);
+  const int n = 2;
+  for (const std::string mode : {"full", "stepwise", "chunked:7"}) {
+    const Tensor ref = sequence_logits(*single, f.prompt, mode);
+    dist::LocalGroup group(n);
+    std::vector<Tensor> got(n);
+    on_ranks(n, [&](int r) {
+      LoadOptions o;
+      o.parallel = dist::Parallel{r, n, &group.rank(r)};
+      auto model = load_model(f.dir, o);
+      got[size_t(r)] = sequence_logits(*model, f.prompt, mode);
+    });
+    const double d = max_abs_diff(got[0], ref);
+    std::printf("  %s TP=%d %-10s max|d| vs TP=1 = %.3g\n", GetParam().c_str(), n, mode.c_str(), d);
+    EXPECT_LE(d, 1e-4) << GetParam() << " " << mode;
+    EXPECT_EQ(max_abs_diff(got[1], got[0]), 0.0) << "ranks disagree, " << mode;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel,
+                         ::testing::Values("qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny"));
+
+TEST(TensorParallel, ShardsThatDoNotDivideAreRefusedByName) {
+  const Fixture f = load_fixture("qwen3_5_tiny");  // 2 key heads for the GDN layers
+  dist::LocalGroup group(4);
+  LoadOptions o;
+  o.parallel = dist::Parallel{0, 4, &group.rank(0)};
+  try {
+    load_model(f.dir, o);
+    FAIL() << "4 ranks over 2 key heads loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_num_key_heads"), std::string::npos) << e.what();
+  }
+  const Fixture d = load_fixture("deepseek_v4_tiny");
+  o.parallel = dist::Parallel{0, 2, &group.rank(0)};
+  try {
+    load_model(d.dir, o);
+    FAIL() << "deepseek_v4 loaded sharded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not implemented for this model type"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata::testing
