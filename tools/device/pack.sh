@@ -27,7 +27,8 @@ relink() {  # relink TARGET OUTPUT OBJECTS...
         -e "s|.*/libpcre2-8\.so\$|$(gcc -print-file-name=libpcre2-8.a)|" \
         -e "s|.*/libgomp\.so\$|$(gcc -print-file-name=libgomp.a)|" \
         -e '/.*\/libcudart\.so$/d' -e '/.*\/libcublas\.so$/d' \
-        -e '/libcpp-httplib/d' -e '/^-lcpp-httplib$/d' >build-cuda/relink.args
+        -e '/libcpp-httplib/d' -e '/^-lcpp-httplib$/d' -e '/libstrata_nccl\.a$/d' -e '/libnccl\.so$/d' \
+        >build-cuda/relink.args
   local args
   args=$(tr '\n' ' ' <build-cuda/relink.args)
   # The objects go right after the compiler, ahead of the libraries.
