@@ -7,12 +7,19 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <random>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "../golden/golden_util.h"
 #include "strata/core/error.h"
 #include "strata/dist/communicator.h"
 #include "strata/engine/single_sequence.h"
+#include "strata/io/checkpoint.h"
+#include "strata/io/safetensors.h"
 #include "strata/models/model.h"
 
 namespace strata::testing {
@@ -77,6 +84,20 @@ TEST(LocalGroup, CollectivesMatchTheirDefinitions) {
   }
 }
 
+// Logits of `dir` on `n` ranks (rank 0's), in `mode`.
+Tensor sharded_logits(const std::string& dir, int n, const std::vector<int32_t>& prompt, const std::string& mode) {
+  dist::LocalGroup group(n);
+  std::vector<Tensor> got(static_cast<size_t>(n));
+  on_ranks(n, [&](int r) {
+    LoadOptions o;
+    o.parallel = dist::Parallel{r, n, &group.rank(r)};
+    auto model = load_model(dir, o);
+    got[size_t(r)] = sequence_logits(*model, prompt, mode);
+  });
+  for (int r = 1; r < n; ++r) EXPECT_EQ(max_abs_diff(got[size_t(r)], got[0]), 0.0) << "rank " << r << " disagrees";
+  return got[0];
+}
+
 class TensorParallel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TensorParallel, ShardedLogitsMatchTheSingleDeviceModel) {
@@ -85,23 +106,74 @@ TEST_P(TensorParallel, ShardedLogitsMatchTheSingleDeviceModel) {
   const int n = 2;
   for (const std::string mode : {"full", "stepwise", "chunked:7"}) {
     const Tensor ref = sequence_logits(*single, f.prompt, mode);
-    dist::LocalGroup group(n);
-    std::vector<Tensor> got(n);
-    on_ranks(n, [&](int r) {
-      LoadOptions o;
-      o.parallel = dist::Parallel{r, n, &group.rank(r)};
-      auto model = load_model(f.dir, o);
-      got[size_t(r)] = sequence_logits(*model, f.prompt, mode);
-    });
-    const double d = max_abs_diff(got[0], ref);
+    const double d = max_abs_diff(sharded_logits(f.dir, n, f.prompt, mode), ref);
     std::printf("  %s TP=%d %-10s max|d| vs TP=1 = %.3g\n", GetParam().c_str(), n, mode.c_str(), d);
     EXPECT_LE(d, 1e-4) << GetParam() << " " << mode;
-    EXPECT_EQ(max_abs_diff(got[1], got[0]), 0.0) << "ranks disagree, " << mode;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel,
                          ::testing::Values("qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny"));
+
+// The fixtures have 2 GDN key heads; 4 ranks need 4. qwen3_5_moe_tiny widened to 4 key heads
+// and 8 value heads (fresh random bf16 GDN weights, the rest kept): 2 kv heads replicated over 4
+// ranks, 2 experts and 10 shared-expert columns per rank.
+TEST(TensorParallel, FourRanksMatchOneOnAWiderModel) {
+  namespace fs = std::filesystem;
+  const Fixture f = load_fixture("qwen3_5_moe_tiny");
+  const fs::path dir = fs::temp_directory_path() / ("strata_tp4_" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(f.dir + "/config.json"));
+  nlohmann::json& text = cfg["text_config"];
+  const int64_t hk = 4, hv = 8, dk = text["linear_key_head_dim"], dv = text["linear_value_head_dim"];
+  const int64_t hidden = text["hidden_size"], kw = text["linear_conv_kernel_dim"];
+  text["linear_num_key_heads"] = hk;
+  text["linear_num_value_heads"] = hv;
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  const Checkpoint ckpt = Checkpoint::open(f.dir);  // sharded over two files
+  std::mt19937 rng(44);
+  std::normal_distribution<float> normal(0.f, 0.05f);
+  auto random = [&](Shape shape) {
+    Tensor t = Tensor::empty(shape, DType::kF32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(normal(rng)));
+    return t;
+  };
+  const int64_t conv_dim = 2 * hk * dk + hv * dv;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& n : ckpt.names()) {
+    auto ends = [&](const std::string& suffix) {
+      return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (n.find("linear_attn.") == std::string::npos) {
+      tensors.emplace_back(n, ckpt.get(n));
+    } else if (ends("in_proj_qkv.weight")) {
+      tensors.emplace_back(n, random({conv_dim, hidden}));
+    } else if (ends("in_proj_z.weight")) {
+      tensors.emplace_back(n, random({hv * dv, hidden}));
+    } else if (ends("in_proj_b.weight") || ends("in_proj_a.weight")) {
+      tensors.emplace_back(n, random({hv, hidden}));
+    } else if (ends("conv1d.weight")) {
+      tensors.emplace_back(n, random({conv_dim, 1, kw}));
+    } else if (ends("A_log") || ends("dt_bias")) {
+      tensors.emplace_back(n, random({hv}));
+    } else if (ends("out_proj.weight")) {
+      tensors.emplace_back(n, random({hidden, hv * dv}));
+    } else {
+      tensors.emplace_back(n, ckpt.get(n));  // norm.weight [dv]
+    }
+  }
+  write_safetensors((dir / "model.safetensors").string(), tensors);
+  auto single = load_model(dir.string());
+  for (const std::string mode : {"full", "stepwise"}) {
+    const Tensor ref = sequence_logits(*single, f.prompt, mode);
+    for (int n : {2, 4}) {
+      const double d = max_abs_diff(sharded_logits(dir.string(), n, f.prompt, mode), ref);
+      std::printf("  widened qwen3_5_moe_tiny TP=%d %-8s max|d| vs TP=1 = %.3g\n", n, mode.c_str(), d);
+      EXPECT_LE(d, 1e-4) << "TP=" << n << " " << mode;
+    }
+  }
+  fs::remove_all(dir);
+}
 
 TEST(TensorParallel, ShardsThatDoNotDivideAreRefusedByName) {
   const Fixture f = load_fixture("qwen3_5_tiny");  // 2 key heads for the GDN layers
