@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../cuda/cuda_test_util.h"
 #include "../golden/golden_util.h"
 #include "strata/core/error.h"
 #include "strata/dist/communicator.h"
@@ -132,12 +133,7 @@ TEST(TensorParallel, FourRanksMatchOneOnAWiderModel) {
   std::ofstream(dir / "config.json") << cfg.dump(2);
   const Checkpoint ckpt = Checkpoint::open(f.dir);  // sharded over two files
   std::mt19937 rng(44);
-  std::normal_distribution<float> normal(0.f, 0.05f);
-  auto random = [&](Shape shape) {
-    Tensor t = Tensor::empty(shape, DType::kF32);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(normal(rng)));
-    return t;
-  };
+  auto random = [&](Shape shape) { return rand_bf16_values(std::move(shape), rng, 0.05f); };
   const int64_t conv_dim = 2 * hk * dk + hv * dv;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const std::string& n : ckpt.names()) {
@@ -175,25 +171,26 @@ TEST(TensorParallel, FourRanksMatchOneOnAWiderModel) {
   fs::remove_all(dir);
 }
 
-TEST(TensorParallel, ShardsThatDoNotDivideAreRefusedByName) {
-  const Fixture f = load_fixture("qwen3_5_tiny");  // 2 key heads for the GDN layers
-  dist::LocalGroup group(4);
+// The error of loading `dir` as rank 0 of `size`; empty when it loads.
+std::string sharded_load_error(const std::string& dir, int size) {
+  dist::LocalGroup group(size);
   LoadOptions o;
-  o.parallel = dist::Parallel{0, 4, &group.rank(0)};
+  o.parallel = dist::Parallel{0, size, &group.rank(0)};
   try {
-    load_model(f.dir, o);
-    FAIL() << "4 ranks over 2 key heads loaded";
+    load_model(dir, o);
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("linear_num_key_heads"), std::string::npos) << e.what();
+    return e.what();
   }
-  const Fixture d = load_fixture("deepseek_v4_tiny");
-  o.parallel = dist::Parallel{0, 2, &group.rank(0)};
-  try {
-    load_model(d.dir, o);
-    FAIL() << "deepseek_v4 loaded sharded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not implemented for this model type"), std::string::npos) << e.what();
-  }
+  return "";
+}
+
+TEST(TensorParallel, ShardsThatDoNotDivideAreRefusedByName) {
+  // qwen3_5_tiny has 2 key heads for the GDN layers.
+  const std::string heads = sharded_load_error(load_fixture("qwen3_5_tiny").dir, 4);
+  EXPECT_NE(heads.find("linear_num_key_heads"), std::string::npos) << "4 ranks over 2 key heads: '" << heads << "'";
+  const std::string family = sharded_load_error(load_fixture("deepseek_v4_tiny").dir, 2);
+  EXPECT_NE(family.find("not implemented for this model type"), std::string::npos)
+      << "deepseek_v4 sharded: '" << family << "'";
 }
 
 }  // namespace

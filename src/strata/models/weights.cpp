@@ -76,32 +76,6 @@ Tensor WeightLoader::random(const std::string& name, const Shape& shape) {
   return t;
 }
 
-Tensor WeightLoader::get_rows(const std::vector<std::pair<std::string, Shape>>& parts) {
-  STRATA_CHECK(!parts.empty(), "get_rows: no tensors");
-  Shape total = parts[0].second;
-  for (size_t i = 1; i < parts.size(); ++i) {
-    STRATA_CHECK(parts[i].second.size() == total.size() &&
-                     std::equal(total.begin() + 1, total.end(), parts[i].second.begin() + 1),
-                 "get_rows: '", parts[i].first, "' ", shape_str(parts[i].second), " does not stack on ",
-                 shape_str(total));
-    total[0] += parts[i].second[0];
-  }
-  if (dummy()) return random(prefix_ + parts[0].first, total);
-  Tensor out = Tensor::empty(total, DType::kF32);
-  char* dst = static_cast<char*>(out.raw());
-  for (const auto& [name, shape] : parts) {
-    Tensor part = raw(prefix_ + name, shape);
-    const DType t = part.dtype();
-    STRATA_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16, ckpt_.file_of(prefix_ + name),
-                 ": tensor '", prefix_ + name, "': dtype ", dtype_name(t),
-                 " needs a quantised loader (expected BF16, F16 or F32)");
-    Tensor f = part.to_f32();
-    std::memcpy(dst, f.raw(), f.nbytes());
-    dst += f.nbytes();
-  }
-  return to_device(out);
-}
-
 Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
   STRATA_CHECK(!parts.empty(), "get_slices: no tensors");
   std::vector<Tensor> pieces;

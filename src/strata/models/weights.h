@@ -36,12 +36,10 @@ class WeightLoader {
   // tensors of rank >= 2 (the matrices, embeddings, conv kernels) and F32 for vectors (norm
   // weights, A_log, dt_bias: small, and read once per row).
   Tensor to_device(const Tensor& cpu_f32) const;
-  // The row-wise concatenation of prefix + name tensors (several projections of one input fused
-  // into one matrix), checked against their shapes, on the device.
-  Tensor get_rows(const std::vector<std::pair<std::string, Shape>>& parts);
   // A tensor-parallel rank's shard: of each prefix + name tensor (top: the full name) of `full`
   // shape, the slice [begin, begin + count) along dimension `dim` (0, or 1 of a matrix), the
-  // slices concatenated along dimension 0, on the device. Only the slice is converted.
+  // slices concatenated along dimension 0, on the device. Only the slice is converted. Also
+  // fuses several projections of one input into one matrix (whole tensors, stacked).
   struct Slice {
     std::string name;
     Shape full;
@@ -50,7 +48,7 @@ class WeightLoader {
     bool top = false;
   };
   Tensor get_slices(const std::vector<Slice>& parts);
-  // True for a config-only checkpoint (--load-format dummy): get() and get_rows() then return
+  // True for a config-only checkpoint (--load-format dummy): get() and get_slices() then return
   // seeded uniform random values of the requested shapes, generated on the device.
   bool dummy() const { return ckpt_.weightless(); }
 

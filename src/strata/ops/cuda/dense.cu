@@ -207,6 +207,15 @@ struct RopeParams {
   float scaling;
 };
 
+// The kernels' copy of a RopeSpec (callers check rotary_dim / 2 <= 256).
+RopeParams rope_params(const RopeSpec& spec) {
+  RopeParams p{};
+  p.half = spec.rotary_dim / 2;
+  for (int j = 0; j < p.half; ++j) p.inv_freq[j] = spec.inv_freq[j];
+  p.scaling = spec.attention_scaling;
+  return p;
+}
+
 __global__ void rope_kernel(void* x, bool x32, const int32_t* positions, int64_t heads, int64_t d,
                             RopeParams p) {
   pdl_begin();
@@ -475,10 +484,7 @@ void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec
                    int(spec.inv_freq.size()) == half && half <= 256,
                "rope: ", positions.size(), " positions, rotary_dim ", spec.rotary_dim, " for x ", x.describe());
   if (!t) return;
-  RopeParams p{};
-  for (int j = 0; j < half; ++j) p.inv_freq[j] = spec.inv_freq[j];
-  p.half = half;
-  p.scaling = spec.attention_scaling;
+  const RopeParams p = rope_params(spec);
   Tensor keep;
   const int32_t* pos = device_ints(positions, &keep);
   launch_pdl(rope_kernel, unsigned(t), 128, 0, x.raw(), is_f32(x), pos, heads, d, p);
@@ -501,10 +507,7 @@ void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const
                op, ": qg ", qg.describe(), ", k ", k.describe(), ", q ", q.describe(), ", rotary_dim ",
                spec.rotary_dim);
   if (!t) return;
-  RopeParams p{};
-  for (int j = 0; j < half; ++j) p.inv_freq[j] = spec.inv_freq[j];
-  p.half = half;
-  p.scaling = spec.attention_scaling;
+  const RopeParams p = rope_params(spec);
   Tensor keep;
   const int32_t* pos = device_ints(positions, &keep);
   const unsigned threads = unsigned(std::max<int64_t>(32, (d + 31) / 32 * 32));
