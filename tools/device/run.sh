@@ -7,7 +7,7 @@ mode=${1:-all}
 shift || true
 out=${OUT:-/tmp/strata-out}
 mkdir -p "$out" /tmp/strata-dev
-tar xJf .dev/devbin.tar.xz -C /tmp/strata-dev
+tar xJf "${STRATA_DEVBIN:-.dev/devbin.tar.xz}" -C /tmp/strata-dev
 bin=/tmp/strata-dev/devbin
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # The binaries were configured in /work/main and find the test fixtures through that path.
