@@ -131,31 +131,54 @@ TEST(CudaMixer, FusedGdnDecodeStep) {
   // clusters of 8, 4, 2 and 1 column slices per value head, 1, 2, 4 and 8 columns per lane.
   std::vector<std::pair<int64_t, int64_t>> dims(std::begin(kGdnHeadDims), std::end(kGdnHeadDims));
   dims.push_back({64, 256});
-  for (const auto& [dk, dv] : dims) {
-    for (int64_t ratio : {1, 2, 3, 8}) {
-      if (ratio == 8 && dv != 256) continue;
-      std::mt19937 rng(int(dk * ratio + dv));
-      int blocks = 0;
-      ForwardBatch batch = make_batch({1, 1, 1}, {0, 4, 17}, 16, &blocks);
-      const int64_t t = 3, hk = 2, hv = hk * ratio, kw = 4;
-      const int64_t conv_dim = 2 * hk * dk + hv * dv;
-      Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
-      Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
-      Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
-      Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
-      Tensor cs = rand_bf16_values({3, kw - 1, conv_dim}, rng), st = rand_bf16_values({3, hv, dk, dv}, rng, 0.1f);
-      Tensor gcs = to_gpu(cs), gst = to_gpu(st, DType::kF32);
-      Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
-      ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
-      ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
-                           to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
-      const std::string at = "dk " + std::to_string(dk) + " dv " + std::to_string(dv) + " ratio " +
-                             std::to_string(ratio);
-      EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
-      EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, " << at;
-      EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, " << at;
+  // Conv width 4 (the models', compiled in) and 3 (read at run time).
+  for (int64_t kw : {4, 3}) {
+    for (const auto& [dk, dv] : dims) {
+      for (int64_t ratio : {1, 2, 3, 8}) {
+        if (ratio == 8 && dv != 256) continue;
+        if (kw != 4 && ratio != 2) continue;
+        std::mt19937 rng(int(dk * ratio + dv + kw));
+        int blocks = 0;
+        ForwardBatch batch = make_batch({1, 1, 1}, {0, 4, 17}, 16, &blocks);
+        const int64_t t = 3, hk = 2, hv = hk * ratio;
+        const int64_t conv_dim = 2 * hk * dk + hv * dv;
+        Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
+        Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
+        Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
+        Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
+        Tensor cs = rand_bf16_values({3, kw - 1, conv_dim}, rng), st = rand_bf16_values({3, hv, dk, dv}, rng, 0.1f);
+        Tensor gcs = to_gpu(cs), gst = to_gpu(st, DType::kF32);
+        Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
+        ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
+        ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
+                             to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
+        const std::string at = "dk " + std::to_string(dk) + " dv " + std::to_string(dv) + " ratio " +
+                               std::to_string(ratio) + " conv width " + std::to_string(kw);
+        EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
+        EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, " << at;
+        EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, " << at;
+      }
     }
   }
+}
+
+// moe_route_experts on the GPU (routing inside the gate/up pass at decode sizes) against the
+// CPU's routing (ids exact, weights to 1e-5) and experts (ref).
+void check_route_experts(const Tensor& logits, const Tensor& ids, const Tensor& w, const Tensor& x, const Tensor& gu,
+                         const Tensor& down, const Tensor& sgu, const Tensor& sdown, const Tensor& sgate,
+                         const Tensor& ref, int k) {
+  const int64_t t = x.dim(0);
+  Tensor gids = Tensor::empty({t, k}, DType::kI32, Device::kCuda), gw = Tensor::empty({t, k}, DType::kF32, Device::kCuda);
+  Tensor got = Tensor::empty(x.shape(), DType::kBF16, Device::kCuda);
+  const bool shared = sdown.defined();
+  ops::moe_route_experts(to_gpu(logits, DType::kF32), k, true, gids, gw, to_gpu(x), to_gpu(gu), to_gpu(down),
+                         shared ? to_gpu(sgu) : Tensor(), shared ? to_gpu(sdown) : Tensor(),
+                         shared ? to_gpu(sgate) : Tensor(), got);
+  const std::string at = std::to_string(t) + " tokens, " + std::to_string(logits.dim(1)) + " experts, routed inside";
+  Tensor back = gids.to(Device::kCpu);
+  for (int64_t i = 0; i < t * k; ++i) ASSERT_EQ(back.data<int32_t>()[i], ids.data<int32_t>()[i]) << "pick " << i << ", " << at;
+  EXPECT_LE(rel_err(to_host_f32(gw), w), 1e-5) << at;
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
 }
 
 void check_moe(int64_t t, int64_t e, int64_t k, int64_t h, int64_t inter) {
@@ -174,6 +197,7 @@ void check_moe(int64_t t, int64_t e, int64_t k, int64_t h, int64_t inter) {
   ops::moe_experts(x, gu, down, ids, w, ref);
   ops::moe_experts(to_gpu(x), to_gpu(gu), to_gpu(down), gids, gw, got);
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << t << " tokens, " << e << " experts";
+  check_route_experts(logits, ids, w, x, gu, down, Tensor(), Tensor(), Tensor(), ref, int(k));
 }
 
 // The routed experts plus a gated shared expert: the fused decode pass (t <= 16) and the grouped
@@ -192,6 +216,7 @@ void check_moe_shared(int64_t t, int64_t e, int64_t k, int64_t h, int64_t inter,
   ops::moe_experts_shared(to_gpu(x), to_gpu(gu), to_gpu(down), ids.to(Device::kCuda), w.to(Device::kCuda),
                           to_gpu(sgu), to_gpu(sdown), to_gpu(sgate), got);
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << t << " tokens, shared expert of " << si;
+  check_route_experts(logits, ids, w, x, gu, down, sgu, sdown, sgate, ref, int(k));
 }
 
 TEST(CudaMixer, MoeRoutingAndExperts) {
@@ -203,6 +228,7 @@ TEST(CudaMixer, MoeRoutingAndExperts) {
   check_moe(5, 256, 8, 256, 64);   // many experts, GEMV
   check_moe(4, 512, 10, 64, 32);   // routing beyond 256 experts; more than 8 experts per token
   check_moe(2, 8, 2, 4096, 1024);  // several passes over the hidden and intermediate dims
+  check_moe(16, 256, 8, 256, 64);  // the most tokens routed inside the gate/up pass
   check_moe_shared(3, 16, 4, 256, 64, 64);     // fused
   check_moe_shared(2, 16, 4, 256, 64, 1024);   // fused, several passes over the shared expert
   check_moe_shared(40, 16, 4, 256, 64, 128);   // grouped, then the shared expert

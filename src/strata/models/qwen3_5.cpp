@@ -476,14 +476,9 @@ class Qwen35Model final : public Model {
     }
     Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
     Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
-    ops::moe_route_softmax(logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights);
     const ops::ExpertShard shard{share(cfg_.experts).first, cfg_.experts};
-    if (l.has_shared) {
-      ops::moe_experts_shared(x, l.experts_gate_up, l.experts_down, ids, weights, shared_gu, l.shared.down, gate, y,
-                              shard);
-    } else {
-      ops::moe_experts(x, l.experts_gate_up, l.experts_down, ids, weights, y, shard);
-    }
+    ops::moe_route_experts(logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights, x, l.experts_gate_up,
+                           l.experts_down, shared_gu, l.has_shared ? l.shared.down : Tensor(), gate, y, shard);
     reduce(y);
   }
 

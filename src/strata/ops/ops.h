@@ -124,6 +124,13 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
 void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                         const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
                         const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard = {});
+// moe_route_softmax(logits, top_k, norm_topk, ids, weights), then moe_experts_shared when
+// shared_down is defined, else moe_experts (the shared_* tensors then undefined). One op so that
+// a CUDA decode step routes inside the experts' gate/up pass: one kernel less per layer.
+void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids, const Tensor& weights,
+                       const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& shared_gate_up,
+                       const Tensor& shared_down, const Tensor& shared_gate, const Tensor& out,
+                       const ExpertShard& shard = {});
 
 // ---- cache management ----
 

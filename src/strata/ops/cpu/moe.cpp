@@ -106,4 +106,18 @@ void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& do
   add_sigmoid_gated(out, shared, shared_gate);
 }
 
+void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids, const Tensor& weights,
+                       const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& shared_gate_up,
+                       const Tensor& shared_down, const Tensor& shared_gate, const Tensor& out,
+                       const ExpertShard& shard) {
+  STRATA_CUDA_DISPATCH(x, moe_route_experts(logits, top_k, norm_topk, ids, weights, x, gate_up, down,
+                                            shared_gate_up, shared_down, shared_gate, out, shard));
+  moe_route_softmax(logits, top_k, norm_topk, ids, weights);
+  if (shared_down.defined()) {
+    moe_experts_shared(x, gate_up, down, ids, weights, shared_gate_up, shared_down, shared_gate, out, shard);
+  } else {
+    moe_experts(x, gate_up, down, ids, weights, out, shard);
+  }
+}
+
 }  // namespace strata::ops

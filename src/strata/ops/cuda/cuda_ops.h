@@ -73,6 +73,10 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
 void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                         const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
                         const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard = {});
+void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids, const Tensor& weights,
+                       const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& shared_gate_up,
+                       const Tensor& shared_down, const Tensor& shared_gate, const Tensor& out,
+                       const ExpertShard& shard = {});
 
 // ---- sampling (sampling.cu) ----
 void argmax(const Tensor& logits, const Tensor& ids);

@@ -161,7 +161,9 @@ struct DecodeArgs {
 constexpr int kDecodeWarps = 8;
 constexpr int kMaxCluster = 8;
 
-template <int DK, int CPL>
+// kHist > 0: the conv keeps kHist inputs (kw - 1, known at compile time, so that the window's
+// loads issue together unpredicated); 0: any kw up to kMaxConvHistory + 1.
+template <int DK, int CPL, int kHist>
 __global__ void __launch_bounds__(kDecodeWarps * 32) gdn_decode_kernel(DecodeArgs p, DeviceBatch b, int slices,
                                                                        int cols) {
   pdl_begin();
@@ -193,12 +195,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) gdn_decode_kernel(DecodeArg
   const int64_t oi = (int64_t(t) * p.hv + h) * p.dv + c0 + tid;
   const float zo = tid < ncols ? silu_f(bf2f(p.z[oi])) : 0.f;
   const float nw = tid < ncols ? ldf(p.norm_w, p.n32, c0 + tid) : 0.f;
-  const int hist = p.kw - 1;
+  constexpr int kWin = kHist > 0 ? kHist : kMaxConvHistory;
+  const int hist = kHist > 0 ? kHist : p.kw - 1;
   // Causal conv of one channel; `win` ends holding the channel's new conv state. The loops run
   // to the compile-time bound so that `win` stays in registers and the loads issue together.
   auto conv = [&](int64_t ch, float* win) {
 #pragma unroll
-    for (int j = 0; j < kMaxConvHistory; ++j) {
+    for (int j = 0; j < kWin; ++j) {
       win[j] = has_state && j < hist
                    ? ldf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch)
                    : 0.f;
@@ -206,13 +209,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) gdn_decode_kernel(DecodeArg
     const float x_new = bf2f(p.qkv[int64_t(t) * p.conv_dim + ch]);
     float acc = 0.f;
 #pragma unroll
-    for (int j = 0; j < kMaxConvHistory; ++j) {
-      if (j < hist) acc += ldf(p.conv_w, p.w32, ch * p.kw + j) * win[j];
+    for (int j = 0; j < kWin; ++j) {
+      if (j < hist) acc += ldf(p.conv_w, p.w32, ch * (hist + 1) + j) * win[j];
     }
-    acc += ldf(p.conv_w, p.w32, ch * p.kw + hist) * x_new;
+    acc += ldf(p.conv_w, p.w32, ch * (hist + 1) + hist) * x_new;
     // Shift: the new state is the window's last `hist` inputs.
 #pragma unroll
-    for (int j = 0; j < kMaxConvHistory; ++j) {
+    for (int j = 0; j < kWin; ++j) {
       if (j + 1 < hist) {
         win[j] = win[j + 1];
       } else if (j + 1 == hist) {
@@ -223,18 +226,18 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) gdn_decode_kernel(DecodeArg
   };
   auto store_conv_state = [&](int64_t ch, const float* win) {
 #pragma unroll
-    for (int j = 0; j < kMaxConvHistory; ++j) {
+    for (int j = 0; j < kWin; ++j) {
       if (j < hist) stf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch, win[j]);
     }
   };
-  float qk_win[kMaxConvHistory];
+  float qk_win[kWin];
   const int64_t qk_ch = tid < DK ? int64_t(kh) * DK + tid : int64_t(p.hk) * DK + int64_t(kh) * DK + (tid - DK);
   if (tid < 2 * DK) {
     const float v = conv(qk_ch, qk_win);
     (tid < DK ? qs[tid] : ks[tid - DK]) = v;
   }
   if (tid < ncols) {
-    float win[kMaxConvHistory];
+    float win[kWin];
     const int64_t ch = 2 * int64_t(p.hk) * DK + int64_t(h) * p.dv + c0 + tid;
     vs[tid] = conv(ch, win);
     if (slot >= 0) store_conv_state(ch, win);
@@ -297,8 +300,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) gdn_decode_kernel(DecodeArg
   cluster.sync();  // no block leaves while another reads its shared memory
 }
 
-template <int DK, int CPL>
-void launch_decode(const DecodeArgs& p, const DeviceBatch& db, int t, int slices, int cols) {
+template <int DK, int CPL, int kHist>
+void launch_decode_hist(const DecodeArgs& p, const DeviceBatch& db, int t, int slices, int cols) {
   const int ratio = p.hv / p.hk;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(ratio * slices), unsigned(p.hk), unsigned(t));
@@ -313,7 +316,14 @@ void launch_decode(const DecodeArgs& p, const DeviceBatch& db, int t, int slices
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attrs;
   cfg.numAttrs = 2;
-  STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL>, p, db, slices, cols));
+  STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL, kHist>, p, db, slices, cols));
+}
+
+// The models' conv width 4 compiled in; any other width at run time.
+template <int DK, int CPL>
+void launch_decode(const DecodeArgs& p, const DeviceBatch& db, int t, int slices, int cols) {
+  if (p.kw == 4) return launch_decode_hist<DK, CPL, 3>(p, db, t, slices, cols);
+  launch_decode_hist<DK, CPL, 0>(p, db, t, slices, cols);
 }
 
 template <int DK>

@@ -65,15 +65,14 @@ __global__ void route_kernel(const void* logits, bool l32, int64_t rows, int e, 
   }
 }
 
-// The same routing with each lane's PER experts in registers (E <= 32 PER), so the top-k rounds
-// touch no shared memory: the common case (E <= 256).
+// The same routing for token r with each lane's PER experts in registers (E <= 32 PER), so the
+// top-k rounds touch no shared memory: the common case (E <= 256). Returns the expert of choice
+// `want`; with ids non-null it runs all top_k rounds and lane 0 writes the choices and their
+// weights (renormalised when norm).
 template <int PER>
-__global__ void route_reg_kernel(const void* logits, bool l32, int64_t rows, int e, int top_k, bool norm,
-                                 int32_t* ids, float* weights) {
-  pdl_begin();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + warp;
-  if (r >= rows) return;
+__device__ __forceinline__ int route_token(const void* logits, bool l32, int64_t r, int e, int top_k, bool norm,
+                                           int want, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x & 31;
   float p[PER];
   float mx = -INFINITY;
 #pragma unroll
@@ -95,7 +94,9 @@ __global__ void route_reg_kernel(const void* logits, bool l32, int64_t rows, int
 #pragma unroll
   for (int j = 0; j < PER; ++j) p[j] = lane + 32 * j < e ? p[j] / sum : -2.f;
   float total = 0.f;
-  for (int k = 0; k < top_k; ++k) {
+  int chosen = 0;
+  const int rounds = ids ? top_k : want + 1;
+  for (int k = 0; k < rounds; ++k) {
     float best = -1.f;
     int bi = e;
 #pragma unroll
@@ -110,16 +111,37 @@ __global__ void route_reg_kernel(const void* logits, bool l32, int64_t rows, int
     for (int j = 0; j < PER; ++j) {
       if (lane + 32 * j == bi) p[j] = -2.f;
     }
-    if (lane == 0) {
+    if (ids && lane == 0) {
       ids[r * top_k + k] = bi;
       weights[r * top_k + k] = best;
     }
+    if (k == want) chosen = bi;
     total += best;
   }
-  if (norm && lane == 0) {
+  if (ids && norm && lane == 0) {
     for (int k = 0; k < top_k; ++k) weights[r * top_k + k] /= total;
   }
+  return chosen;
 }
+
+template <int PER>
+__global__ void route_reg_kernel(const void* logits, bool l32, int64_t rows, int e, int top_k, bool norm,
+                                 int32_t* ids, float* weights) {
+  pdl_begin();
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  route_token<PER>(logits, l32, r, e, top_k, norm, top_k - 1, ids, weights);
+}
+
+// Routing done inside the gate/up pass (moe_route_experts): each warp routes its own token from
+// the router logits, and one warp per token writes the choices for the down pass.
+struct RouteArgs {
+  const void* logits = nullptr;  // [T, E]; null: the ids are given
+  bool l32 = false, norm = false;
+  int experts = 0;
+  int32_t* ids = nullptr;  // [T, top_k] out
+  float* weights = nullptr;
+};
 
 // Decode's expert GEMVs load all of a warp's weight vectors for a step before the first multiply.
 // grid (pairs, ceil(I / 8)): warp w of block y computes act[pair, 8y + w] = silu(g . x) * (u . x).
@@ -127,14 +149,26 @@ __global__ void route_reg_kernel(const void* logits, bool l32, int64_t rows, int
 // at once, each with half its gate and up rows (2 x 2 KB) in flight per pass.
 constexpr int kGateUpWarps = 8, kGateUpUnroll = 4;
 
+// kRoutePer > 0: the pair's expert comes from route_token<kRoutePer> over route's logits.
+template <int kRoutePer>
 __global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(const bf16* x, const bf16* gate_up,
-                                                                        const int32_t* ids, int top_k, int64_t h_dim,
-                                                                        int64_t inter, bf16* act) {
+                                                                        const int32_t* ids, RouteArgs route,
+                                                                        int top_k, int64_t h_dim, int64_t inter,
+                                                                        bf16* act) {
   pdl_begin();
   const int pair = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t i = int64_t(blockIdx.y) * kGateUpWarps + (threadIdx.x >> 5);
   if (i >= inter) return;
-  const int64_t e = ids[pair];
+  int64_t e;
+  if constexpr (kRoutePer > 0) {
+    const int token = pair / top_k, choice = pair % top_k;
+    // The warp that routes the token's last choice runs every round: it writes them all.
+    const bool writer = blockIdx.y == 0 && threadIdx.x < 32 && choice == top_k - 1;
+    e = route_token<kRoutePer>(route.logits, route.l32, token, route.experts, top_k, route.norm, choice,
+                               writer ? route.ids : nullptr, writer ? route.weights : nullptr);
+  } else {
+    e = ids[pair];
+  }
   const bf16* xr = x + int64_t(pair / top_k) * h_dim;
   const bf16* wg = gate_up + (e * 2 * inter + i) * h_dim;
   const bf16* wu = wg + inter * h_dim;
@@ -344,8 +378,7 @@ __global__ void unpermute_kernel(const bf16* y, const int32_t* pair_pos, const f
 
 }  // namespace
 
-void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids, const Tensor& weights) {
-  OpTimer timer_("moe_route_softmax");
+static void check_routing(const Tensor& logits, int top_k, const Tensor& ids, const Tensor& weights) {
   expect_float(logits, "moe_route_softmax", "logits");
   expect_dtype(ids, DType::kI32, "moe_route_softmax", "ids");
   expect_dtype(weights, DType::kF32, "moe_route_softmax", "weights");
@@ -354,6 +387,12 @@ void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Te
                " experts (at most 2048 experts on CUDA)");
   STRATA_CHECK(ids.shape() == Shape({t, top_k}) && weights.shape() == ids.shape(), "moe_route_softmax: ids ",
                ids.describe(), ", weights ", weights.describe());
+}
+
+void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids, const Tensor& weights) {
+  OpTimer timer_("moe_route_softmax");
+  check_routing(logits, top_k, ids, weights);
+  const int64_t t = logits.dim(0), e = logits.dim(1);
   if (!t) return;
   const unsigned blocks = blocks_for(t, 4);
   if (e <= 128) {
@@ -371,10 +410,14 @@ void moe_route_softmax(const Tensor& logits, int top_k, bool norm_topk, const Te
 
 namespace {
 
-// moe_experts; with `shared` (its down non-null), moe_experts_shared's fused GEMV path. Returns
-// false when the shared expert is still to be added (the grouped path).
+// True when moe_route_experts can route inside the gate/up GEMV (the register top-k's range).
+bool routes_in_gate_up(int64_t tokens, int64_t experts) { return tokens <= kGemvTokens && experts <= 256; }
+
+// moe_experts; with `shared` (its down non-null), moe_experts_shared's fused GEMV path; with
+// route.logits, the routing into ids and weights too (routes_in_gate_up holds). Returns false
+// when the shared expert is still to be added (the grouped path).
 bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
-                 const Tensor& weights, const SharedArgs& shared, const Tensor& out) {
+                 const Tensor& weights, const SharedArgs& shared, const RouteArgs& route, const Tensor& out) {
   const char* op = "moe_experts";
   expect_dtype(x, DType::kBF16, op, "x");
   expect_dtype(gate_up, DType::kBF16, op, "gate_up");
@@ -395,10 +438,19 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   const auto* dp = static_cast<const bf16*>(down.raw());
   const int64_t pairs = t * k;
   const bool grouped = t > kGemvTokens && moe_gemm_supported(h, inter) && ne <= 1024;
+  STRATA_CHECK(!route.logits || !grouped, "moe_experts: routing inside the grouped path");
   if (!grouped) {
     Tensor act = scratch({pairs, inter}, DType::kBF16);
-    launch_pdl(gate_up_gemv_kernel, dim3(unsigned(pairs), blocks_for(inter, kGateUpWarps)), kGateUpWarps * 32, 0, 
-        xp, gp, ids.data<int32_t>(), int(k), h, inter, static_cast<bf16*>(act.raw()));
+    const dim3 grid(unsigned(pairs), blocks_for(inter, kGateUpWarps));
+    auto* ap = static_cast<bf16*>(act.raw());
+    if (!route.logits) {
+      launch_pdl(gate_up_gemv_kernel<0>, grid, kGateUpWarps * 32, 0, xp, gp, ids.data<int32_t>(), route, int(k), h,
+                 inter, ap);
+    } else if (route.experts <= 128) {
+      launch_pdl(gate_up_gemv_kernel<4>, grid, kGateUpWarps * 32, 0, xp, gp, nullptr, route, int(k), h, inter, ap);
+    } else {
+      launch_pdl(gate_up_gemv_kernel<8>, grid, kGateUpWarps * 32, 0, xp, gp, nullptr, route, int(k), h, inter, ap);
+    }
     check_launch("moe_gate_up_gemv");
     launch_pdl(down_combine_kernel, dim3(unsigned(t), blocks_for(h, 8)), 256, 0, 
         static_cast<const bf16*>(act.raw()), dp, ids.data<int32_t>(), weights.data<float>(), int(k), h, inter,
@@ -448,15 +500,14 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                  const Tensor& weights, const Tensor& out, const ExpertShard& shard) {
   OpTimer timer_("moe_experts", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
   check_unsharded(shard, gate_up, "moe_experts");
-  run_experts(x, gate_up, down, ids, weights, SharedArgs{}, out);
+  run_experts(x, gate_up, down, ids, weights, SharedArgs{}, RouteArgs{}, out);
 }
 
-void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
-                        const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
-                        const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard) {
-  OpTimer timer_("moe_experts_shared", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
+namespace {
+
+SharedArgs shared_args(const Tensor& x, const Tensor& shared_gate_up, const Tensor& shared_down,
+                       const Tensor& shared_gate) {
   const char* op = "moe_experts_shared";
-  check_unsharded(shard, gate_up, op);
   expect_dtype(shared_gate_up, DType::kBF16, op, "shared_gate_up");
   expect_dtype(shared_down, DType::kBF16, op, "shared_down");
   expect_float(shared_gate, op, "shared_gate");
@@ -465,13 +516,54 @@ void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& do
                    shared_gate.numel() == t && si % 8 == 0,
                op, ": shared gate_up ", shared_gate_up.describe(), ", down ", shared_down.describe(), ", gate ",
                shared_gate.describe(), " for x ", x.describe());
-  const SharedArgs shared{static_cast<const bf16*>(shared_gate_up.raw()), static_cast<const bf16*>(shared_down.raw()),
-                          shared_gate.raw(), is_f32(shared_gate), si};
-  if (run_experts(x, gate_up, down, ids, weights, shared, out)) return;
+  return SharedArgs{static_cast<const bf16*>(shared_gate_up.raw()), static_cast<const bf16*>(shared_down.raw()),
+                    shared_gate.raw(), is_f32(shared_gate), si};
+}
+
+// The shared expert added after the grouped path, by the unfused ops.
+void add_shared_expert(const Tensor& shared_gate_up, const Tensor& shared_down, const Tensor& shared_gate,
+                       const Tensor& out) {
+  const int64_t t = out.dim(0), h = out.dim(1), si = shared_down.dim(1);
   Tensor act = scratch({t, si}, DType::kBF16), y = scratch({t, h}, DType::kBF16);
   silu_mul(shared_gate_up, act);
   linear(act, shared_down, y);
   add_sigmoid_gated(out, y, shared_gate);
+}
+
+}  // namespace
+
+void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                        const Tensor& weights, const Tensor& shared_gate_up, const Tensor& shared_down,
+                        const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard) {
+  OpTimer timer_("moe_experts_shared", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
+  check_unsharded(shard, gate_up, "moe_experts_shared");
+  const SharedArgs shared = shared_args(x, shared_gate_up, shared_down, shared_gate);
+  if (run_experts(x, gate_up, down, ids, weights, shared, RouteArgs{}, out)) return;
+  add_shared_expert(shared_gate_up, shared_down, shared_gate, out);
+}
+
+void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids, const Tensor& weights,
+                       const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& shared_gate_up,
+                       const Tensor& shared_down, const Tensor& shared_gate, const Tensor& out,
+                       const ExpertShard& shard) {
+  const bool has_shared = shared_down.defined();
+  if (!routes_in_gate_up(x.dim(0), logits.dim(1))) {
+    cuda::moe_route_softmax(logits, top_k, norm_topk, ids, weights);
+    if (has_shared) {
+      cuda::moe_experts_shared(x, gate_up, down, ids, weights, shared_gate_up, shared_down, shared_gate, out, shard);
+    } else {
+      cuda::moe_experts(x, gate_up, down, ids, weights, out, shard);
+    }
+    return;
+  }
+  OpTimer timer_("moe_route_experts", x.dim(0), top_k);
+  check_unsharded(shard, gate_up, "moe_route_experts");
+  check_routing(logits, top_k, ids, weights);
+  const SharedArgs shared = has_shared ? shared_args(x, shared_gate_up, shared_down, shared_gate) : SharedArgs{};
+  const RouteArgs route{logits.raw(), is_f32(logits), norm_topk, int(logits.dim(1)), ids.data<int32_t>(),
+                        weights.data<float>()};
+  STRATA_CHECK(logits.dim(0) == x.dim(0), "moe_route_experts: logits ", logits.describe(), " for x ", x.describe());
+  run_experts(x, gate_up, down, ids, weights, shared, route, out);
 }
 
 }  // namespace strata::ops::cuda
