@@ -1,7 +1,8 @@
 // The Qwen3.5 family through the CUDA backend (bf16 weights and activations) against HF's fp32
 // logits in every mode, greedy ids against the CPU path where the CPU's top-2 margin exceeds
 // the measured error, CUDA-graph decode (with padding rows) against eager decode, and the
-// dummy load format.
+// dummy load format. The Qwen4-Exp fixtures go through the same logits and greedy checks, with
+// their n-gram tables left in host memory and graph capture refused.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +11,11 @@
 #include "../golden/golden_util.h"
 #include "cuda_test_util.h"
 #include "strata/engine/single_sequence.h"
+#include "strata/io/checkpoint.h"
 #include "strata/models/model.h"
+#include "strata/models/qwen4_exp_config.h"
+#include "strata/models/qwen4_exp_weights.h"
+#include "strata/models/weights.h"
 #if defined(STRATA_WITH_CUDA)
 #include "strata/ops/cuda/graphs.h"
 #endif
@@ -90,11 +95,9 @@ Tensor gpu_sequence_logits(Model& model, const std::vector<int32_t>& ids, size_t
   return out;
 }
 
-class CudaGolden : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(CudaGolden, LogitsMatchHfInEveryMode) {
-  STRATA_REQUIRE_GPU();
-  Fixture f = load_fixture(GetParam());
+// Every mode's CUDA logits against HF's: rms and median per-position max error bounds.
+void expect_logits_match_hf(const std::string& name) {
+  Fixture f = load_fixture(name);
   auto model = load_model(f.dir, Device::kCuda);
   const double scale = reference_scale(f.logits);
   for (const auto& [mode, chunk] : std::vector<std::pair<std::string, size_t>>{
@@ -102,16 +105,17 @@ TEST_P(CudaGolden, LogitsMatchHfInEveryMode) {
     Tensor logits = gpu_sequence_logits(*model, f.prompt, chunk);
     const ErrorProfile e = error_profile(logits, f.logits);
     std::printf("  cuda %s %-10s max|d| = %.4g, rms %.4g (tolerance %.4g), median per-position max %.4g "
-                "(tolerance %.4g)\n", GetParam().c_str(), mode.c_str(), e.max, e.rms, kRmsTolerance * scale,
+                "(tolerance %.4g)\n", name.c_str(), mode.c_str(), e.max, e.rms, kRmsTolerance * scale,
                 e.median_position_max, kMedianTolerance * scale);
-    EXPECT_LE(e.rms, kRmsTolerance * scale) << GetParam() << " mode " << mode;
-    EXPECT_LE(e.median_position_max, kMedianTolerance * scale) << GetParam() << " mode " << mode;
+    EXPECT_LE(e.rms, kRmsTolerance * scale) << name << " mode " << mode;
+    EXPECT_LE(e.median_position_max, kMedianTolerance * scale) << name << " mode " << mode;
   }
 }
 
-TEST_P(CudaGolden, GreedyIdsMatchCpuWhereTheMarginIsClear) {
-  STRATA_REQUIRE_GPU();
-  Fixture f = load_fixture(GetParam());
+// Greedy decoding on the CPU; the GPU's argmax at the same positions (teacher forcing) must
+// agree wherever the CPU's top-2 margin is above twice the largest GPU-CPU logit difference.
+void expect_greedy_matches_cpu(const std::string& name) {
+  Fixture f = load_fixture(name);
   auto cpu = load_model(f.dir);
   auto gpu = load_model(f.dir, Device::kCuda);
   const int64_t vocab = cpu->info().vocab_size;
@@ -145,8 +149,20 @@ TEST_P(CudaGolden, GreedyIdsMatchCpuWhereTheMarginIsClear) {
     EXPECT_EQ(int32_t(std::max_element(g, g + vocab) - g), seq[f.prompt.size() + i]) << "step " << i;
   }
   std::printf("  cuda %s greedy: %d of %zu steps had a top-2 margin above 2 x %.4g and were compared\n",
-              GetParam().c_str(), compared, f.greedy.size(), worst);
+              name.c_str(), compared, f.greedy.size(), worst);
   EXPECT_GT(compared, 0);
+}
+
+class CudaGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGolden, LogitsMatchHfInEveryMode) {
+  STRATA_REQUIRE_GPU();
+  expect_logits_match_hf(GetParam());
+}
+
+TEST_P(CudaGolden, GreedyIdsMatchCpuWhereTheMarginIsClear) {
+  STRATA_REQUIRE_GPU();
+  expect_greedy_matches_cpu(GetParam());
 }
 
 #if defined(STRATA_WITH_CUDA)
@@ -228,6 +244,100 @@ TEST_P(CudaGolden, DummyWeightsLoadOnBothDevices) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden,
                          ::testing::Values("qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny"));
+
+// ---- Qwen4-Exp (the n-gram tables stay in host memory) ----
+
+class CudaGoldenQwen4Exp : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGoldenQwen4Exp, LogitsMatchHfInEveryMode) {
+  STRATA_REQUIRE_GPU();
+  expect_logits_match_hf(GetParam());
+}
+
+TEST_P(CudaGoldenQwen4Exp, GreedyIdsMatchCpuWhereTheMarginIsClear) {
+  STRATA_REQUIRE_GPU();
+  expect_greedy_matches_cpu(GetParam());
+}
+
+// The loader the model uses, on CUDA: every n-gram table shard is a host view of the mapped
+// checkpoint (the same bytes, not a copy), everything else is on the GPU, and the model's
+// weight_bytes (what the GPU holds) leaves the tables out.
+TEST_P(CudaGoldenQwen4Exp, NgramTablesStayInHostMemory) {
+  STRATA_REQUIRE_GPU();
+  const std::string dir = fixture_dir(GetParam());
+  Checkpoint ckpt = Checkpoint::open(dir);
+  const Qwen4ExpConfig cfg = parse_qwen4_exp_config(ckpt.config(), ckpt.config_path());
+  WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), Device::kCuda);
+  const Qwen4ExpWeights weights = load_qwen4_exp_weights(w, cfg);
+  int tables = 0;
+  for (size_t i = 0; i < weights.layers.size(); ++i) {
+    const Qwen4ExpLayerWeights& l = weights.layers[i];
+    EXPECT_EQ(l.moe.router.device(), Device::kCuda) << "layer " << i;
+    if (!l.has_ple) continue;
+    ASSERT_FALSE(l.ple.table.empty()) << "layer " << i;
+    for (const Tensor& shard : l.ple.table) {
+      EXPECT_EQ(shard.device(), Device::kCpu) << "layer " << i;
+      ++tables;
+    }
+    const std::string prefix = w.prefix() + "layers." + std::to_string(i) + ".ple.ple_embedding.ngram_embedding.";
+    const std::string first = ckpt.has(prefix + "shard_0.weight") ? prefix + "shard_0.weight" : prefix + "weight";
+    EXPECT_EQ(l.ple.table[0].raw(), ckpt.get(first).raw()) << "layer " << i << ": the shard is a copy";
+    EXPECT_EQ(l.ple.key_proj.device(), Device::kCuda) << "layer " << i;
+    EXPECT_EQ(l.ple.conv.device(), Device::kCuda) << "layer " << i;
+  }
+  EXPECT_GT(tables, 0);
+  EXPECT_GT(weights.host_table_bytes, 0u);
+  auto model = load_model(dir, Device::kCuda);
+  EXPECT_EQ(model->info().weight_bytes, w.bytes_loaded());
+}
+
+#if defined(STRATA_WITH_CUDA)
+// A Qwen4-Exp forward syncs with the host inside, so a decode graph of it is refused by name.
+TEST_P(CudaGoldenQwen4Exp, GraphCaptureIsRefused) {
+  STRATA_REQUIRE_GPU();
+  Fixture f = load_fixture(GetParam());
+  auto model = load_model(f.dir, Device::kCuda);
+  const int block = 16, prompt = 5;
+  Caches caches = Caches::allocate(model->info().cache, 1, block, 1, Device::kCuda);
+  ForwardBatch b;
+  SeqInBatch s;
+  s.q_len = prompt;
+  s.state_slot = 0;
+  s.block_table = {0};
+  b.seqs.push_back(s);
+  for (int i = 0; i < prompt; ++i) {
+    b.token_ids.push_back(f.prompt[i]);
+    b.positions.push_back(i);
+  }
+  b.logit_rows.push_back(prompt - 1);
+  Tensor logits;
+  model->forward(b, caches, logits);
+  ForwardBatch d = b;
+  d.seqs[0].q_len = 1;
+  d.seqs[0].ctx_len = prompt;
+  d.token_ids = {f.prompt[prompt]};
+  d.positions = {prompt};
+  d.logit_rows = {0};
+  ops::cuda::DecodeGraphs graphs(model->info().vocab_size);
+  ASSERT_TRUE(graphs.eligible(d));
+  auto forward = [&](const ForwardBatch& fb, Tensor& l) { model->forward(fb, caches, l); };
+  (void)graphs.run(d, forward);  // the first step of a bucket runs eagerly
+  d.seqs[0].ctx_len += 1;
+  d.positions[0] += 1;
+  try {
+    (void)graphs.run(d, forward);
+    ADD_FAILURE() << "a graph of a " << GetParam() << " forward was captured";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be captured into a CUDA graph"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(graphs.captured(), 0);
+  // The backend is usable afterwards: an eager step runs.
+  model->forward(d, caches, logits);
+  ops::cuda::synchronize();
+}
+#endif
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGoldenQwen4Exp, ::testing::Values("qwen4_exp_tiny", "qwen4_exp_vl_tiny"));
 
 }  // namespace
 }  // namespace strata::testing

@@ -6,6 +6,10 @@
 // back into every stream, and does the same around a softmax-routed MoE with a gated shared
 // expert. The exit mixer (a read gate without injection) gives the hidden row for lm_head;
 // there is no final RMSNorm.
+//
+// On CUDA the activations are BF16 (router and injection logits, GDN gates and state, logits: F32);
+// the n-gram tables stay in the host mapping: each PLE layer copies its hashed ids to the host,
+// gathers the rows there and uploads them, so the forward syncs and is never graph-captured.
 #include "strata/models/qwen4_exp.h"
 
 #include <algorithm>
@@ -65,13 +69,20 @@ class Qwen4ExpModel final : public Model {
                      batch.positions[s.q_start + i], ", expected ", s.ctx_len + i, ")");
       }
     }
+    ops::expect_eager_forward(device_, cfg_.model_type);
+    const int64_t n = int64_t(batch.logit_rows.size());
+    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
+      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
+    }
+    // Everything below is the forward's workspace (on CUDA: an arena reset per forward).
+    ops::ForwardScope scope(device_, batch);
     const int64_t t = batch.num_tokens(), wide = cfg_.hc * cfg_.hidden;
     Tensor x = act({t, cfg_.hidden});
     ops::embedding(weights_.embed, batch.token_ids, x);
     Tensor h = act({t, wide});
     ops::hc_expand(x, int(cfg_.hc), h);
     Tensor block_out = act({t, cfg_.hidden});
-    Tensor inject = act({t, cfg_.hc});
+    Tensor inject = Tensor::empty({t, cfg_.hc}, DType::kF32, device_);
     for (size_t i = 0; i < weights_.layers.size(); ++i) {
       const Qwen4ExpLayerWeights& l = weights_.layers[i];
       LayerCaches& cache = caches.layers[i];
@@ -87,18 +98,15 @@ class Qwen4ExpModel final : public Model {
       moe(l.moe, x, block_out);
       ops::hc_write(h, block_out, inject);
     }
-    const int64_t n = int64_t(batch.logit_rows.size());
     Tensor last = act({n, wide}), mixed = act({n, cfg_.hidden});
     ops::gather_rows(h, batch.logit_rows, last);
     read_gate(weights_.mixer, last, mixed, nullptr);
-    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
-      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
-    }
     ops::linear(mixed, weights_.lm_head, logits);
   }
 
  private:
-  DType act_dtype() const { return DType::kF32; }
+  // Activations, KV, conv and indexer caches: F32 on the CPU, BF16 on CUDA.
+  DType act_dtype() const { return device_ == Device::kCuda ? DType::kBF16 : DType::kF32; }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
   float eps() const { return float(cfg_.eps); }
 
@@ -155,10 +163,10 @@ class Qwen4ExpModel final : public Model {
   void per_layer_embedding(const PleWeights& p, const ForwardBatch& batch, LayerCaches& cache,
                            const Tensor& h) {
     const int64_t t = batch.num_tokens(), wide = cfg_.hc * cfg_.hidden, heads = p.layout.hash.heads();
-    Tensor ids = Tensor::empty({t, heads}, DType::kI64, Device::kCpu);
+    Tensor ids = Tensor::empty({t, heads}, DType::kI64, device_);
     ops::ngram_ids(batch, p.layout.hash, cfg_.vocab, cache.slots[kNgramContext], ids);
-    Tensor e = Tensor::empty({t, cfg_.ple_embed_dim}, DType::kF32, Device::kCpu);
-    ops::sharded_embedding(p.table, ids, e);
+    Tensor e = act({t, cfg_.ple_embed_dim});
+    ops::sharded_embedding(p.table, ids, e);  // host table rows, into the device's e
     Tensor key = act({t, wide}), value = act({t, cfg_.hidden}), query = act({t, wide});
     ops::linear(e, p.key_proj, key);
     ops::rms_norm_grouped(key, p.norm_key, cfg_.hidden, eps(), key);
@@ -189,7 +197,8 @@ class Qwen4ExpModel final : public Model {
     ops::copy_columns(mixed, 0, q.reshape({t, hk * dk}));
     ops::copy_columns(mixed, hk * dk, k.reshape({t, hk * dk}));
     ops::copy_columns(mixed, 2 * hk * dk, v.reshape({t, hv * dv}));
-    Tensor g = act({t, hv}), beta = act({t, hv});
+    // The gates stay F32 on every device (they feed the F32 state recurrence).
+    Tensor g = Tensor::empty({t, hv}, DType::kF32, device_), beta = Tensor::empty({t, hv}, DType::kF32, device_);
     ops::gdn_gates(a, b, l.a_log, l.dt_bias, g, beta);
     Tensor core = act({t, hv, dv});
     // The CPU reference runs the recurrence: results independent of how steps split the sequence.
@@ -258,7 +267,8 @@ class Qwen4ExpModel final : public Model {
   // Qwen4ExpTextSparseMoeBlock: routed experts plus sigmoid(shared_expert_gate(x)) * shared(x).
   void moe(const MoeWeights& m, const Tensor& x, const Tensor& y) {
     const int64_t t = x.dim(0);
-    Tensor router_logits = act({t, cfg_.experts});
+    // F32 on every device: expert choice is sensitive to their rounding.
+    Tensor router_logits = Tensor::empty({t, cfg_.experts}, DType::kF32, device_);
     ops::linear(x, m.router, router_logits);
     Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
     Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);

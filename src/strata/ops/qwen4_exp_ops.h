@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "strata/core/batch.h"
@@ -69,13 +70,22 @@ void ngram_ids(const ForwardBatch& batch, const NgramHashSpec& spec, int64_t voc
 // out [T, heads * dim] (F32): row t is the concatenation over heads h of table row ids[t, h],
 // where the table is `shards` ([rows_i, dim] each, F32/BF16/F16 in host memory, e.g. zero-copy
 // views of an mmapped checkpoint) stacked along rows in the given order. Only the gathered rows
-// are converted. ids [T, heads] I64, each checked against the total row count.
+// are converted. ids [T, heads] I64, each checked against the total row count. On CUDA, ids and
+// out (BF16 or F32) live on the GPU while the shards stay in host memory: the ids come to the
+// host (a sync), the rows are gathered there and uploaded.
 void sharded_embedding(const std::vector<Tensor>& shards, const Tensor& ids, const Tensor& out);
 
 // The PLE gate per stream: g = <key[t, s], query[t, s]> / sqrt(H), g = sign(g) sqrt(max(|g|, 1e-6)),
 // out[t, s] = sigmoid(g) * value[t]. key, query, out [T, S*H]; value [T, H].
 void ple_gate(const Tensor& key, const Tensor& query, const Tensor& value, int streams,
               const Tensor& out);
+
+// ---- forward ----
+
+// Throws Error while `device` is being captured into a CUDA graph: a Qwen4-Exp forward reads the
+// host in its middle (the n-gram table gathers wait for the GPU, the QSA block lists are host-side
+// facts of the batch), so a graph of it would replay stale work. A no-op on the CPU.
+void expect_eager_forward(Device device, const std::string& model);
 
 // ---- Qwen sparse attention (QSA) ----
 
@@ -88,6 +98,15 @@ struct QsaBlock {
 // The blocks that the batch's new tokens complete, by sequence then block (the row order of the
 // pooled keys below).
 std::vector<QsaBlock> qsa_completed_blocks(const ForwardBatch& batch, int ratio);
+
+// Host helpers shared by the CPU and CUDA QSA ops. A paged cache of `ratio`-token entries
+// [pages, entries_per_page, ...] in pages of block_size tokens (models/model.h): block `block`
+// of sequence s lives in row qsa_block_row(...) = page * entries_per_page + entry.
+void qsa_check_paged_geometry(const Tensor& cache, int ratio, int block_size, const char* op);
+// Checks that s's block table covers its ctx_len + q_len tokens with pages in [0, num_pages).
+void qsa_check_seq_pages(const SeqInBatch& s, int64_t page_size, int64_t num_pages, const char* op);
+int64_t qsa_block_row(const SeqInBatch& s, int64_t block, int ratio, int block_size,
+                      int64_t entries_per_page);
 
 // Mean of the raw indexer keys of each completed block, in qsa_completed_blocks order:
 // raw_keys [T, d] are the new tokens' keys; the keys of a block's earlier tokens come from the

@@ -6,6 +6,7 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/qwen4_exp_ops.h"
 
 namespace strata::ops {
@@ -25,6 +26,7 @@ int64_t stream_width(const Tensor& x, int streams, const char* op, const char* w
 }  // namespace
 
 void rms_norm_grouped(const Tensor& x, const Tensor& w, int64_t group, float eps, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, rms_norm_grouped(x, w, group, eps, out));
   expect_cpu_f32(x, "rms_norm_grouped", "x");
   expect_cpu_f32(w, "rms_norm_grouped", "weight");
   expect_cpu_f32(out, "rms_norm_grouped", "out");
@@ -46,6 +48,7 @@ void rms_norm_grouped(const Tensor& x, const Tensor& w, int64_t group, float eps
 
 void rms_norm_gated_act(const Tensor& x, const Tensor& z, const Tensor& w, float eps,
                         GateActivation act, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, rms_norm_gated_act(x, z, w, eps, act, out));
   expect_cpu_f32(x, "rms_norm_gated_act", "x");
   expect_cpu_f32(z, "rms_norm_gated_act", "z");
   expect_cpu_f32(w, "rms_norm_gated_act", "weight");
@@ -70,6 +73,7 @@ void rms_norm_gated_act(const Tensor& x, const Tensor& z, const Tensor& w, float
 }
 
 void hc_expand(const Tensor& x, int streams, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, hc_expand(x, streams, out));
   expect_cpu_f32(x, "hc_expand", "x");
   const int64_t h = stream_width(out, streams, "hc_expand", "out"), t = rows_of(out);
   STRATA_CHECK(x.dim(-1) == h && rows_of(x) == t, "hc_expand: x ", x.describe(), " into ",
@@ -83,6 +87,7 @@ void hc_expand(const Tensor& x, int streams, const Tensor& out) {
 }
 
 void hc_lowrank_act(const Tensor& x, int streams) {
+  STRATA_CUDA_DISPATCH(x, hc_lowrank_act(x, streams));
   expect_cpu_f32(x, "hc_lowrank_act", "x");
   STRATA_CHECK(streams > 0, "hc_lowrank_act: ", streams, " streams");
   const float div = float(streams);
@@ -91,6 +96,7 @@ void hc_lowrank_act(const Tensor& x, int streams) {
 }
 
 void hc_mix(const Tensor& normed, const Tensor& mix_logits, int streams, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(normed, hc_mix(normed, mix_logits, streams, out));
   const int64_t h = stream_width(normed, streams, "hc_mix", "normed"), t = rows_of(normed);
   expect_cpu_f32(mix_logits, "hc_mix", "mix_logits");
   expect_cpu_f32(out, "hc_mix", "out");
@@ -111,6 +117,7 @@ void hc_mix(const Tensor& normed, const Tensor& mix_logits, int streams, const T
 }
 
 void hc_inject_weights(const Tensor& logits, int streams) {
+  STRATA_CUDA_DISPATCH(logits, hc_inject_weights(logits, streams));
   expect_cpu_f32(logits, "hc_inject_weights", "logits");
   STRATA_CHECK(streams > 0 && logits.dim(-1) == streams, "hc_inject_weights: logits ",
                logits.describe(), " for ", streams, " streams");
@@ -120,6 +127,7 @@ void hc_inject_weights(const Tensor& logits, int streams) {
 }
 
 void hc_write(const Tensor& residual, const Tensor& block_out, const Tensor& inject) {
+  STRATA_CUDA_DISPATCH(residual, hc_write(residual, block_out, inject));
   expect_cpu_f32(inject, "hc_write", "inject");
   expect_cpu_f32(block_out, "hc_write", "block_out");
   const int streams = int(inject.dim(-1));
@@ -139,6 +147,7 @@ void hc_write(const Tensor& residual, const Tensor& block_out, const Tensor& inj
 
 void ple_gate(const Tensor& key, const Tensor& query, const Tensor& value, int streams,
               const Tensor& out) {
+  STRATA_CUDA_DISPATCH(key, ple_gate(key, query, value, streams, out));
   const int64_t h = stream_width(key, streams, "ple_gate", "key"), t = rows_of(key);
   expect_cpu_f32(query, "ple_gate", "query");
   expect_cpu_f32(value, "ple_gate", "value");

@@ -2,16 +2,19 @@
 // gather from the sharded, host-resident n-gram table.
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/qwen4_exp_ops.h"
 
 namespace strata::ops {
 
 void ngram_ids(const ForwardBatch& batch, const NgramHashSpec& spec, int64_t vocab,
                const Tensor& context, const Tensor& ids) {
+  STRATA_CUDA_DISPATCH(ids, ngram_ids(batch, spec, vocab, context, ids));
   const int ctx = spec.ngram_size - 1, heads = spec.heads();
   const int64_t t = batch.num_tokens();
   STRATA_CHECK(spec.ngram_size >= 2 && spec.heads_per_ngram >= 1 &&
@@ -71,6 +74,7 @@ void ngram_ids(const ForwardBatch& batch, const NgramHashSpec& spec, int64_t voc
 }
 
 void sharded_embedding(const std::vector<Tensor>& shards, const Tensor& ids, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(out, sharded_embedding(shards, ids, out));
   STRATA_CHECK(!shards.empty(), "sharded_embedding: no shards");
   const int64_t dim = shards[0].ndim() == 2 ? shards[0].dim(1) : -1;
   std::vector<int64_t> starts{0};  // first row of each shard, then the total
@@ -100,6 +104,15 @@ void sharded_embedding(const std::vector<Tensor>& shards, const Tensor& ids, con
     const char* src = static_cast<const char*>(s.raw()) + size_t(pid[i] - starts[shard]) * dim * esz;
     to_f32(s.dtype(), src, out.data<float>() + i * dim, size_t(dim));
   });
+}
+
+void expect_eager_forward(Device device, const std::string& model) {
+#if defined(STRATA_WITH_CUDA)
+  if (device == Device::kCuda) cuda::expect_eager_forward(model);
+#else
+  (void)device;
+  (void)model;
+#endif
 }
 
 }  // namespace strata::ops

@@ -8,40 +8,34 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/qwen4_exp_ops.h"
 
 namespace strata::ops {
-namespace {
-
-// Row of block `block` of sequence `s` in a paged cache of `ratio`-token entries
-// (models/model.h: page block_table[e * ratio / bs], row (e * ratio % bs) / ratio).
-int64_t block_entry_row(const SeqInBatch& s, int64_t block, int ratio, int64_t page_size,
-                        int64_t entries_per_page) {
+int64_t qsa_block_row(const SeqInBatch& s, int64_t block, int ratio, int block_size,
+                      int64_t entries_per_page) {
+  // models/model.h: page block_table[e * ratio / bs], row (e * ratio % bs) / ratio.
   const int64_t first_token = block * ratio;
-  const int64_t page = s.block_table[first_token / page_size];
-  return page * entries_per_page + (first_token % page_size) / ratio;
+  const int64_t page = s.block_table[first_token / block_size];
+  return page * entries_per_page + (first_token % block_size) / ratio;
 }
 
-// Checks that a paged cache of `ratio`-token entries fits pages of block_size tokens.
-int64_t check_paged_geometry(const Tensor& cache, int ratio, int block_size, const char* op) {
-  const bool fits = ratio > 0 && block_size > 0 &&
+void qsa_check_paged_geometry(const Tensor& cache, int ratio, int block_size, const char* op) {
+  const bool fits = ratio > 0 && block_size > 0 && cache.ndim() >= 2 &&
                     (ratio >= block_size ? ratio % block_size == 0 && cache.dim(1) == 1
                                          : block_size % ratio == 0 && cache.dim(1) == block_size / ratio);
   STRATA_CHECK(fits, op, ": cache ", cache.describe(), " does not hold ", ratio,
                "-token entries in pages of ", block_size, " tokens");
-  return block_size;
 }
 
-void check_seq_pages(const SeqInBatch& s, int64_t tokens, int64_t page_size, int64_t num_pages,
-                     const char* op) {
+void qsa_check_seq_pages(const SeqInBatch& s, int64_t page_size, int64_t num_pages, const char* op) {
+  const int64_t tokens = int64_t(s.ctx_len) + s.q_len;
   STRATA_CHECK(int64_t(s.block_table.size()) * page_size >= tokens, op, ": ", s.block_table.size(),
                " pages of ", page_size, " tokens for ", tokens, " tokens");
   for (int32_t b : s.block_table) {
     STRATA_CHECK(b >= 0 && b < num_pages, op, ": page ", b, " out of range");
   }
 }
-
-}  // namespace
 
 std::vector<QsaBlock> qsa_completed_blocks(const ForwardBatch& batch, int ratio) {
   STRATA_CHECK(ratio > 0, "qsa_completed_blocks: compress ratio ", ratio);
@@ -57,6 +51,7 @@ std::vector<QsaBlock> qsa_completed_blocks(const ForwardBatch& batch, int ratio)
 
 void qsa_pool_keys(const Tensor& raw_keys, const Tensor& tail, const ForwardBatch& batch, int ratio,
                    const Tensor& pooled) {
+  STRATA_CUDA_DISPATCH(raw_keys, qsa_pool_keys(raw_keys, tail, batch, ratio, pooled));
   expect_cpu_f32(raw_keys, "qsa_pool_keys", "raw_keys");
   expect_cpu_f32(tail, "qsa_pool_keys", "tail");
   expect_cpu_f32(pooled, "qsa_pool_keys", "pooled");
@@ -99,6 +94,7 @@ void qsa_pool_keys(const Tensor& raw_keys, const Tensor& tail, const ForwardBatc
 
 void qsa_store_block_keys(const Tensor& block_keys, const Tensor& cache, const ForwardBatch& batch,
                           int ratio, int block_size) {
+  STRATA_CUDA_DISPATCH(cache, qsa_store_block_keys(block_keys, cache, batch, ratio, block_size));
   expect_cpu_f32(block_keys, "qsa_store_block_keys", "block_keys");
   expect_cpu_f32(cache, "qsa_store_block_keys", "cache");
   const int64_t d = block_keys.dim(-1);
@@ -106,13 +102,13 @@ void qsa_store_block_keys(const Tensor& block_keys, const Tensor& cache, const F
                cache.describe(), " does not hold keys of ", d);
   const std::vector<QsaBlock> blocks = qsa_completed_blocks(batch, ratio);
   expect_shape(block_keys, {int64_t(blocks.size()), d}, "qsa_store_block_keys", "block_keys");
-  const int64_t page = check_paged_geometry(cache, ratio, block_size, "qsa_store_block_keys");
+  qsa_check_paged_geometry(cache, ratio, block_size, "qsa_store_block_keys");
   for (const SeqInBatch& s : batch.seqs) {
-    check_seq_pages(s, int64_t(s.ctx_len) + s.q_len, page, cache.dim(0), "qsa_store_block_keys");
+    qsa_check_seq_pages(s, block_size, cache.dim(0), "qsa_store_block_keys");
   }
   for (size_t i = 0; i < blocks.size(); ++i) {
     const SeqInBatch& s = batch.seqs[blocks[i].seq];
-    const int64_t row = block_entry_row(s, blocks[i].block, ratio, page, cache.dim(1));
+    const int64_t row = qsa_block_row(s, blocks[i].block, ratio, block_size, cache.dim(1));
     std::memcpy(cache.data<float>() + row * d, block_keys.data<float>() + int64_t(i) * d,
                 d * sizeof(float));
   }
@@ -120,6 +116,7 @@ void qsa_store_block_keys(const Tensor& block_keys, const Tensor& cache, const F
 
 void qsa_select(const Tensor& q, const Tensor& block_cache, const ForwardBatch& batch, int ratio,
                 int block_size, int top_blocks, float scale, const Tensor& selected) {
+  STRATA_CUDA_DISPATCH(q, qsa_select(q, block_cache, batch, ratio, block_size, top_blocks, scale, selected));
   expect_cpu_f32(q, "qsa_select", "q");
   expect_cpu_f32(block_cache, "qsa_select", "block_cache");
   const int64_t t = q.dim(0), heads = q.dim(1), d = q.dim(2);
@@ -132,11 +129,11 @@ void qsa_select(const Tensor& q, const Tensor& block_cache, const ForwardBatch& 
   STRATA_CHECK(selected.device() == Device::kCpu && selected.dtype() == DType::kI32,
                "qsa_select: selected ", selected.describe(), " should be I32");
   expect_shape(selected, {t, width}, "qsa_select", "selected");
-  const int64_t page = check_paged_geometry(block_cache, ratio, block_size, "qsa_select");
+  qsa_check_paged_geometry(block_cache, ratio, block_size, "qsa_select");
   std::vector<int32_t> seq_of(t);
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
     const SeqInBatch& s = batch.seqs[si];
-    check_seq_pages(s, int64_t(s.ctx_len) + s.q_len, page, block_cache.dim(0), "qsa_select");
+    qsa_check_seq_pages(s, block_size, block_cache.dim(0), "qsa_select");
     for (int32_t i = 0; i < s.q_len; ++i) seq_of[s.q_start + i] = int32_t(si);
   }
   parallel_for(t, [&](int64_t tok) {
@@ -154,7 +151,7 @@ void qsa_select(const Tensor& q, const Tensor& block_cache, const ForwardBatch& 
     std::vector<float> score(n);
     for (int64_t b = 0; b < n; ++b) {
       const float* kb = block_cache.data<float>() +
-                        block_entry_row(s, b, ratio, page, block_cache.dim(1)) * d;
+                        qsa_block_row(s, b, ratio, block_size, block_cache.dim(1)) * d;
       float acc = 0.f;
       for (int64_t h = 0; h < heads; ++h) {
         float dot = 0.f;
@@ -180,6 +177,7 @@ void paged_attention_selected(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& k_cache, const Tensor& v_cache,
                               const ForwardBatch& batch, const Tensor& selected, float scale,
                               const Tensor& out) {
+  STRATA_CUDA_DISPATCH(q, paged_attention_selected(q, k, v, k_cache, v_cache, batch, selected, scale, out));
   expect_cpu_f32(q, "paged_attention_selected", "q");
   expect_cpu_f32(k, "paged_attention_selected", "k");
   expect_cpu_f32(v, "paged_attention_selected", "v");
@@ -203,8 +201,7 @@ void paged_attention_selected(const Tensor& q, const Tensor& k, const Tensor& v,
   std::vector<int32_t> seq_of(t);
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
     const SeqInBatch& s = batch.seqs[si];
-    check_seq_pages(s, int64_t(s.ctx_len) + s.q_len, block, k_cache.dim(0),
-                    "paged_attention_selected");
+    qsa_check_seq_pages(s, block, k_cache.dim(0), "paged_attention_selected");
     for (int32_t i = 0; i < s.q_len; ++i) seq_of[s.q_start + i] = int32_t(si);
   }
   // A query sees only positions it could see causally.

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "strata/core/batch.h"
 #include "strata/core/tensor.h"
 #include "strata/ops/ops.h"
+#include "strata/ops/qwen4_exp_ops.h"
 
 namespace strata::ops::cuda {
 
@@ -81,5 +83,35 @@ void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Te
 // ---- sampling (sampling.cu) ----
 void argmax(const Tensor& logits, const Tensor& ids);
 void sample(const Tensor& logits, const std::vector<SampleRow>& rows, const Tensor& ids);
+
+// ---- Qwen4-Exp (qwen4_exp.cu, qwen4_exp_qsa.cu; the ops of qwen4_exp_ops.h) ----
+void rms_norm_grouped(const Tensor& x, const Tensor& w, int64_t group, float eps, const Tensor& out);
+void rms_norm_gated_act(const Tensor& x, const Tensor& z, const Tensor& w, float eps, GateActivation act,
+                        const Tensor& out);
+void hc_expand(const Tensor& x, int streams, const Tensor& out);
+void hc_lowrank_act(const Tensor& x, int streams);
+void hc_mix(const Tensor& normed, const Tensor& mix_logits, int streams, const Tensor& out);
+void hc_inject_weights(const Tensor& logits, int streams);
+void hc_write(const Tensor& residual, const Tensor& block_out, const Tensor& inject);
+void ple_gate(const Tensor& key, const Tensor& query, const Tensor& value, int streams, const Tensor& out);
+// Token ids come from the batch's device copy; the context pool [slots, ngram_size - 1] I32 and
+// ids [T, heads] I64 are GPU tensors.
+void ngram_ids(const ForwardBatch& batch, const NgramHashSpec& spec, int64_t vocab, const Tensor& context,
+               const Tensor& ids);
+// GPU ids and out, host shards: the ids come to the host (a sync), the CPU op gathers the rows,
+// which are uploaded into out. Refused during graph capture.
+void sharded_embedding(const std::vector<Tensor>& shards, const Tensor& ids, const Tensor& out);
+// Throws Error while the backend's stream is being captured (ops::expect_eager_forward).
+void expect_eager_forward(const std::string& model);
+void qsa_pool_keys(const Tensor& raw_keys, const Tensor& tail, const ForwardBatch& batch, int ratio,
+                   const Tensor& pooled);
+void qsa_store_block_keys(const Tensor& block_keys, const Tensor& cache, const ForwardBatch& batch, int ratio,
+                          int block_size);
+void qsa_select(const Tensor& q, const Tensor& block_cache, const ForwardBatch& batch, int ratio, int block_size,
+                int top_blocks, float scale, const Tensor& selected);
+// Positions of `selected` outside [0, the query's position] are ignored (the CPU op rejects them).
+void paged_attention_selected(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                              const Tensor& v_cache, const ForwardBatch& batch, const Tensor& selected, float scale,
+                              const Tensor& out);
 
 }  // namespace strata::ops::cuda

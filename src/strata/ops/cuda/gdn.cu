@@ -43,7 +43,8 @@ __global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, 
   stf(out, o32, int64_t(t) * c_dim + c, silu_f(acc));
 }
 
-// After conv1d: the state keeps the last kw - 1 inputs of the window [state; x].
+// After conv1d: the state keeps the last kw - 1 inputs of the window [state; x]. Row r takes
+// window row q_len + r >= r, so ascending rows read the old state before overwriting it (any kw).
 __global__ void conv_state_kernel(const void* x, bool x32, void* cs, bool cs32, DeviceBatch b, int64_t c_dim,
                                   int kw) {
   pdl_begin();
@@ -53,13 +54,12 @@ __global__ void conv_state_kernel(const void* x, bool x32, void* cs, bool cs32, 
   if (c >= c_dim || slot < 0) return;
   const int hist = kw - 1, ql = b.q_len[s], qs = b.q_start[s];
   const bool has_state = b.ctx_len[s] > 0;
-  float keep[kMaxConvHistory];
   for (int r = 0; r < hist; ++r) {
     const int idx = ql + r, src = idx - hist;
-    keep[r] = src >= 0 ? ldf(x, x32, int64_t(qs + src) * c_dim + c)
-                       : (has_state ? ldf(cs, cs32, (int64_t(slot) * hist + idx) * c_dim + c) : 0.f);
+    const float v = src >= 0 ? ldf(x, x32, int64_t(qs + src) * c_dim + c)
+                             : (has_state ? ldf(cs, cs32, (int64_t(slot) * hist + idx) * c_dim + c) : 0.f);
+    stf(cs, cs32, (int64_t(slot) * hist + r) * c_dim + c, v);
   }
-  for (int r = 0; r < hist; ++r) stf(cs, cs32, (int64_t(slot) * hist + r) * c_dim + c, keep[r]);
 }
 
 __device__ __forceinline__ float softplus_torch(float x) { return x > 20.f ? x : log1pf(expf(x)); }
@@ -368,8 +368,7 @@ void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, c
   expect_float(out, "causal_conv1d", "out");
   const int64_t t = x.dim(0), c = x.dim(1), kw = w.dim(1);
   STRATA_CHECK(w.shape() == Shape({c, kw}) && out.shape() == Shape({t, c}) && kw >= 1 &&
-                   kw <= kMaxConvHistory + 1 && conv_state.ndim() == 3 && conv_state.dim(1) == kw - 1 &&
-                   conv_state.dim(2) == c,
+                   conv_state.ndim() == 3 && conv_state.dim(1) == kw - 1 && conv_state.dim(2) == c,
                "causal_conv1d: x ", x.describe(), ", weight ", w.describe(), ", conv state ",
                conv_state.describe(), ", out ", out.describe());
   if (t == 0) return;
@@ -429,11 +428,12 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
   if (single.empty()) return;
   const int ihk = int(hk), ihv = int(hv), idv = int(dv);
   switch (dk) {
+    case 8: return launch_recurrent<8>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
     case 16: return launch_recurrent<16>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
     case 32: return launch_recurrent<32>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
     case 64: return launch_recurrent<64>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
     case 128: return launch_recurrent<128>(q, k, v, g, beta, state, db, single, ihk, ihv, idv, out);
-    default: fail("gated_delta_rule: key head dim ", dk, " is not supported on CUDA (16, 32, 64 or 128)");
+    default: fail("gated_delta_rule: key head dim ", dk, " is not supported on CUDA (8, 16, 32, 64 or 128)");
   }
 }
 
