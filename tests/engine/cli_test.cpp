@@ -206,5 +206,54 @@ TEST(EngineCli, InfoPrintsTheMemoryPlanPerLayerType) {
   EXPECT_NE(run_cli("info --model /nonexistent").status, 0);
 }
 
+// --tensor-parallel-size (engine commands and logits) and --enable-expert-parallel: the same
+// greedy ids as HF on 2 ranks, either way of splitting the experts; logits as one rank's.
+TEST(EngineCli, TensorParallelFlags) {
+  const std::string dir = engine_fixture_dir("qwen3_5_moe_tiny");
+  const nlohmann::json ref = read_json_file(dir + "/reference.json");
+  const auto prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  const auto expected = ref.at("greedy_ids").get<std::vector<int32_t>>();
+  for (const char* ep : {"", " --enable-expert-parallel"}) {
+    const CliRun r = run_cli("generate --model " + dir + " --ids " + join_ids(prompt) + " --max-tokens " +
+                             std::to_string(expected.size()) +
+                             " --ignore-eos --print-ids --kv-cache-memory 32M --tensor-parallel-size 2" + ep);
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto lines = lines_of(r.out);
+    ASSERT_FALSE(lines.empty());
+    EXPECT_EQ(lines.back(), join_ids(expected)) << ep << ": " << r.out;
+  }
+  const std::string one = ::testing::TempDir() + "strata_cli_tp1.npy", two = ::testing::TempDir() + "strata_cli_tp2.npy";
+  const std::string args = "logits --model " + dir + " --ids " + join_ids(prompt) + " --mode stepwise --out ";
+  ASSERT_EQ(run_cli(args + one).status, 0);
+  const CliRun r2 = run_cli(args + two + " --tensor-parallel-size 2 --enable-expert-parallel");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  const Tensor a = read_npy(one), b = read_npy(two);
+  ASSERT_EQ(a.shape(), b.shape());
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    worst = std::max(worst, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+  }
+  std::printf("  logits TP=2 EP vs TP=1: max |d| = %.3g\n", worst);
+  EXPECT_LE(worst, 1e-4);
+
+  auto expect_refused = [](const std::string& cmd, const std::string& message) {
+    const CliRun r = run_cli(cmd);
+    EXPECT_NE(r.status, 0) << cmd;
+    EXPECT_NE(r.out.find(message), std::string::npos) << cmd << ": " << r.out;
+  };
+  expect_refused("generate --model " + dir + " --ids 5,6 --tensor-parallel-size 2 --device cuda",
+                 "--tensor-parallel-size 2: tensor parallelism runs on --device cpu only");
+  expect_refused("serve --model " + dir + " --port 0 --tensor-parallel-size 2 --device cuda",
+                 "--tensor-parallel-size 2: tensor parallelism runs on --device cpu only");
+  expect_refused("logits --model " + dir + " --ids 5 --out " + two + " --tensor-parallel-size 4 --device cuda",
+                 "tensor parallelism runs on --device cpu only");
+  expect_refused("generate --model " + dir + " --ids 5,6 --enable-expert-parallel",
+                 "--enable-expert-parallel needs --tensor-parallel-size > 1");
+  expect_refused("bench --model " + dir + " --num-prompts 1 --tensor-parallel-size 0",
+                 "--tensor-parallel-size must be >= 1");
+  // 3 ranks do not divide the 4 attention heads.
+  expect_refused("generate --model " + dir + " --ids 5,6 --tensor-parallel-size 3", "num_attention_heads");
+}
+
 }  // namespace
 }  // namespace strata::testing

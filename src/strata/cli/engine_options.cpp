@@ -28,11 +28,29 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                  "state snapshot slots for prefix caching (default: --max-num-seqs)");
   app.add_option("--logprobs-mode", o.logprobs_mode,
                  "processed (after penalties and temperature, default) | raw (model logits)");
+  add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
+}
+
+void add_parallel_options(CLI::App& app, int& tensor_parallel_size, bool& enable_expert_parallel) {
+  app.add_option("--tensor-parallel-size", tensor_parallel_size,
+                 "ranks the model is split over, threads of this process (default 1; CPU only so far)");
+  app.add_flag("--enable-expert-parallel", enable_expert_parallel,
+               "spread whole MoE experts over the ranks instead of splitting every expert's "
+               "intermediate columns (needs --tensor-parallel-size > 1)");
+}
+
+void check_parallel_options(int tensor_parallel_size, bool enable_expert_parallel, const std::string& device) {
+  STRATA_CHECK(tensor_parallel_size >= 1, "--tensor-parallel-size must be >= 1, got ", tensor_parallel_size);
+  STRATA_CHECK(!enable_expert_parallel || tensor_parallel_size > 1,
+               "--enable-expert-parallel needs --tensor-parallel-size > 1 (experts are spread over the ranks)");
+  STRATA_CHECK(tensor_parallel_size == 1 || device == "cpu", "--tensor-parallel-size ", tensor_parallel_size,
+               ": tensor parallelism runs on --device cpu only so far (the CUDA backend drives one GPU)");
 }
 
 EngineConfig engine_config(const EngineOptions& o) {
   EngineConfig c;
   c.model = model_dir_or_default(o.model_dir);
+  check_parallel_options(o.tensor_parallel_size, o.enable_expert_parallel, o.device);
   c.device = parse_device(o.device);
   if (!o.kv_cache_memory.empty()) c.kv_cache_memory = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
   STRATA_CHECK(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1,
@@ -48,6 +66,8 @@ EngineConfig engine_config(const EngineOptions& o) {
   STRATA_CHECK(o.logprobs_mode == "processed" || o.logprobs_mode == "raw",
                "--logprobs-mode: expected processed or raw, got '", o.logprobs_mode, "'");
   c.logprobs_mode = o.logprobs_mode == "raw" ? LogprobsMode::kRaw : LogprobsMode::kProcessed;
+  c.tensor_parallel_size = o.tensor_parallel_size;
+  c.enable_expert_parallel = o.enable_expert_parallel;
   return c;
 }
 

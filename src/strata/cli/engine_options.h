@@ -18,12 +18,21 @@ struct EngineOptions {
   double gpu_memory_utilization = 0.9;
   bool prefix_caching = true;
   int prefix_state_interval = 64, prefix_state_slots = -1;
+  int tensor_parallel_size = 1;
+  bool enable_expert_parallel = false;
   CLI::Option* gpu_util_flag = nullptr;
 };
 
+// --tensor-parallel-size and --enable-expert-parallel (also on `strata logits`).
+void add_parallel_options(CLI::App& app, int& tensor_parallel_size, bool& enable_expert_parallel);
+// Their checks: a size >= 1, --device cpu (by name, before it is parsed) for more than one
+// rank, expert parallelism only with ranks.
+void check_parallel_options(int tensor_parallel_size, bool enable_expert_parallel, const std::string& device);
+
 // --model --device --kv-cache-memory --gpu-memory-utilization --block-size --max-num-seqs
 // --max-num-batched-tokens --max-model-len --enable-prefix-caching / --no-enable-prefix-caching
-// --prefix-state-interval --prefix-state-slots --logprobs-mode
+// --prefix-state-interval --prefix-state-slots --logprobs-mode --tensor-parallel-size
+// --enable-expert-parallel
 void add_engine_options(CLI::App& app, EngineOptions& o);
 EngineConfig engine_config(const EngineOptions& o);
 

@@ -5,8 +5,10 @@
 
 #include "strata/cli/command.h"
 #include "strata/cli/common.h"
+#include "strata/cli/engine_options.h"
 #include "strata/engine/single_sequence.h"
 #include "strata/io/npy.h"
+#include "strata/models/parallel_model.h"
 
 namespace strata::cli {
 namespace {
@@ -19,9 +21,15 @@ int run(int argc, char** argv) {
   app.add_option("--out", out, "output .npy path")->required();
   app.add_option("--mode", mode, "full | stepwise | chunked:N");
   app.add_option("--device", device, "cpu | cuda");
+  int tensor_parallel_size = 1;
+  bool expert_parallel = false;
+  add_parallel_options(app, tensor_parallel_size, expert_parallel);
   CLI11_PARSE(app, argc, argv);
   const std::vector<int32_t> ids = parse_ids(ids_text, "--ids");
-  auto model = load_model(model_dir, parse_device(device));
+  check_parallel_options(tensor_parallel_size, expert_parallel, device);
+  const Device dev = parse_device(device);
+  auto model = load_parallel_model(model_dir, LoadOptions{dev, LoadFormat::kSafetensors, {}},
+                                   {tensor_parallel_size, expert_parallel});
   Tensor logits = sequence_logits(*model, ids, mode);
   write_npy(out, logits);
   std::fprintf(stderr, "wrote %s: [%zu, %lld] (%s)\n", out.c_str(), ids.size(),

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "strata/core/tensor.h"
@@ -39,6 +40,9 @@ class LocalGroup {
   // Rank r's communicator (owned by the group; use it from rank r's thread only).
   Communicator& rank(int r);
   int size() const;
+  // Fails every collective in progress or to come on every rank (an Error naming `reason`): a
+  // rank that failed calls it so that the others do not wait for it forever.
+  void abort(const std::string& reason);
 
   struct State;
 
@@ -47,11 +51,19 @@ class LocalGroup {
   std::vector<std::unique_ptr<Communicator>> ranks_;
 };
 
+// lm_head split over the vocabulary: logits [n, vocab] = every rank's column block `mine`
+// [n, vocab / size], rank r's at columns [r vocab / size, (r + 1) vocab / size). CPU F32.
+void gather_vocab(Communicator& comm, const Tensor& mine, const Tensor& logits);
+
 // Which shard of a model a rank holds: heads, intermediate columns, experts and the vocabulary
-// split `size` ways, rank `rank` of them. comm is null only when size is 1.
+// split `size` ways, rank `rank` of them. comm is null only when size is 1. The routed experts
+// are split as vLLM does: by default each expert is tensor-parallel (its intermediate columns
+// split over the ranks, every rank holding every expert); with expert_parallel
+// (--enable-expert-parallel) whole experts are spread over the ranks.
 struct Parallel {
   int rank = 0, size = 1;
   Communicator* comm = nullptr;
+  bool expert_parallel = false;
 };
 
 }  // namespace strata::dist

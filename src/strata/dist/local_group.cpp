@@ -17,17 +17,23 @@ struct LocalGroup::State {
   int arrived = 0;
   uint64_t generation = 0;
   std::vector<const Tensor*> slots;
+  std::string abort_reason;  // set once by abort(); every barrier fails from then on
 
   void barrier() {
     std::unique_lock<std::mutex> lock(mu);
+    check_aborted();
     const uint64_t gen = generation;
     if (++arrived == size) {
       arrived = 0;
       ++generation;
       cv.notify_all();
     } else {
-      cv.wait(lock, [&] { return generation != gen; });
+      cv.wait(lock, [&] { return generation != gen || !abort_reason.empty(); });
+      check_aborted();
     }
+  }
+  void check_aborted() const {
+    STRATA_CHECK(abort_reason.empty(), "LocalGroup: collective abandoned: ", abort_reason);
   }
 };
 
@@ -135,5 +141,11 @@ Communicator& LocalGroup::rank(int r) {
 }
 
 int LocalGroup::size() const { return int(ranks_.size()); }
+
+void LocalGroup::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->abort_reason.empty()) state_->abort_reason = reason.empty() ? "aborted" : reason;
+  state_->cv.notify_all();
+}
 
 }  // namespace strata::dist

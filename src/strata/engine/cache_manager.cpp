@@ -4,32 +4,25 @@
 
 #include "strata/core/error.h"
 #include "strata/engine/prefix_hash.h"
-#include "strata/ops/ops.h"
 
 namespace strata {
 
-CacheManager::CacheManager(const CacheSpec& spec, const CacheConfig& config, Device device)
+CacheManager::CacheManager(const Model& model, const CacheConfig& config)
     : config_(config),
-      has_state_(spec.bytes_per_slot() > 0),
-      caches_(Caches::allocate(spec, config.num_blocks, config.block_size,
-                               config.seq_slots + (spec.bytes_per_slot() > 0 ? config.snapshot_slots : 0),
-                               device)),
+      has_state_(model.info().cache.bytes_per_slot() > 0),
+      caches_(model.allocate_caches(config.num_blocks, config.block_size,
+                                    config.seq_slots + (has_state_ ? config.snapshot_slots : 0))),
       blocks_(config.num_blocks, config.block_size),
       states_(config.seq_slots, has_state_ ? config.snapshot_slots : 0) {
   // A page leaving the cache takes the snapshot bound to it along: nothing could find it.
   blocks_.on_evict = [this](PageId page, uint64_t hash) { states_.drop(hash, page); };
 }
 
-void CacheManager::copy_state(int32_t src, int32_t dst) {
-  for (LayerCaches& l : caches_.layers) {
-    for (const Tensor& t : l.slots) ops::copy_slot(t, src, dst);
-  }
-}
+// Through Caches, so that a tensor-parallel model's every rank gets the copy.
+void CacheManager::copy_state(int32_t src, int32_t dst) { caches_.copy_slot(src, dst); }
 
 void CacheManager::copy_page(int32_t src, int32_t dst) {
-  for (LayerCaches& l : caches_.layers) {
-    for (const Tensor& t : l.paged) ops::copy_slot(t, src, dst);
-  }
+  caches_.copy_page(src, dst);
   ++counters_.pages_copied;
 }
 

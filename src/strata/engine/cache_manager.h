@@ -54,7 +54,8 @@ struct CacheCounters {
 
 class CacheManager {
  public:
-  CacheManager(const CacheSpec& spec, const CacheConfig& config, Device device);
+  // The pools come from model.allocate_caches (a tensor-parallel model's carry every rank's).
+  CacheManager(const Model& model, const CacheConfig& config);
 
   Caches& caches() { return caches_; }
   const CacheConfig& config() const { return config_; }

@@ -4,12 +4,14 @@
 #include <cstdio>
 
 #include "strata/core/error.h"
+#include "strata/models/parallel_model.h"
 
 namespace strata {
 
 Engine::Engine(const EngineConfig& config)
     : config_(config),
-      model_(load_model(config.model, config.device)),
+      model_(load_parallel_model(config.model, LoadOptions{config.device, LoadFormat::kSafetensors, {}},
+                                 {config.tensor_parallel_size, config.enable_expert_parallel})),
       defaults_(GenerationDefaults::load(config.model)) {
   init();
 }
@@ -57,7 +59,7 @@ void Engine::init() {
   cc.snapshot_slots = plan_.snapshot_slots;
   cc.prefix_caching = config_.enable_prefix_caching;
   cc.state_interval = config_.prefix_state_interval;
-  cache_ = std::make_unique<CacheManager>(info.cache, cc, model_->device());
+  cache_ = std::make_unique<CacheManager>(*model_, cc);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
   sampler_ = std::make_unique<Sampler>(info.vocab_size, config_.logprobs_mode);

@@ -41,6 +41,9 @@ namespace strata {
 struct EngineConfig {
   std::string model;          // checkpoint folder (config.json, generation_config.json)
   Device device = Device::kCpu;
+  // Ranks of the model (models/parallel_model.h); the engine itself stays one, on rank 0.
+  int32_t tensor_parallel_size = 1;
+  bool enable_expert_parallel = false;  // whole experts per rank instead of split experts
   int32_t block_size = 16;    // tokens per KV page
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;

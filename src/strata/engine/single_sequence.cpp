@@ -10,7 +10,7 @@ namespace strata {
 SingleSequence::SingleSequence(Model& model, int64_t max_tokens, int block_size) : model_(model) {
   STRATA_CHECK(max_tokens > 0, "SingleSequence: max_tokens must be positive");
   const int blocks = int((max_tokens + block_size - 1) / block_size);
-  caches_ = Caches::allocate(model.info().cache, blocks, block_size, 1, model.device());
+  caches_ = model.allocate_caches(blocks, block_size, 1);
   for (int b = 0; b < blocks; ++b) block_table_.push_back(b);
 }
 

@@ -1,6 +1,7 @@
 #include "strata/models/model.h"
 
 #include "strata/core/error.h"
+#include "strata/ops/ops.h"
 
 namespace strata {
 
@@ -49,6 +50,24 @@ Caches Caches::allocate(const CacheSpec& spec, int num_blocks, int block_size, i
     c.layers.push_back(std::move(lc));
   }
   return c;
+}
+
+void Caches::copy_slot(int32_t src, int32_t dst) {
+  for (LayerCaches& l : layers) {
+    for (const Tensor& t : l.slots) ops::copy_slot(t, src, dst);
+  }
+  for (Caches& p : peers) p.copy_slot(src, dst);
+}
+
+void Caches::copy_page(int32_t src, int32_t dst) {
+  for (LayerCaches& l : layers) {
+    for (const Tensor& t : l.paged) ops::copy_slot(t, src, dst);
+  }
+  for (Caches& p : peers) p.copy_page(src, dst);
+}
+
+Caches Model::allocate_caches(int num_blocks, int block_size, int num_slots) const {
+  return Caches::allocate(info().cache, num_blocks, block_size, num_slots, device());
 }
 
 }  // namespace strata

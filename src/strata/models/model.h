@@ -58,9 +58,16 @@ struct Caches {
   int num_blocks = 0;
   int num_slots = 0;
   std::vector<LayerCaches> layers;
+  // A tensor-parallel model's other ranks' pools (rank r's at peers[r - 1]), with the same
+  // block and slot numbering: the engine addresses one page or slot id on every rank.
+  std::vector<Caches> peers;
 
   static Caches allocate(const CacheSpec& spec, int num_blocks, int block_size, int num_slots,
                          Device device);
+  // Every slot tensor (copy_slot) or paged tensor (copy_page) of every layer: pool[dst] =
+  // pool[src], here and on every peer (state snapshots, copy-on-fork of a partly filled page).
+  void copy_slot(int32_t src, int32_t dst);
+  void copy_page(int32_t src, int32_t dst);
 };
 
 struct ModelInfo {
@@ -83,6 +90,9 @@ class Model {
   // Runs the batch; writes float32 logits [batch.logit_rows.size(), vocab] into `logits`
   // (allocated by the model when undefined or of the wrong shape).
   virtual void forward(const ForwardBatch& batch, Caches& caches, Tensor& logits) = 0;
+  // The pools forward() reads and writes: Caches::allocate of info().cache on device(); a
+  // tensor-parallel model (models/parallel_model.h) adds its other ranks' pools as peers.
+  virtual Caches allocate_caches(int num_blocks, int block_size, int num_slots) const;
 };
 
 // Loads a checkpoint folder, picking the family from config.json (models/registry.cpp).

@@ -161,7 +161,8 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
 }
 
 // A tensor-parallel rank's view of the config: the heads, intermediate sizes and experts it
-// holds (cfg.experts stays the router's full count). Key-value heads fewer than the ranks are
+// holds (cfg.experts stays the router's full count; with expert parallelism cfg.moe_inter stays
+// whole, without it each expert's intermediate columns are split). Key-value heads fewer than the ranks are
 // replicated: each rank keeps the one its query heads read.
 Qwen35Config local_config(const Qwen35Config& full, const dist::Parallel& par, const std::string& origin) {
   const int64_t n = par.size;
@@ -181,7 +182,8 @@ Qwen35Config local_config(const Qwen35Config& full, const dist::Parallel& par, c
   c.lin_k_heads = divides(full.lin_k_heads, "linear_num_key_heads");
   c.lin_v_heads = divides(full.lin_v_heads, "linear_num_value_heads");
   if (full.inter > 0) c.inter = divides(full.inter, "intermediate_size");
-  if (full.experts > 0) divides(full.experts, "num_experts");
+  if (full.experts > 0 && par.expert_parallel) divides(full.experts, "num_experts");
+  if (full.experts > 0 && !par.expert_parallel) c.moe_inter = divides(full.moe_inter, "moe_intermediate_size");
   if (full.shared_inter > 0) c.shared_inter = divides(full.shared_inter, "shared_expert_intermediate_size");
   divides(full.vocab, "vocab_size");
   return c;
@@ -266,16 +268,9 @@ class Qwen35Model final : public Model {
     }
     // lm_head is split over the vocabulary: gather the ranks' column blocks.
     STRATA_CHECK(device_ == Device::kCpu, "tensor parallelism runs on the CPU only so far");
-    const int64_t part = cfg_.vocab / par_.size;
-    Tensor mine = Tensor::empty({n, part}, DType::kF32), all = Tensor::empty({par_.size * n, part}, DType::kF32);
+    Tensor mine = Tensor::empty({n, cfg_.vocab / par_.size}, DType::kF32);
     ops::linear(normed, lm_head_, mine);
-    par_.comm->all_gather(mine, all);
-    for (int r = 0; r < par_.size; ++r) {
-      for (int64_t i = 0; i < n; ++i) {
-        std::memcpy(logits.data<float>() + i * cfg_.vocab + r * part, all.data<float>() + (r * n + i) * part,
-                    size_t(part) * sizeof(float));
-      }
-    }
+    dist::gather_vocab(*par_.comm, mine, logits);
   }
 
  private:
@@ -350,32 +345,33 @@ class Qwen35Model final : public Model {
     return m;
   }
 
-  // The routed experts split over the ranks (expert parallel); the router and the shared
-  // expert's gate replicated; the shared expert split as an MLP.
+  // The routed experts: whole experts split over the ranks (expert parallel), or every expert's
+  // intermediate columns (tensor parallel: gate and up rows, down columns). The router and the
+  // shared expert's gate replicated; the shared expert split as an MLP.
   void load_moe(WeightLoader& w, const std::string& p, Layer& l) {
     const int64_t e = full_.experts, inter = full_.moe_inter, hsz = full_.hidden;
-    const Share es = share(e);
+    // This rank's experts, and of each its intermediate columns.
+    const Share es = par_.expert_parallel ? share(e) : Share{0, e};
+    const Share is = par_.expert_parallel ? Share{0, inter} : share(inter);
     if (w.dummy() || w.has(p + "experts.gate_up_proj")) {
-      l.experts_gate_up = w.get_slices({{p + "experts.gate_up_proj", {e, 2 * inter, hsz}, 0, es.first, es.count}});
-      l.experts_down = w.get_slices({{p + "experts.down_proj", {e, hsz, inter}, 0, es.first, es.count}});
+      l.experts_gate_up = w.get_expert_slices(p + "experts.gate_up_proj", {e, 2 * inter, hsz}, {es.first, es.count},
+                                              {{is.first, is.count}, {inter + is.first, is.count}}, {0, hsz});
+      l.experts_down = w.get_expert_slices(p + "experts.down_proj", {e, hsz, inter}, {es.first, es.count},
+                                           {{0, hsz}}, {is.first, is.count});
     } else {
       // Per-expert tensors, fused here into [E, 2I, H] and [E, H, I].
       std::vector<Tensor> gu, down;
-      for (int64_t j = es.first; j < es.first + es.count; ++j) {
+      for (int64_t j = 0; j < e; ++j) {
         const std::string q = w.prefix() + p + cat("experts.", j, ".");
-        gu.push_back(w.raw(q + "gate_proj.weight", {inter, hsz}).to_f32());
-        gu.push_back(w.raw(q + "up_proj.weight", {inter, hsz}).to_f32());
-        down.push_back(w.raw(q + "down_proj.weight", {hsz, inter}).to_f32());
+        const Tensor g = w.raw(q + "gate_proj.weight", {inter, hsz}), u = w.raw(q + "up_proj.weight", {inter, hsz}),
+                     d = w.raw(q + "down_proj.weight", {hsz, inter});
+        if (j < es.first || j >= es.first + es.count) continue;  // another rank's: checked and marked only
+        gu.push_back(slice_experts(g, 0, 1, {{is.first, is.count}}, {0, hsz}, q + "gate_proj.weight"));
+        gu.push_back(slice_experts(u, 0, 1, {{is.first, is.count}}, {0, hsz}, q + "up_proj.weight"));
+        down.push_back(slice_experts(d, 0, 1, {{0, hsz}}, {is.first, is.count}, q + "down_proj.weight"));
       }
-      for (int64_t j = 0; j < e; ++j) {  // the other ranks' experts: checked and marked, not converted
-        if (j >= es.first && j < es.first + es.count) continue;
-        const std::string q = w.prefix() + p + cat("experts.", j, ".");
-        w.raw(q + "gate_proj.weight", {inter, hsz});
-        w.raw(q + "up_proj.weight", {inter, hsz});
-        w.raw(q + "down_proj.weight", {hsz, inter});
-      }
-      l.experts_gate_up = w.to_device(concat_rows(gu).reshape({es.count, 2 * inter, hsz}));
-      l.experts_down = w.to_device(concat_rows(down).reshape({es.count, hsz, inter}));
+      l.experts_gate_up = w.to_device(concat_rows(gu).reshape({es.count, 2 * is.count, hsz}));
+      l.experts_down = w.to_device(concat_rows(down).reshape({es.count, hsz, is.count}));
     }
     l.has_shared = full_.shared_inter > 0;
     if (l.has_shared) {
@@ -476,7 +472,7 @@ class Qwen35Model final : public Model {
     }
     Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
     Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
-    const ops::ExpertShard shard{share(cfg_.experts).first, cfg_.experts};
+    const ops::ExpertShard shard{par_.expert_parallel ? share(cfg_.experts).first : 0, cfg_.experts};
     ops::moe_route_experts(logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights, x, l.experts_gate_up,
                            l.experts_down, shared_gu, l.has_shared ? l.shared.down : Tensor(), gate, y, shard);
     reduce(y);
@@ -492,11 +488,10 @@ class Qwen35Model final : public Model {
     Tensor q = act({t, hq, d}), gate = act({t, hq * d});
     ops::qk_norm_rope(qg.reshape({t, hq, 2 * d}), k, l.q_norm, l.k_norm, float(cfg_.eps), true, batch.positions,
                       cfg_.rope, q, gate);
-    Tensor o = act({t, hq, d});
-    ops::paged_attention(q, k, v, cache.paged[0], cache.paged[1], batch, 1.f / std::sqrt(float(d)), o);
-    Tensor o2 = o.reshape({t, hq * d});
-    ops::mul_sigmoid(o2, gate);
-    ops::linear(o2, l.o_proj, y);
+    Tensor o = act({t, hq * d});
+    ops::paged_attention_gated(q, k, v, cache.paged[0], cache.paged[1], batch, 1.f / std::sqrt(float(d)), gate,
+                               o.reshape({t, hq, d}));
+    ops::linear(o, l.o_proj, y);
     reduce(y);
   }
 

@@ -122,6 +122,62 @@ Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
   return to_device(out);
 }
 
+Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_count,
+                     const std::vector<std::pair<int64_t, int64_t>>& rows, std::pair<int64_t, int64_t> cols,
+                     const std::string& what) {
+  STRATA_CHECK(stored.ndim() == 2 || stored.ndim() == 3, what, ": experts ", stored.describe(), " are not [E, R, C]");
+  const Tensor t = stored.ndim() == 2 ? stored.reshape({1, stored.dim(0), stored.dim(1)}) : stored;
+  const int64_t e = t.dim(0), r = t.dim(1), c = t.dim(2);
+  const auto [col_begin, col_count] = cols;
+  STRATA_CHECK(expert_begin >= 0 && expert_count > 0 && expert_begin + expert_count <= e && col_begin >= 0 &&
+                   col_count > 0 && col_begin + col_count <= c,
+               what, ": shard of experts [", expert_begin, ", ", expert_begin + expert_count, ") columns [",
+               col_begin, ", ", col_begin + col_count, ") does not fit ", t.describe());
+  int64_t out_rows = 0;
+  for (const auto& [b, n] : rows) {
+    STRATA_CHECK(b >= 0 && n > 0 && b + n <= r, what, ": rows [", b, ", ", b + n, ") do not fit ", t.describe());
+    out_rows += n;
+  }
+  Tensor out = Tensor::empty({expert_count, out_rows, col_count}, DType::kF32);
+  const Tensor flat = t.reshape({e * r, c});
+  float* dst = out.data<float>();
+  for (int64_t j = expert_begin; j < expert_begin + expert_count; ++j) {
+    for (const auto& [b, n] : rows) {
+      if (col_count == c) {  // whole rows: one conversion
+        const Tensor block = flat.rows(j * r + b, j * r + b + n).to_f32();
+        std::memcpy(dst, block.data<float>(), block.nbytes());
+        dst += n * c;
+        continue;
+      }
+      for (int64_t i = j * r + b; i < j * r + b + n; ++i) {
+        const Tensor row = flat.rows(i, i + 1).to_f32();
+        std::memcpy(dst, row.data<float>() + col_begin, size_t(col_count) * sizeof(float));
+        dst += col_count;
+      }
+    }
+  }
+  return out;
+}
+
+Tensor WeightLoader::get_expert_slices(const std::string& name, const Shape& full, Range experts,
+                                       const std::vector<Range>& rows, Range cols) {
+  const std::string full_name = prefix_ + name;
+  STRATA_CHECK(full.size() == 3, full_name, ": fused experts must be [E, R, C], got ", shape_str(full));
+  std::vector<std::pair<int64_t, int64_t>> row_ranges;
+  int64_t out_rows = 0;
+  for (const Range& r : rows) {
+    row_ranges.emplace_back(r.begin, r.count);
+    out_rows += r.count;
+  }
+  if (dummy()) return random(full_name, {experts.count, out_rows, cols.count});
+  Tensor stored = raw(full_name, full);
+  const DType t = stored.dtype();
+  STRATA_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16, ckpt_.file_of(full_name), ": tensor '",
+               full_name, "': dtype ", dtype_name(t), " needs a quantised loader (expected BF16, F16 or F32)");
+  return to_device(slice_experts(stored, experts.begin, experts.count, row_ranges, {cols.begin, cols.count},
+                                 ckpt_.file_of(full_name) + ": tensor '" + full_name + "'"));
+}
+
 std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignored) const {
   std::vector<std::string> out;
   if (dummy()) return out;

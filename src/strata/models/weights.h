@@ -12,6 +12,14 @@
 
 namespace strata {
 
+// Of a stored [E, R, C] tensor (any float dtype, on the CPU; [R, C] counts as one expert),
+// experts [experts.begin, + count), of each the row ranges `rows` concatenated and the columns
+// `cols`: float32 [experts.count, sum of the rows' counts, cols.count] on the CPU. `what` names
+// the tensor in errors.
+Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_count,
+                     const std::vector<std::pair<int64_t, int64_t>>& rows, std::pair<int64_t, int64_t> cols,
+                     const std::string& what);
+
 class WeightLoader {
  public:
   // `prefix` is where the language model's weights live: "model." for the *ForCausalLM
@@ -48,6 +56,15 @@ class WeightLoader {
     bool top = false;
   };
   Tensor get_slices(const std::vector<Slice>& parts);
+  // A rank's share of fused experts `name` (prefix + name) of `full` shape [E, R, C]: experts
+  // [experts.begin, + count), of each the row ranges `rows` (concatenated) and the columns
+  // `cols`, as [experts.count, sum of the rows' counts, cols.count] on the device. Only the
+  // slice is converted. (Tensor-parallel experts: gate and up rows, down columns.)
+  struct Range {
+    int64_t begin = 0, count = 0;
+  };
+  Tensor get_expert_slices(const std::string& name, const Shape& full, Range experts,
+                           const std::vector<Range>& rows, Range cols);
   // True for a config-only checkpoint (--load-format dummy): get() and get_slices() then return
   // seeded uniform random values of the requested shapes, generated on the device.
   bool dummy() const { return ckpt_.weightless(); }
