@@ -27,11 +27,12 @@ enum SlotIndex { kCompressorKv = 0, kCompressorGate = 1, kIndexerKv = 2, kIndexe
 
 class DeepseekV4Model final : public Model {
  public:
-  DeepseekV4Model(const Checkpoint& ckpt, Device device) : device_(device) {
+  DeepseekV4Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par) : device_(device), par_(par) {
     STRATA_CHECK(device == Device::kCpu, ckpt.dir(), ": deepseek_v4 runs on the CPU reference path only so far");
     cfg_ = parse_deepseek_v4_config(ckpt.config(), ckpt.config_path());
+    check_shardable(cfg_, par_);
     WeightLoader loader(ckpt, "", device);
-    w_ = load_deepseek_v4_weights(ckpt, cfg_, loader);
+    w_ = load_deepseek_v4_weights(ckpt, cfg_, loader, par_);
     hyper_ = {int(cfg_.hc_mult), int(cfg_.hc_iters), float(cfg_.hc_eps), float(cfg_.rms_eps)};
     info_.model_type = "deepseek_v4";
     info_.vocab_size = cfg_.vocab;
@@ -76,10 +77,45 @@ class DeepseekV4Model final : public Model {
     if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
       logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
     }
-    ops::linear(final_normed, w_.head, logits);
+    if (par_.size == 1) {
+      ops::linear(final_normed, w_.head, logits);
+      return;
+    }
+    // The head is split over the vocabulary: gather the ranks' column blocks.
+    Tensor mine = act({n, cfg_.vocab / par_.size});
+    ops::linear(final_normed, w_.head, mine);
+    dist::gather_vocab(*par_.comm, mine, logits);
   }
 
  private:
+  // HF's ep plan, and the split experts of the default (dist::Parallel): what must divide.
+  static void check_shardable(const DeepseekV4Config& c, const dist::Parallel& par) {
+    const int n = par.size;
+    STRATA_CHECK(n >= 1 && par.rank >= 0 && par.rank < n && (n == 1 || par.comm), c.origin,
+                 ": tensor parallelism needs 0 <= rank < size and a communicator (rank ", par.rank, " of ", n, ")");
+    if (n == 1) return;
+    auto divides = [&](int64_t v, const char* field) {
+      STRATA_CHECK(v % n == 0, c.origin, ": field '", field, "' (", v, ") is not divisible by the ", n,
+                   " tensor-parallel ranks");
+    };
+    if (par.expert_parallel) {
+      divides(c.experts, "n_routed_experts");
+    } else {
+      divides(c.moe_inter, "moe_intermediate_size");
+    }
+    for (Dsv4Attention a : c.attention) {
+      if (a == Dsv4Attention::kCompressedSparse) {
+        divides(c.index_heads, "index_n_heads");
+        break;
+      }
+    }
+    divides(c.vocab, "vocab_size");
+  }
+  // After the routed experts and the indexer scores: the ranks' partial sums added.
+  void reduce(const Tensor& t) const {
+    if (par_.size > 1) par_.comm->all_reduce_sum(t);
+  }
+
   float eps() const { return float(cfg_.rms_eps); }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), DType::kF32, device_); }
 
@@ -161,15 +197,26 @@ class DeepseekV4Model final : public Model {
     if (l.attention == Dsv4Attention::kCompressedSparse) {
       compress(l.indexer, x, batch, cache.slots[kIndexerKv], cache.slots[kIndexerGate],
                cache.paged[kIndexK], caches.block_size);
-      const int64_t ih = cfg_.index_heads, id = cfg_.index_head_dim;
+      // This rank's indexer heads (all of them on one rank); the weight scale counts them all.
+      const int64_t ih = l.index_weights.dim(0), id = cfg_.index_head_dim;
       Tensor iq = act({t, ih, id});
       ops::linear(q_latent, l.index_wq_b, iq.reshape({t, ih * id}));
       ops::rope_interleaved_tail(iq, batch.positions, cfg_.rope_compress, false);
       Tensor iw = act({t, ih});
       ops::linear(x, l.index_weights, iw);
       selected = Tensor::empty({t, cfg_.index_topk}, DType::kI32, device_);
-      ops::indexer_top_k(iq, iw, cache.paged[kIndexK], batch, caches.block_size, ratio,
-                         1.f / std::sqrt(float(id)), 1.f / std::sqrt(float(ih)), selected);
+      const float score_scale = 1.f / std::sqrt(float(id)), weight_scale = 1.f / std::sqrt(float(cfg_.index_heads));
+      if (par_.size == 1) {
+        ops::indexer_top_k(iq, iw, cache.paged[kIndexK], batch, caches.block_size, ratio, score_scale, weight_scale,
+                           selected);
+      } else {
+        // Every rank scores over its heads; the summed scores give every rank the same top-k.
+        Tensor scores = act({t, ops::indexer_max_visible(batch, ratio)});
+        ops::indexer_scores(iq, iw, cache.paged[kIndexK], batch, caches.block_size, ratio, score_scale,
+                            weight_scale, scores);
+        reduce(scores);
+        ops::indexer_select(scores, batch, ratio, selected);
+      }
     }
     Tensor o = act({t, heads, d});
     ops::sparse_attention(q, kv, cache.paged[kWindowKv], compressed, ratio, selected, l.sinks, batch,
@@ -192,7 +239,11 @@ class DeepseekV4Model final : public Model {
       ops::moe_route_sqrt_softplus(logits, l.router_bias, int(k), float(cfg_.routed_scaling), ids, weights);
     }
     const float limit = float(cfg_.swiglu_limit);
-    ops::moe_experts_clamped(x, l.experts_gate_up, l.experts_down, ids, weights, limit, y);
+    // This rank's experts (expert parallel) or its columns of every expert; the shared expert
+    // is replicated, so it joins after the reduce.
+    const ops::ExpertShard shard{par_.expert_parallel ? par_.rank * (cfg_.experts / par_.size) : 0, cfg_.experts};
+    ops::moe_experts_clamped(x, l.experts_gate_up, l.experts_down, ids, weights, limit, y, shard);
+    reduce(y);
     if (!l.shared_down.defined()) return;
     const int64_t inter = l.shared_down.dim(1);
     Tensor gate_up = act({t, 2 * inter}), a = act({t, inter}), shared = act({t, cfg_.hidden});
@@ -203,6 +254,7 @@ class DeepseekV4Model final : public Model {
   }
 
   Device device_;
+  dist::Parallel par_;
   DeepseekV4Config cfg_;
   Dsv4Weights w_;
   ops::HyperSpec hyper_;
@@ -211,8 +263,8 @@ class DeepseekV4Model final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device) {
-  return std::make_unique<DeepseekV4Model>(ckpt, device);
+std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel) {
+  return std::make_unique<DeepseekV4Model>(ckpt, device, parallel);
 }
 
 }  // namespace strata

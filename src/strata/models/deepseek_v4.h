@@ -8,6 +8,7 @@
 
 namespace strata {
 
-std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device);
+// `parallel`: this rank's shard (HF's ep plan; see load_deepseek_v4_weights).
+std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel = {});
 
 }  // namespace strata

@@ -75,28 +75,25 @@ class Reader {
   Tensor matrix(const std::string& name, const Shape& shape) {
     const DType t = ckpt_.info(name).dtype;
     if (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16) return w_.get_top(name, shape);
-    const std::string base = name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
-    if (t == DType::kF8E4M3) {
-      Tensor q = w_.raw(name, shape);
-      const std::string scale_name = find_scale(name, {base + ".scale", name + "_scale_inv", name + "_scale"});
-      const Shape scale_shape{(shape[0] + c_.fp8_block_rows - 1) / c_.fp8_block_rows,
-                              (shape[1] + c_.fp8_block_cols - 1) / c_.fp8_block_cols};
-      Tensor s = w_.raw(scale_name, scale_shape);
-      return w_.to_device(dequant_fp8_block(q, s, c_.fp8_block_rows, c_.fp8_block_cols,
-                                            ckpt_.file_of(name) + ": tensor '" + name + "'"));
-    }
-    if (t == DType::kU8 || t == DType::kI8) {
-      STRATA_CHECK(shape[1] % kMxfp4Group == 0, ckpt_.file_of(name), ": tensor '", name,
-                   "': MXFP4 rows of ", shape[1], " are not a multiple of ", kMxfp4Group);
-      Tensor packed = w_.raw(name, {shape[0], shape[1] / 2});
-      const std::string scale_name = find_scale(name, {base + ".scale", name + "_scale"});
-      Tensor s = w_.raw(scale_name, {shape[0], shape[1] / kMxfp4Group});
-      return w_.to_device(dequant_mxfp4(packed, s, ckpt_.file_of(name) + ": tensor '" + name + "'"));
-    }
-    fail(ckpt_.file_of(name), ": tensor '", name, "': dtype ", dtype_name(t),
-         " is not a weight format for ", shape_str(shape), " (BF16/F16/F32, F8_E4M3 + block scale, "
-         "or MXFP4 packed in U8/I8 + F8_E8M0 scale)");
+    return w_.to_device(readable(name, shape));
   }
+
+  // The rows `rows` (concatenated) and columns `cols` of a weight matrix [N, K], on the device
+  // (a tensor-parallel shard). Float matrices convert only the slice; quantised ones are
+  // dequantised whole, then sliced.
+  Tensor matrix_slice(const std::string& name, const Shape& shape,
+                      const std::vector<std::pair<int64_t, int64_t>>& rows, std::pair<int64_t, int64_t> cols) {
+    int64_t n = 0;
+    for (const auto& r : rows) n += r.second;
+    const Tensor part = slice_experts(readable(name, shape), 0, 1, rows, cols, ckpt_.file_of(name) + ": tensor '" + name + "'");
+    return w_.to_device(part.reshape({n, cols.second}));
+  }
+  Tensor matrix_rows(const std::string& name, const Shape& shape, int64_t begin, int64_t count) {
+    return matrix_slice(name, shape, {{begin, count}}, {0, shape[1]});
+  }
+
+  // Another rank's weight matrix: its tensors (and scales) checked and marked read, not converted.
+  void skip_matrix(const std::string& name, const Shape& shape) { readable(name, shape, /*mark_only=*/true); }
 
   // tid2eid: an integer table [vocab, top_k] as I32, its entries checked against the experts.
   Tensor expert_table(const std::string& name, const Shape& shape) {
@@ -124,6 +121,37 @@ class Reader {
   WeightLoader& loader() { return w_; }
 
  private:
+  // The stored matrix as a CPU tensor of a float dtype: as stored (a view) for BF16/F16/F32,
+  // dequantised to F32 for FP8 with block scales and MXFP4 (their scales read too). With
+  // mark_only the tensors are only checked and marked read (an undefined tensor comes back).
+  Tensor readable(const std::string& name, const Shape& shape, bool mark_only = false) {
+    const DType t = ckpt_.info(name).dtype;
+    if (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16) return w_.raw(name, shape);
+    const std::string base = name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+    if (t == DType::kF8E4M3) {
+      Tensor q = w_.raw(name, shape);
+      const std::string scale_name = find_scale(name, {base + ".scale", name + "_scale_inv", name + "_scale"});
+      const Shape scale_shape{(shape[0] + c_.fp8_block_rows - 1) / c_.fp8_block_rows,
+                              (shape[1] + c_.fp8_block_cols - 1) / c_.fp8_block_cols};
+      Tensor s = w_.raw(scale_name, scale_shape);
+      if (mark_only) return Tensor();
+      return dequant_fp8_block(q, s, c_.fp8_block_rows, c_.fp8_block_cols,
+                               ckpt_.file_of(name) + ": tensor '" + name + "'");
+    }
+    if (t == DType::kU8 || t == DType::kI8) {
+      STRATA_CHECK(shape[1] % kMxfp4Group == 0, ckpt_.file_of(name), ": tensor '", name,
+                   "': MXFP4 rows of ", shape[1], " are not a multiple of ", kMxfp4Group);
+      Tensor packed = w_.raw(name, {shape[0], shape[1] / 2});
+      const std::string scale_name = find_scale(name, {base + ".scale", name + "_scale"});
+      Tensor s = w_.raw(scale_name, {shape[0], shape[1] / kMxfp4Group});
+      if (mark_only) return Tensor();
+      return dequant_mxfp4(packed, s, ckpt_.file_of(name) + ": tensor '" + name + "'");
+    }
+    fail(ckpt_.file_of(name), ": tensor '", name, "': dtype ", dtype_name(t),
+         " is not a weight format for ", shape_str(shape), " (BF16/F16/F32, F8_E4M3 + block scale, "
+         "or MXFP4 packed in U8/I8 + F8_E8M0 scale)");
+  }
+
   std::string find_scale(const std::string& name, const std::vector<std::string>& candidates) const {
     for (const std::string& s : candidates) {
       if (ckpt_.has(s)) return s;
@@ -137,6 +165,12 @@ class Reader {
   WeightLoader& w_;
   bool published_;
 };
+
+// This rank's share of n things split par.size ways (divisibility checked by the model).
+struct Share {
+  int64_t first = 0, count = 0;
+};
+Share share(const dist::Parallel& par, int64_t n) { return {par.rank * (n / par.size), n / par.size}; }
 
 // Copies a [rows, cols] float32 matrix into dst at row offset `row0`.
 void put_rows(const Tensor& dst, int64_t row0, const Tensor& src) {
@@ -155,7 +189,7 @@ Dsv4Compressor load_compressor(Reader& r, int64_t i, const std::string& prefix,
   return comp;
 }
 
-void load_attention(Reader& r, const DeepseekV4Config& c, int64_t i, Dsv4Layer& l) {
+void load_attention(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, int64_t i, Dsv4Layer& l) {
   const int64_t h = c.hidden, d = c.head_dim, q = c.q_lora_rank;
   l.wq_a = r.matrix(r.layer(i, "attn.wq_a.weight"), {q, h});
   l.q_norm = r.vec(r.layer(i, "attn.q_norm.weight"), {q});
@@ -170,11 +204,19 @@ void load_attention(Reader& r, const DeepseekV4Config& c, int64_t i, Dsv4Layer& 
   l.compressor = load_compressor(r, i, "attn.compressor.", {int(c.ratio_of(i)), int(d), csa}, h);
   if (!csa) return;
   l.indexer = load_compressor(r, i, "attn.indexer.compressor.", {int(c.csa_ratio), int(c.index_head_dim), true}, h);
-  l.index_wq_b = r.matrix(r.layer(i, "attn.indexer.wq_b.weight"), {c.index_heads * c.index_head_dim, q});
-  l.index_weights = r.matrix(r.layer(i, "attn.indexer.weights_proj.weight"), {c.index_heads, h});
+  // The indexer's heads split over the ranks (q_b_proj and weights_proj colwise).
+  const Share ih = share(par, c.index_heads);
+  const int64_t id = c.index_head_dim;
+  l.index_wq_b = r.matrix_rows(r.layer(i, "attn.indexer.wq_b.weight"), {c.index_heads * id, q}, ih.first * id,
+                               ih.count * id);
+  l.index_weights = r.matrix_rows(r.layer(i, "attn.indexer.weights_proj.weight"), {c.index_heads, h}, ih.first,
+                                  ih.count);
 }
 
-void load_moe(Reader& r, const DeepseekV4Config& c, int64_t i, bool published, Dsv4Layer& l) {
+// The routed experts: whole experts spread over the ranks (expert parallel), or each expert's
+// intermediate columns split (gate and up rows, down columns). Router replicated.
+void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, int64_t i, bool published,
+              Dsv4Layer& l) {
   const int64_t h = c.hidden, e = c.experts, inter = c.moe_inter;
   l.router = r.matrix(r.layer(i, "ffn.gate.weight"), {e, h});
   if (l.mlp == Dsv4Mlp::kHash) {
@@ -182,20 +224,33 @@ void load_moe(Reader& r, const DeepseekV4Config& c, int64_t i, bool published, D
   } else {
     l.router_bias = r.vec(r.layer(i, "ffn.gate.bias"), {e});
   }
+  const Share es = par.expert_parallel ? share(par, e) : Share{0, e};
+  const Share is = par.expert_parallel ? Share{0, inter} : share(par, inter);
   if (published) {
-    l.experts_gate_up = Tensor::empty({e, 2 * inter, h}, DType::kF32);
-    l.experts_down = Tensor::empty({e, h, inter}, DType::kF32);
+    l.experts_gate_up = Tensor::empty({es.count, 2 * is.count, h}, DType::kF32);
+    l.experts_down = Tensor::empty({es.count, h, is.count}, DType::kF32);
     for (int64_t j = 0; j < e; ++j) {
-      const std::string p = cat("ffn.experts.", j, ".");
-      const std::string base = cat("layers.", i, ".", p);
-      put_rows(l.experts_gate_up, j * 2 * inter, r.matrix(base + "w1.weight", {inter, h}));
-      put_rows(l.experts_gate_up, j * 2 * inter + inter, r.matrix(base + "w3.weight", {inter, h}));
-      put_rows(l.experts_down, j * h, r.matrix(base + "w2.weight", {h, inter}));
+      const std::string base = cat("layers.", i, ".ffn.experts.", j, ".");
+      if (j < es.first || j >= es.first + es.count) {  // another rank's
+        r.skip_matrix(base + "w1.weight", {inter, h});
+        r.skip_matrix(base + "w3.weight", {inter, h});
+        r.skip_matrix(base + "w2.weight", {h, inter});
+        continue;
+      }
+      const int64_t k = j - es.first;
+      put_rows(l.experts_gate_up, k * 2 * is.count,
+               r.matrix_slice(base + "w1.weight", {inter, h}, {{is.first, is.count}}, {0, h}));
+      put_rows(l.experts_gate_up, k * 2 * is.count + is.count,
+               r.matrix_slice(base + "w3.weight", {inter, h}, {{is.first, is.count}}, {0, h}));
+      put_rows(l.experts_down, k * h, r.matrix_slice(base + "w2.weight", {h, inter}, {{0, h}}, {is.first, is.count}));
     }
   } else {
     const std::string base = cat("model.layers.", i, ".mlp.experts.");
-    l.experts_gate_up = r.vec(base + "gate_up_proj", {e, 2 * inter, h});
-    l.experts_down = r.vec(base + "down_proj", {e, h, inter});
+    WeightLoader& w = r.loader();
+    l.experts_gate_up = w.get_expert_slices(base + "gate_up_proj", {e, 2 * inter, h}, {es.first, es.count},
+                                            {{is.first, is.count}, {inter + is.first, is.count}}, {0, h});
+    l.experts_down = w.get_expert_slices(base + "down_proj", {e, h, inter}, {es.first, es.count}, {{0, h}},
+                                         {is.first, is.count});
   }
   const int64_t shared = inter * c.shared_experts;
   if (shared == 0) return;
@@ -208,7 +263,7 @@ void load_moe(Reader& r, const DeepseekV4Config& c, int64_t i, bool published, D
 }  // namespace
 
 Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Config& c,
-                                     WeightLoader& loader) {
+                                     WeightLoader& loader, const dist::Parallel& par) {
   Dsv4Weights w;
   if (ckpt.has("embed.weight")) {
     w.published_names = true;
@@ -222,10 +277,12 @@ Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Con
   const int64_t h = c.hidden, s = c.hc_mult;
   w.embed = r.vec(r.top("embed.weight"), {c.vocab, h});
   w.norm = r.vec(r.top("norm.weight"), {h});
+  // The head split over the vocabulary (its logits all-gathered).
+  const Share vs = share(par, c.vocab);
   if (r.has(r.top("head.weight"))) {
-    w.head = r.matrix(r.top("head.weight"), {c.vocab, h});
+    w.head = r.matrix_rows(r.top("head.weight"), {c.vocab, h}, vs.first, vs.count);
   } else if (c.tie_embeddings) {
-    w.head = w.embed;
+    w.head = par.size == 1 ? w.embed : r.matrix_rows(r.top("embed.weight"), {c.vocab, h}, vs.first, vs.count);
   } else {
     fail(ckpt.dir(), ": missing tensor '", r.top("head.weight"), "' (tie_word_embeddings is false)");
   }
@@ -245,8 +302,8 @@ Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Con
     l.hc_ffn_fn = r.vec(r.layer(i, "hc_ffn_fn"), {mix, s * h});
     l.hc_ffn_base = r.vec(r.layer(i, "hc_ffn_base"), {mix});
     l.hc_ffn_scale = r.vec(r.layer(i, "hc_ffn_scale"), {3});
-    load_attention(r, c, i, l);
-    load_moe(r, c, i, w.published_names, l);
+    load_attention(r, c, par, i, l);
+    load_moe(r, c, par, i, w.published_names, l);
     w.layers.push_back(std::move(l));
   }
   const auto unused = loader.unused({"mtp.", "model.mtp."});

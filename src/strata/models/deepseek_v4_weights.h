@@ -36,11 +36,12 @@ struct Dsv4Layer {
   Tensor sinks;               // [heads]
   Dsv4Compressor compressor;  // ratio-4 / ratio-128 layers
   Dsv4Compressor indexer;     // ratio-4 layers: the indexer's own compressor
-  Tensor index_wq_b;          // [index_heads * index_head_dim, q_lora]
+  Tensor index_wq_b;          // [index_heads * index_head_dim, q_lora] (this rank's heads)
   Tensor index_weights;       // [index_heads, hidden]
   // mixture of experts
   Tensor router, router_bias;  // [experts, hidden], [experts] (learned layers)
   Tensor tid2eid;              // I32 [vocab, top_k] (hash layers)
+  // A tensor-parallel rank's experts, or its intermediate columns of every expert:
   Tensor experts_gate_up;      // [experts, 2 * moe_inter, hidden]  (w1; w3)
   Tensor experts_down;         // [experts, hidden, moe_inter]      (w2)
   Tensor shared_gate_up;       // [2 * shared_inter, hidden]
@@ -48,15 +49,18 @@ struct Dsv4Layer {
 };
 
 struct Dsv4Weights {
-  Tensor embed, head, norm;             // [vocab, hidden], [vocab, hidden], [hidden]
+  Tensor embed, head, norm;             // [vocab, hidden], [vocab (this rank's), hidden], [hidden]
   Tensor hc_head_fn, hc_head_base, hc_head_scale;  // [S, S hidden], [S], [1]
   std::vector<Dsv4Layer> layers;
   bool published_names = true;
 };
 
 // Reads every tensor the config calls for (shapes checked); unexpected tensors other than mtp.*
-// are an error naming the first of them.
+// are an error naming the first of them. A tensor-parallel rank (`par`) converts only its shard
+// (HF's ep plan): its experts (expert_parallel) or every expert's intermediate columns, its
+// indexer heads (index_wq_b, index_weights) and its vocabulary rows of the head; the rest is
+// replicated. Other ranks' tensors are checked and marked read.
 Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Config& c,
-                                     WeightLoader& loader);
+                                     WeightLoader& loader, const dist::Parallel& par = {});
 
 }  // namespace strata

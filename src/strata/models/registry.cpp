@@ -31,7 +31,8 @@ const std::vector<Family>& families() {
       {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"},
        [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel); }},
       {{"qwen4_exp", "qwen4_exp_text"}, whole<load_qwen4_exp>},
-      {{"deepseek_v4"}, whole<load_deepseek_v4>},
+      {{"deepseek_v4"},
+       [](const Checkpoint& c, const LoadOptions& o) { return load_deepseek_v4(c, o.device, o.parallel); }},
   };
   return kFamilies;
 }

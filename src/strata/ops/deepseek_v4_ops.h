@@ -12,6 +12,7 @@
 
 #include "strata/core/batch.h"
 #include "strata/core/tensor.h"
+#include "strata/ops/ops.h"
 
 namespace strata::ops {
 
@@ -121,6 +122,16 @@ void indexer_top_k(const Tensor& q, const Tensor& weights, const Tensor& k_pool,
                    const ForwardBatch& batch, int block_size, int ratio, float score_scale,
                    float weight_scale, const Tensor& selected);
 
+// indexer_top_k in two steps, for an indexer whose heads are split over tensor-parallel ranks:
+// indexer_scores writes row t's scores over q's heads for its visible entries into scores
+// [T, indexer_max_visible(batch, ratio)] (0 past them); the ranks' scores summed, indexer_select
+// picks each row's top_k as indexer_top_k does (highest first, lower index on a tie, -1 after).
+int64_t indexer_max_visible(const ForwardBatch& batch, int ratio);
+void indexer_scores(const Tensor& q, const Tensor& weights, const Tensor& k_pool,
+                    const ForwardBatch& batch, int block_size, int ratio, float score_scale,
+                    float weight_scale, const Tensor& scores);
+void indexer_select(const Tensor& scores, const ForwardBatch& batch, int ratio, const Tensor& selected);
+
 // ---- attention ----
 
 // Shared-KV MQA with a sliding window, compressed entries and per-head sinks. kv [T, D] holds the
@@ -150,8 +161,10 @@ void moe_route_hash(const Tensor& logits, const Tensor& tid2eid,
                     const Tensor& weights);
 // out[T, I] = silu(min(gate, limit)) * clamp(up, -limit, limit), (gate; up) = gate_up [T, 2I].
 void silu_mul_clamped(const Tensor& gate_up, float limit, const Tensor& out);
-// As ops::moe_experts with the clamped SwiGLU: gate_up [E, 2I, H], down [E, H, I].
+// As ops::moe_experts with the clamped SwiGLU: gate_up [E, 2I, H], down [E, H, I]; with a
+// shard (expert parallel), e - first indexes them and only the shard's experts contribute.
 void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& down,
-                         const Tensor& ids, const Tensor& weights, float limit, const Tensor& out);
+                         const Tensor& ids, const Tensor& weights, float limit, const Tensor& out,
+                         const ExpertShard& shard = {});
 
 }  // namespace strata::ops

@@ -202,10 +202,11 @@ void store_compressed(const Tensor& values, const Tensor& pool, const ForwardBat
   }
 }
 
-void indexer_top_k(const Tensor& q, const Tensor& weights, const Tensor& k_pool,
-                   const ForwardBatch& batch, int block_size, int ratio, float score_scale,
-                   float weight_scale, const Tensor& selected) {
-  const char* op = "indexer_top_k";
+namespace {
+
+// The checks of the indexer ops' q, weights and key pool; the rows' sequences.
+std::vector<int32_t> check_indexer(const Tensor& q, const Tensor& weights, const Tensor& k_pool,
+                                   const ForwardBatch& batch, int block_size, int ratio, const char* op) {
   expect_cpu_f32(q, op, "q");
   expect_cpu_f32(weights, op, "weights");
   STRATA_CHECK(q.ndim() == 3, op, ": q must be [T, H, d], got ", q.describe());
@@ -214,29 +215,99 @@ void indexer_top_k(const Tensor& q, const Tensor& weights, const Tensor& k_pool,
   expect_shape(weights, {t, heads}, op, "weights");
   check_paged_pool(k_pool, block_size, ratio, d, op, "k");
   check_pages(batch, block_size, k_pool.dim(0), op);
-  STRATA_CHECK(selected.dtype() == DType::kI32 && selected.device() == Device::kCpu &&
-                   selected.ndim() == 2 && selected.dim(0) == t && selected.dim(1) > 0,
+  return sequence_of_rows(batch);
+}
+
+int64_t position_of_row(const ForwardBatch& batch, const std::vector<int32_t>& seq_of, int64_t tok) {
+  const SeqInBatch& s = batch.seqs[size_t(seq_of[size_t(tok)])];
+  return s.ctx_len + (tok - s.q_start);
+}
+
+// Row tok's scores of its visible entries over q's heads, into score[0, visible).
+void indexer_row_scores(const Tensor& q, const Tensor& weights, const Tensor& k_pool, const SeqInBatch& s,
+                        const PagedEntries& layout, int64_t tok, int64_t visible, float score_scale,
+                        float weight_scale, float* score) {
+  const int64_t heads = q.dim(1), d = q.dim(2);
+  const float* qt = q.data<float>() + tok * heads * d;
+  const float* wt = weights.data<float>() + tok * heads;
+  for (int64_t e = 0; e < visible; ++e) {
+    const float* k = k_pool.data<float>() + layout.row(s, e) * d;
+    float acc = 0.f;
+    for (int64_t h = 0; h < heads; ++h) {
+      float dot = 0.f;
+      for (int64_t c = 0; c < d; ++c) dot += qt[h * d + c] * k[c];
+      acc += (std::max(dot, 0.f) * score_scale) * (wt[h] * weight_scale);
+    }
+    score[e] = acc;
+  }
+}
+
+void check_selected(const Tensor& selected, int64_t t, const char* op) {
+  STRATA_CHECK(selected.dtype() == DType::kI32 && selected.device() == Device::kCpu && selected.ndim() == 2 &&
+                   selected.dim(0) == t && selected.dim(1) > 0,
                op, ": selected must be a CPU I32 [", t, ", top_k], got ", selected.describe());
+}
+
+}  // namespace
+
+void indexer_top_k(const Tensor& q, const Tensor& weights, const Tensor& k_pool,
+                   const ForwardBatch& batch, int block_size, int ratio, float score_scale,
+                   float weight_scale, const Tensor& selected) {
+  const char* op = "indexer_top_k";
+  const std::vector<int32_t> seq_of = check_indexer(q, weights, k_pool, batch, block_size, ratio, op);
+  const int64_t t = q.dim(0);
+  check_selected(selected, t, op);
   const int64_t top_k = selected.dim(1);
-  const std::vector<int32_t> seq_of = sequence_of_rows(batch);
   const PagedEntries layout(block_size, ratio);
   parallel_for(t, [&](int64_t tok) {
     const SeqInBatch& s = batch.seqs[size_t(seq_of[size_t(tok)])];
-    const int64_t pos = s.ctx_len + (tok - s.q_start);
-    const int64_t visible = (pos + 1) / ratio;
+    const int64_t visible = (position_of_row(batch, seq_of, tok) + 1) / ratio;
     std::vector<float> score(static_cast<size_t>(visible));
-    const float* qt = q.data<float>() + tok * heads * d;
-    const float* wt = weights.data<float>() + tok * heads;
-    for (int64_t e = 0; e < visible; ++e) {
-      const float* k = k_pool.data<float>() + layout.row(s, e) * d;
-      float acc = 0.f;
-      for (int64_t h = 0; h < heads; ++h) {
-        float dot = 0.f;
-        for (int64_t c = 0; c < d; ++c) dot += qt[h * d + c] * k[c];
-        acc += (std::max(dot, 0.f) * score_scale) * (wt[h] * weight_scale);
-      }
-      score[size_t(e)] = acc;
-    }
+    indexer_row_scores(q, weights, k_pool, s, layout, tok, visible, score_scale, weight_scale, score.data());
+    int32_t* out = selected.data<int32_t>() + tok * top_k;
+    const int64_t k = std::min(top_k, visible);
+    top_k_desc(score, visible, k, out);
+    std::fill(out + k, out + top_k, -1);
+  });
+}
+
+int64_t indexer_max_visible(const ForwardBatch& batch, int ratio) {
+  STRATA_CHECK(ratio > 0, "indexer_max_visible: ratio must be positive");
+  int64_t most = 0;
+  for (const SeqInBatch& s : batch.seqs) most = std::max<int64_t>(most, (int64_t(s.ctx_len) + s.q_len) / ratio);
+  return most;
+}
+
+void indexer_scores(const Tensor& q, const Tensor& weights, const Tensor& k_pool, const ForwardBatch& batch,
+                    int block_size, int ratio, float score_scale, float weight_scale, const Tensor& scores) {
+  const char* op = "indexer_scores";
+  const std::vector<int32_t> seq_of = check_indexer(q, weights, k_pool, batch, block_size, ratio, op);
+  const int64_t t = q.dim(0);
+  expect_shape(scores, {t, indexer_max_visible(batch, ratio)}, op, "scores");
+  expect_cpu_f32(scores, op, "scores");
+  const int64_t width = scores.dim(1);
+  const PagedEntries layout(block_size, ratio);
+  parallel_for(t, [&](int64_t tok) {
+    const SeqInBatch& s = batch.seqs[size_t(seq_of[size_t(tok)])];
+    const int64_t visible = (position_of_row(batch, seq_of, tok) + 1) / ratio;
+    float* row = scores.data<float>() + tok * width;
+    indexer_row_scores(q, weights, k_pool, s, layout, tok, visible, score_scale, weight_scale, row);
+    std::fill(row + visible, row + width, 0.f);
+  });
+}
+
+void indexer_select(const Tensor& scores, const ForwardBatch& batch, int ratio, const Tensor& selected) {
+  const char* op = "indexer_select";
+  const int64_t t = batch.num_tokens();
+  expect_cpu_f32(scores, op, "scores");
+  expect_shape(scores, {t, indexer_max_visible(batch, ratio)}, op, "scores");
+  check_selected(selected, t, op);
+  const int64_t top_k = selected.dim(1), width = scores.dim(1);
+  const std::vector<int32_t> seq_of = sequence_of_rows(batch);
+  parallel_for(t, [&](int64_t tok) {
+    const int64_t visible = (position_of_row(batch, seq_of, tok) + 1) / ratio;
+    const float* row = scores.data<float>() + tok * width;
+    const std::vector<float> score(row, row + visible);
     int32_t* out = selected.data<int32_t>() + tok * top_k;
     const int64_t k = std::min(top_k, visible);
     top_k_desc(score, visible, k, out);

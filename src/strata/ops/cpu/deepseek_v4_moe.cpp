@@ -115,7 +115,8 @@ void silu_mul_clamped(const Tensor& gate_up, float limit, const Tensor& out) {
 }
 
 void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& down,
-                         const Tensor& ids, const Tensor& weights, float limit, const Tensor& out) {
+                         const Tensor& ids, const Tensor& weights, float limit, const Tensor& out,
+                         const ExpertShard& shard) {
   const char* op = "moe_experts_clamped";
   expect_cpu_f32(x, op, "x");
   expect_cpu_f32(gate_up, op, "gate_up");
@@ -132,9 +133,12 @@ void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& d
   expect_shape(ids, {t, k}, op, "ids");
   expect_shape(weights, {t, k}, op, "weights");
   expect_shape(out, {t, h}, op, "out");
+  const int64_t total = shard.total ? shard.total : ne;
+  STRATA_CHECK(shard.first >= 0 && shard.first + ne <= total, op, ": experts [", shard.first, ", ",
+               shard.first + ne, ") of ", total);
   for (int64_t i = 0; i < t * k; ++i) {
     const int32_t e = ids.data<int32_t>()[i];
-    STRATA_CHECK(e >= 0 && e < ne, op, ": expert id ", e, " out of range [0, ", ne, ")");
+    STRATA_CHECK(e >= 0 && e < total, op, ": expert id ", e, " out of range [0, ", total, ")");
   }
   static const bool kSingleThreadedBlas = [] {
     openblas_set_num_threads(1);
@@ -147,7 +151,8 @@ void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& d
     float* o = out.data<float>() + r * h;
     std::fill(o, o + h, 0.f);
     for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = ids.data<int32_t>()[r * k + j];
+      const int64_t e = ids.data<int32_t>()[r * k + j] - shard.first;
+      if (e < 0 || e >= ne) continue;  // another rank's expert
       cblas_sgemv(CblasRowMajor, CblasNoTrans, int(2 * inter), int(h), 1.f,
                   gate_up.data<float>() + e * 2 * inter * h, int(h), x.data<float>() + r * h, 1,
                   0.f, gu.data(), 1);
