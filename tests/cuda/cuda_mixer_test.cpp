@@ -1,5 +1,6 @@
 // The CUDA token mixers and experts against the CPU reference on the same inputs: paged
-// attention (decode split-K and prefill tiles, GQA groups of 2 and 4, head dims 16 to 256),
+// attention, plain and gated (decode split-K and prefill tiles, GQA groups of 2 and 4, head dims
+// 16 to 256),
 // causal conv1d, the GDN gates, the gated delta rule (chunked and recurrent), the fused GDN
 // decode step, MoE routing and experts (GEMV and grouped-GEMM paths).
 #include <string>
@@ -23,7 +24,7 @@ Tensor unit_interval(Shape shape, std::mt19937& rng) {
   return b;
 }
 
-// 4 query heads over hkv KV heads of head dim d.
+// 4 query heads over hkv KV heads of head dim d; paged_attention, then paged_attention_gated.
 void check_attention(int64_t d, int64_t hkv, const std::vector<int32_t>& q_lens,
                      const std::vector<int32_t>& ctx) {
   std::mt19937 rng(int(d) * 31 + int(hkv) * 7 + int(q_lens.size()));
@@ -32,19 +33,26 @@ void check_attention(int64_t d, int64_t hkv, const std::vector<int32_t>& q_lens,
   int blocks = 0;
   ForwardBatch batch = make_batch(q_lens, ctx, bs, &blocks);
   const int64_t t = batch.num_tokens();
-  Tensor q = rand_bf16_values({t, hq, d}, rng), k = rand_bf16_values({t, hkv, d}, rng), v = rand_bf16_values({t, hkv, d}, rng);
-  Tensor kc = rand_bf16_values({blocks, bs, hkv, d}, rng), vc = rand_bf16_values({blocks, bs, hkv, d}, rng);
-  Tensor gkc = to_gpu(kc), gvc = to_gpu(vc);
-  Tensor ref = Tensor::empty({t, hq, d}, DType::kF32), got = Tensor::empty({t, hq, d}, DType::kBF16, Device::kCuda);
-  const float scale = 1.f / std::sqrt(float(d));
-  ops::paged_attention(q, k, v, kc, vc, batch, scale, ref);
-  ops::paged_attention(to_gpu(q), to_gpu(k), to_gpu(v), gkc, gvc, batch, scale, got);
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol)
-      << "head dim " << d << ", " << hkv << " kv heads, " << q_lens.size() << " seqs";
-  EXPECT_EQ(rel_err(to_host_f32(gkc), kc), 0.0)
-      << "k cache, head dim " << d << ", " << hkv << " kv heads";
-  EXPECT_EQ(rel_err(to_host_f32(gvc), vc), 0.0)
-      << "v cache, head dim " << d << ", " << hkv << " kv heads";
+  for (bool gated : {false, true}) {
+    const std::string at = std::string(gated ? "gated, " : "") + "head dim " + std::to_string(d) + ", " +
+                           std::to_string(hkv) + " kv heads, " + std::to_string(q_lens.size()) + " seqs";
+    Tensor q = rand_bf16_values({t, hq, d}, rng), k = rand_bf16_values({t, hkv, d}, rng), v = rand_bf16_values({t, hkv, d}, rng);
+    Tensor kc = rand_bf16_values({blocks, bs, hkv, d}, rng), vc = rand_bf16_values({blocks, bs, hkv, d}, rng);
+    Tensor gate = rand_bf16_values({t, hq * d}, rng, 2.f);
+    Tensor gkc = to_gpu(kc), gvc = to_gpu(vc);
+    Tensor ref = Tensor::empty({t, hq, d}, DType::kF32), got = Tensor::empty({t, hq, d}, DType::kBF16, Device::kCuda);
+    const float scale = 1.f / std::sqrt(float(d));
+    if (gated) {
+      ops::paged_attention_gated(q, k, v, kc, vc, batch, scale, gate, ref);
+      ops::paged_attention_gated(to_gpu(q), to_gpu(k), to_gpu(v), gkc, gvc, batch, scale, to_gpu(gate), got);
+    } else {
+      ops::paged_attention(q, k, v, kc, vc, batch, scale, ref);
+      ops::paged_attention(to_gpu(q), to_gpu(k), to_gpu(v), gkc, gvc, batch, scale, got);
+    }
+    EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
+    EXPECT_EQ(rel_err(to_host_f32(gkc), kc), 0.0) << "k cache, " << at;
+    EXPECT_EQ(rel_err(to_host_f32(gvc), vc), 0.0) << "v cache, " << at;
+  }
 }
 
 TEST(CudaMixer, PagedAttentionDecodeAndPrefill) {

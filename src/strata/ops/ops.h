@@ -67,6 +67,12 @@ void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const
 // ctx_len + i + 1 visible tokens. out is [T, Hq, D].
 void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                      const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out);
+// paged_attention, then out *= sigmoid(gate) elementwise (gate has out's elements): the gated
+// attention output of the Qwen3.5 family in one op, so that a CUDA decode step applies the gate
+// where it writes the output.
+void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                           const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& gate,
+                           const Tensor& out);
 
 // ---- linear attention (Gated DeltaNet) ----
 

@@ -11,6 +11,16 @@
 
 namespace strata::ops {
 
+void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                           const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& gate,
+                           const Tensor& out) {
+  STRATA_CUDA_DISPATCH(q, paged_attention_gated(q, k, v, k_cache, v_cache, batch, scale, gate, out));
+  STRATA_CHECK(gate.numel() == out.numel(), "paged_attention_gated: gate ", gate.describe(), " for out ",
+               out.describe());
+  paged_attention(q, k, v, k_cache, v_cache, batch, scale, out);
+  mul_sigmoid(out, gate.reshape(out.shape()));
+}
+
 void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
                      const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out) {
   STRATA_CUDA_DISPATCH(q, paged_attention(q, k, v, k_cache, v_cache, batch, scale, out));

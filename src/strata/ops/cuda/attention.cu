@@ -1,10 +1,13 @@
-// CUDA: causal GQA attention over the paged KV cache. The new keys and values are written into
-// their pages first; then either
+// CUDA: causal GQA attention over the paged KV cache, either
 //  - decode (every sequence has one new token): split-K over the sequence's pages, one block per
 //    (split, kv head, sequence) and a warp per query head of the kv head, with a second kernel
-//    merging the splits' partial softmaxes; or
-//  - prefill (any batch): FlashAttention-style tiles of 64 queries x 64 keys with bf16 tensor
-//    cores (WMMA) and an online softmax, walking the keys page by page.
+//    merging the splits' partial softmaxes. The new token's key and value are read from k and v
+//    and stored into their page by the block whose split holds them; or
+//  - prefill (any batch): the new keys and values are written into their pages first, then
+//    FlashAttention-style tiles of 64 queries x 64 keys with bf16 tensor cores (WMMA) and an
+//    online softmax walk the keys page by page.
+// paged_attention_gated's sigmoid gate is applied where decode writes its output (after prefill,
+// by mul_sigmoid).
 #include <mma.h>
 
 #include <algorithm>
@@ -55,10 +58,18 @@ __device__ __forceinline__ void merge_softmax(float& m, float& l, float* acc, fl
   m = m_new;
 }
 
+// Decode's new keys and values [T, Hkv, D], and the caches they are stored into.
+struct NewKv {
+  const bf16* k;
+  const bf16* v;
+  bf16* k_cache;
+  bf16* v_cache;
+};
+
 template <int D>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
-    const bf16* __restrict__ q, const bf16* __restrict__ kc, const bf16* __restrict__ vc, DeviceBatch b, int hq,
-    int hkv, int bs, float scale, int splits, float* part_o, float* part_ml, bf16* out) {
+    const bf16* __restrict__ q, const bf16* __restrict__ kc, const bf16* __restrict__ vc, NewKv nk, DeviceBatch b,
+    int hq, int hkv, int bs, float scale, int splits, const bf16* gate, float* part_o, float* part_ml, bf16* out) {
   pdl_begin();
   constexpr int G = D / kDecodeVec, TPW = 32 / G;
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
@@ -71,6 +82,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   const bool padding = bt[0] < 0;
   const int chunk = (seq_len + splits - 1) / splits;
   const int t0 = padding ? 0 : split * chunk, t1 = padding ? 0 : min(seq_len, t0 + chunk);
+  // The new token (position `last`): its key and value come from nk (never from the cache), and
+  // the one block whose split holds it stores them into the cache.
+  const int last = seq_len - 1;
+  const int64_t new_off = (int64_t(t) * hkv + kvh) * D;
+  if (!padding && split == last / chunk && bt[last / bs] >= 0) {
+    const int64_t dst = ((int64_t(bt[last / bs]) * bs + last % bs) * hkv + kvh) * D;
+    for (int i = threadIdx.x; i < D / 8; i += blockDim.x) {
+      reinterpret_cast<uint4*>(nk.k_cache + dst)[i] = reinterpret_cast<const uint4*>(nk.k + new_off)[i];
+      reinterpret_cast<uint4*>(nk.v_cache + dst)[i] = reinterpret_cast<const uint4*>(nk.v + new_off)[i];
+    }
+  }
   for (int hh = warp; hh < group; hh += kDecodeWarps) {
     const int h = kvh * group + hh;
     float qf[kDecodeVec], acc[kDecodeVec];
@@ -96,10 +118,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
         const int tok = base + u * TPW + grp;
         if (page[u] >= 0) {
           const int64_t off = ((int64_t(page[u]) * bs + tok % bs) * hkv + kvh) * D + lig * kDecodeVec;
-          kv[u][0] = __ldg(reinterpret_cast<const uint4*>(kc + off));
-          kv[u][1] = __ldg(reinterpret_cast<const uint4*>(kc + off + 8));
-          kv[u][2] = __ldg(reinterpret_cast<const uint4*>(vc + off));
-          kv[u][3] = __ldg(reinterpret_cast<const uint4*>(vc + off + 8));
+          const bf16* kp = tok == last ? nk.k + new_off + lig * kDecodeVec : kc + off;
+          const bf16* vp = tok == last ? nk.v + new_off + lig * kDecodeVec : vc + off;
+          kv[u][0] = __ldg(reinterpret_cast<const uint4*>(kp));
+          kv[u][1] = __ldg(reinterpret_cast<const uint4*>(kp + 8));
+          kv[u][2] = __ldg(reinterpret_cast<const uint4*>(vp));
+          kv[u][3] = __ldg(reinterpret_cast<const uint4*>(vp + 8));
         } else {
           kv[u][0] = kv[u][1] = kv[u][2] = kv[u][3] = make_uint4(0, 0, 0, 0);
         }
@@ -147,9 +171,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
     if (grp == 0) {
       if (splits == 1) {
         float o[kDecodeVec];
+        const int64_t o0 = (int64_t(t) * hq + h) * D + lig * kDecodeVec;
 #pragma unroll
-        for (int e = 0; e < kDecodeVec; ++e) o[e] = l > 0.f ? acc[e] / l : 0.f;
-        bf16* op = out + (int64_t(t) * hq + h) * D + lig * kDecodeVec;
+        for (int e = 0; e < kDecodeVec; ++e) {
+          o[e] = l > 0.f ? acc[e] / l : 0.f;
+          if (gate) o[e] *= sigmoid_f(bf2f(gate[o0 + e]));
+        }
+        bf16* op = out + o0;
         *reinterpret_cast<uint4*>(op) = pack8(o);
         *reinterpret_cast<uint4*>(op + 8) = pack8(o + 8);
       } else {
@@ -169,7 +197,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
 // are computed once by the first warp; then every output element's sum over the splits has
 // independent loads.
 __global__ void attn_combine_kernel(const float* part_o, const float* part_ml, DeviceBatch b, int hq, int d_dim,
-                                    int splits, bf16* out) {
+                                    int splits, const bf16* gate, bf16* out) {
   pdl_begin();
   __shared__ float wsm[kMaxSplits];
   __shared__ float lsum_sm;
@@ -197,7 +225,9 @@ __global__ void attn_combine_kernel(const float* part_o, const float* part_ml, D
     float o = 0.f;
 #pragma unroll 8
     for (int j = 0; j < splits; ++j) o += part_o[(p0 + j) * d_dim + d] * wsm[j];
-    out[(int64_t(t) * hq + h) * d_dim + d] = f2bf(lsum > 0.f ? o / lsum : 0.f);
+    const int64_t oi = (int64_t(t) * hq + h) * d_dim + d;
+    o = lsum > 0.f ? o / lsum : 0.f;
+    out[oi] = f2bf(gate ? o * sigmoid_f(bf2f(gate[oi])) : o);
   }
 }
 
@@ -348,10 +378,14 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restric
   }
 }
 
+// Decode with the new keys and values stored inside, or (prefill) after kv_write_kernel; the gate
+// (null: none) applied by decode's output writes, or (prefill) after the attention.
 template <int D>
 void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const DeviceBatch& db,
-                      const ForwardBatch& batch, int hq, int hkv, int bs, float scale, const Tensor& out) {
+                      const ForwardBatch& batch, const NewKv& nk, int hq, int hkv, int bs, float scale,
+                      const Tensor* gate, const Tensor& out) {
   const auto* qp = static_cast<const bf16*>(q.raw());
+  const bf16* gp = gate ? static_cast<const bf16*>(gate->raw()) : nullptr;
   const auto* kp = static_cast<const bf16*>(kc.raw());
   const auto* vp = static_cast<const bf16*>(vc.raw());
   auto* op = static_cast<bf16*>(out.raw());
@@ -370,17 +404,19 @@ void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const
       part_ml = scratch({int64_t(nseq) * hq * splits * 2}, DType::kF32);
     }
     const dim3 grid(splits, hkv, nseq);
-    launch_pdl(attn_decode_kernel<D>, grid, kDecodeWarps * 32, 0, 
-        qp, kp, vp, db, hq, hkv, bs, scale, splits, splits > 1 ? part_o.data<float>() : nullptr,
-        splits > 1 ? part_ml.data<float>() : nullptr, op);
+    launch_pdl(attn_decode_kernel<D>, grid, kDecodeWarps * 32, 0, qp, kp, vp, nk, db, hq, hkv, bs, scale, splits,
+               gp, splits > 1 ? part_o.data<float>() : nullptr, splits > 1 ? part_ml.data<float>() : nullptr, op);
     check_launch("attn_decode");
     if (splits > 1) {
       launch_pdl(attn_combine_kernel, unsigned(nseq * hq), std::clamp(D, 32, 256), 0,   // a whole first warp
-          part_o.data<float>(), part_ml.data<float>(), db, hq, D, splits, op);
+          part_o.data<float>(), part_ml.data<float>(), db, hq, D, splits, gp, op);
       check_launch("attn_combine");
     }
     return;
   }
+  launch_pdl(kv_write_kernel, unsigned(batch.token_ids.size()), 128, 0, nk.k, nk.v, nk.k_cache, nk.v_cache, db,
+             int64_t(hkv) * D, bs);
+  check_launch("kv_write");
   std::vector<int32_t> tiles;
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     for (int q0 = 0; q0 < batch.seqs[s].q_len; q0 += kBq) {
@@ -400,13 +436,12 @@ void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const
   const dim3 grid(unsigned(tiles.size() / 2), unsigned(hq));
   launch_pdl(attn_prefill_kernel<D>, grid, 128, L::kBytes, qp, kp, vp, db, d_tiles, hq, hkv, bs, scale, op);
   check_launch("attn_prefill");
+  if (gate) cuda::mul_sigmoid(out, gate->reshape(out.shape()));
 }
 
-}  // namespace
-
-void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                     const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out) {
-  OpTimer timer_("paged_attention");
+void run_paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                         const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor* gate,
+                         const Tensor& out) {
   for (const Tensor* t : {&q, &k, &v, &k_cache, &v_cache, &out}) {
     expect_dtype(*t, DType::kBF16, "paged_attention", "q, k, v, caches and out");
   }
@@ -418,22 +453,40 @@ void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
                k_cache.describe(), " out ", out.describe());
   STRATA_CHECK(int64_t(batch.token_ids.size()) == t, "paged_attention: batch has ", batch.token_ids.size(),
                " tokens, q has ", t);
+  if (gate) {
+    expect_dtype(*gate, DType::kBF16, "paged_attention_gated", "gate");
+    STRATA_CHECK(gate->numel() == out.numel(), "paged_attention_gated: gate ", gate->describe(), " for out ",
+                 out.describe());
+  }
   if (t == 0) return;
   const int bs = int(k_cache.dim(1));
   const DeviceBatch& db = device_batch(batch);
-  launch_pdl(kv_write_kernel, unsigned(t), 128, 0, 
-      static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()), static_cast<bf16*>(k_cache.raw()),
-      static_cast<bf16*>(v_cache.raw()), db, hkv * d, bs);
-  check_launch("kv_write");
+  const NewKv nk{static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()),
+                 static_cast<bf16*>(k_cache.raw()), static_cast<bf16*>(v_cache.raw())};
   const int h = int(hq), kv = int(hkv);
   switch (d) {
-    case 16: return launch_attention<16>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
-    case 32: return launch_attention<32>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
-    case 64: return launch_attention<64>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
-    case 128: return launch_attention<128>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
-    case 256: return launch_attention<256>(q, k_cache, v_cache, db, batch, h, kv, bs, scale, out);
+    case 16: return launch_attention<16>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 32: return launch_attention<32>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 64: return launch_attention<64>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 128: return launch_attention<128>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 256: return launch_attention<256>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
     default: fail("paged_attention: head_dim ", d, " is not supported on CUDA (16, 32, 64, 128 or 256)");
   }
+}
+
+}  // namespace
+
+void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                     const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out) {
+  OpTimer timer_("paged_attention");
+  run_paged_attention(q, k, v, k_cache, v_cache, batch, scale, nullptr, out);
+}
+
+void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                           const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& gate,
+                           const Tensor& out) {
+  OpTimer timer_("paged_attention_gated");
+  run_paged_attention(q, k, v, k_cache, v_cache, batch, scale, &gate, out);
 }
 
 }  // namespace strata::ops::cuda
