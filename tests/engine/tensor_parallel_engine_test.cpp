@@ -122,6 +122,14 @@ TEST(EngineTensorParallel, TwoRanksGenerateAsOne) {
   }
 }
 
+TEST(EngineTensorParallel, DeepseekV4GeneratesAsOne) {
+  // Replicated attention and compressor rings (slot state), split indexer and experts.
+  for (bool ep : {false, true}) {
+    expect_engine_matches_one_rank(engine_fixture_dir("deepseek_v4_tiny"), "deepseek_v4_tiny", 2, ep);
+  }
+  expect_engine_matches_one_rank(engine_fixture_dir("deepseek_v4_quant"), "deepseek_v4_quant", 4, false);
+}
+
 TEST(EngineTensorParallel, FourRanksGenerateAsOneOnAWiderModel) {
   const WidenedModel wide;
   for (bool ep : {false, true}) expect_engine_matches_one_rank(wide.dir, "widened qwen3_5_moe_tiny", 4, ep);
