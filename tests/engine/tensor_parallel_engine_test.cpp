@@ -130,6 +130,16 @@ TEST(EngineTensorParallel, DeepseekV4GeneratesAsOne) {
   expect_engine_matches_one_rank(engine_fixture_dir("deepseek_v4_quant"), "deepseek_v4_quant", 4, false);
 }
 
+TEST(EngineTensorParallel, Qwen4ExpGeneratesAsOne) {
+  // Split GDN, attention and indexer heads, replicated hyper-connection and PLE state (the n-gram
+  // context and PLE conv slots), the indexer's block-key pages and tail slot on every rank.
+  for (bool ep : {false, true}) {
+    expect_engine_matches_one_rank(engine_fixture_dir("qwen4_exp_tiny"), "qwen4_exp_tiny", 2, ep);
+  }
+  const WidenedModel wide("qwen4_exp_tiny", 4, 8);
+  for (bool ep : {false, true}) expect_engine_matches_one_rank(wide.dir, "widened qwen4_exp_tiny", 4, ep);
+}
+
 TEST(EngineTensorParallel, FourRanksGenerateAsOneOnAWiderModel) {
   const WidenedModel wide;
   for (bool ep : {false, true}) expect_engine_matches_one_rank(wide.dir, "widened qwen3_5_moe_tiny", 4, ep);

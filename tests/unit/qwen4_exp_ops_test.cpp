@@ -269,6 +269,39 @@ TEST(Qwen4ExpQsa, TiesGoToTheLowerBlock) {
   EXPECT_EQ(ix.select(15), range(4, 12));
 }
 
+// Tensor-parallel indexer heads: each rank scores over its heads, the summed scores select.
+TEST(Qwen4ExpQsa, SummedHeadScoresSelectAsAllHeadsDo) {
+  Indexer ix;
+  // Block keys [a_b, c_b]; head 0 (q = [1, 0]) scores a, head 1 (q = [0, 1]) scores c.
+  const float keys[] = {3, 0, 0, 2.5f, 1, 0, 0, 0.5f};
+  Tensor k = Tensor::empty({4, 2}, DType::kF32);
+  std::memcpy(k.raw(), keys, sizeof(keys));
+  ops::qsa_store_block_keys(k, ix.cache, ix.batch(0, 16), ix.ratio, ix.block_size);
+  const ForwardBatch b = ix.batch(15, 1);
+  const int64_t blocks = ops::qsa_max_blocks(b, ix.ratio), width = ix.top * ix.ratio + ix.ratio - 1;
+  ASSERT_EQ(blocks, 4);
+  auto head = [](int h) {
+    Tensor q = Tensor::zeros({1, 1, 2}, DType::kF32);
+    q.data<float>()[h] = 1.f;
+    return q;
+  };
+  Tensor both = Tensor::zeros({1, 2, 2}, DType::kF32);
+  both.data<float>()[0] = both.data<float>()[3] = 1.f;
+  Tensor want = Tensor::empty({1, width}, DType::kI32), got = Tensor::empty({1, width}, DType::kI32);
+  ops::qsa_select(both, ix.cache, b, ix.ratio, ix.block_size, ix.top, 0.5f, want);
+  Tensor sum = Tensor::empty({1, blocks}, DType::kF32), part = Tensor::empty({1, blocks}, DType::kF32);
+  ops::qsa_block_scores(head(0), ix.cache, b, ix.ratio, ix.block_size, 0.5f, sum);
+  // One head alone prefers blocks 0 and 2.
+  ops::qsa_select_scored(sum, b, ix.ratio, ix.top, got);
+  EXPECT_EQ(got.data<int32_t>()[4], 8);
+  ops::qsa_block_scores(head(1), ix.cache, b, ix.ratio, ix.block_size, 0.5f, part);
+  for (int64_t j = 0; j < blocks; ++j) sum.data<float>()[j] += part.data<float>()[j];
+  EXPECT_FLOAT_EQ(sum.data<float>()[1], 1.25f);
+  ops::qsa_select_scored(sum, b, ix.ratio, ix.top, got);
+  for (int64_t j = 0; j < width; ++j) EXPECT_EQ(got.data<int32_t>()[j], want.data<int32_t>()[j]) << j;
+  EXPECT_EQ(want.data<int32_t>()[4], 4);  // blocks 0 and 1 (scores 3 and 2.5 before the scale)
+}
+
 TEST(Qwen4ExpQsa, PoolingIsTheSameInEveryChunking) {
   const int ratio = 4, d = 3, n = 13;
   Tensor raw = Tensor::empty({n, d}, DType::kF32);

@@ -10,6 +10,10 @@
 // On CUDA the activations are BF16 (router and injection logits, GDN gates and state, logits: F32);
 // the n-gram tables stay in the host mapping: each PLE layer copies its hashed ids to the host,
 // gathers the rows there and uploads them, so the forward syncs and is never graph-captured.
+//
+// Tensor parallelism (CPU): each rank holds its share of the GDN, attention and indexer heads, the
+// experts and lm_head (qwen4_exp_rank_config); the hyper-connections, PLE layers and exit mixer
+// work on whole stream rows and are replicated, so every rank keeps the same residual streams.
 #include "strata/models/qwen4_exp.h"
 
 #include <algorithm>
@@ -32,10 +36,13 @@ enum QsaSlot { kIndexTail = 0 };
 
 class Qwen4ExpModel final : public Model {
  public:
-  Qwen4ExpModel(const Checkpoint& ckpt, Device device) : device_(device) {
-    cfg_ = parse_qwen4_exp_config(ckpt.config(), ckpt.config_path());
+  Qwen4ExpModel(const Checkpoint& ckpt, Device device, const dist::Parallel& par) : device_(device), par_(par) {
+    full_ = parse_qwen4_exp_config(ckpt.config(), ckpt.config_path());
+    cfg_ = qwen4_exp_rank_config(full_, par_, ckpt.config_path());
+    STRATA_CHECK(par_.size == 1 || device == Device::kCpu, ckpt.dir(), ": tensor parallelism (", par_.size,
+                 " ranks) runs on the CPU only so far for ", cfg_.model_type);
     WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device);
-    weights_ = load_qwen4_exp_weights(w, cfg_);
+    weights_ = load_qwen4_exp_weights(w, full_, par_);
     // HF drops mtp.* (and the vision tower); vLLM drops an exit-mixer inject weight.
     auto unused = w.unused({"model.visual.", "visual.", "mtp.", "model.mtp.",
                             w.prefix() + "hyper_connection_mixer.block_inject_weight"});
@@ -101,7 +108,14 @@ class Qwen4ExpModel final : public Model {
     Tensor last = act({n, wide}), mixed = act({n, cfg_.hidden});
     ops::gather_rows(h, batch.logit_rows, last);
     read_gate(weights_.mixer, last, mixed, nullptr);
-    ops::linear(mixed, weights_.lm_head, logits);
+    if (par_.size == 1) {
+      ops::linear(mixed, weights_.lm_head, logits);
+      return;
+    }
+    // lm_head is split over the vocabulary: gather the ranks' column blocks.
+    Tensor mine = act({n, cfg_.vocab / par_.size});
+    ops::linear(mixed, weights_.lm_head, mine);
+    dist::gather_vocab(*par_.comm, mine, logits);
   }
 
  private:
@@ -109,6 +123,10 @@ class Qwen4ExpModel final : public Model {
   DType act_dtype() const { return device_ == Device::kCuda ? DType::kBF16 : DType::kF32; }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
   float eps() const { return float(cfg_.eps); }
+  // After a row-parallel projection and the indexer scores: the ranks' partial sums added.
+  void reduce(const Tensor& t) const {
+    if (par_.size > 1) par_.comm->all_reduce_sum(t);
+  }
 
   void declare_caches() {
     const int64_t wide = cfg_.hc * cfg_.hidden;
@@ -207,6 +225,7 @@ class Qwen4ExpModel final : public Model {
     Tensor normed = act({t, hv, dv});
     ops::rms_norm_gated_act(core, z, l.norm, eps(), cfg_.gdn_gate, normed);
     ops::linear(normed.reshape({t, hv * dv}), l.out_proj, y);
+    reduce(y);
   }
 
   // Qwen4ExpTextQSAIndexer: which tokens each query attends to.
@@ -234,8 +253,16 @@ class Qwen4ExpModel final : public Model {
     }
     ops::qsa_store_block_keys(pooled, cache.paged[kIndexBlockKeys], batch, ratio, block_size);
     Tensor selected = Tensor::empty({t, int64_t(top) * ratio + ratio - 1}, DType::kI32, device_);
-    ops::qsa_select(q, cache.paged[kIndexBlockKeys], batch, ratio, block_size, top,
-                    1.f / std::sqrt(float(di)), selected);
+    const float scale = 1.f / std::sqrt(float(di));
+    if (par_.size == 1) {
+      ops::qsa_select(q, cache.paged[kIndexBlockKeys], batch, ratio, block_size, top, scale, selected);
+      return selected;
+    }
+    // Every rank scores the blocks over its heads; the summed scores give every rank the same top-k.
+    Tensor scores = Tensor::empty({t, ops::qsa_max_blocks(batch, ratio)}, DType::kF32, device_);
+    ops::qsa_block_scores(q, cache.paged[kIndexBlockKeys], batch, ratio, block_size, scale, scores);
+    reduce(scores);
+    ops::qsa_select_scored(scores, batch, ratio, top, selected);
     return selected;
   }
 
@@ -262,6 +289,7 @@ class Qwen4ExpModel final : public Model {
     Tensor o2 = o.reshape({t, hq * d});
     ops::mul_sigmoid(o2, gate);
     ops::linear(o2, l.o_proj, y);
+    reduce(y);
   }
 
   // Qwen4ExpTextSparseMoeBlock: routed experts plus sigmoid(shared_expert_gate(x)) * shared(x).
@@ -273,7 +301,9 @@ class Qwen4ExpModel final : public Model {
     Tensor ids = Tensor::empty({t, cfg_.top_k}, DType::kI32, device_);
     Tensor weights = Tensor::empty({t, cfg_.top_k}, DType::kF32, device_);
     ops::moe_route_softmax(router_logits, int(cfg_.top_k), cfg_.norm_topk, ids, weights);
-    ops::moe_experts(x, m.experts_gate_up, m.experts_down, ids, weights, y);
+    // This rank's experts (expert parallel) or its columns of every expert.
+    const ops::ExpertShard shard{par_.expert_parallel ? par_.rank * (cfg_.experts / par_.size) : 0, cfg_.experts};
+    ops::moe_experts(x, m.experts_gate_up, m.experts_down, ids, weights, y, shard);
     Tensor gate_up = act({t, 2 * cfg_.shared_inter}), hidden = act({t, cfg_.shared_inter});
     Tensor shared = act({t, cfg_.hidden}), gate = act({t, 1});
     ops::linear(x, m.shared_gate_up, gate_up);
@@ -282,18 +312,20 @@ class Qwen4ExpModel final : public Model {
     ops::linear(x, m.shared_gate, gate);
     ops::mul_sigmoid(shared, gate);
     ops::add(y, shared, y);
+    reduce(y);  // the routed and the shared experts' partial sums, in one all-reduce
   }
 
   Device device_;
-  Qwen4ExpConfig cfg_;
+  dist::Parallel par_;
+  Qwen4ExpConfig full_, cfg_;  // the checkpoint's config; this rank's share of it
   ModelInfo info_;
   Qwen4ExpWeights weights_;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_qwen4_exp(const Checkpoint& ckpt, Device device) {
-  return std::make_unique<Qwen4ExpModel>(ckpt, device);
+std::unique_ptr<Model> load_qwen4_exp(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel) {
+  return std::make_unique<Qwen4ExpModel>(ckpt, device, parallel);
 }
 
 }  // namespace strata

@@ -9,6 +9,11 @@
 
 namespace strata {
 
-std::unique_ptr<Model> load_qwen4_exp(const Checkpoint& ckpt, Device device);
+// With parallel.size > 1 (CPU only), rank parallel.rank's shard: GDN, attention and indexer
+// heads, the routed experts (or their intermediate columns), the shared expert's columns and
+// lm_head's vocabulary split parallel.size ways; hyper-connections, PLE layers and the exit mixer
+// replicated. The forward all-reduces after out_proj, o_proj, the indexer scores and the MoE, and
+// all-gathers the logits.
+std::unique_ptr<Model> load_qwen4_exp(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel = {});
 
 }  // namespace strata

@@ -217,6 +217,37 @@ Qwen4ExpConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::str
   return c;
 }
 
+Qwen4ExpConfig qwen4_exp_rank_config(const Qwen4ExpConfig& full, const dist::Parallel& par,
+                                     const std::string& origin) {
+  const int64_t n = par.size;
+  STRATA_CHECK(n >= 1 && par.rank >= 0 && par.rank < n && (n == 1 || par.comm), origin,
+               ": tensor parallelism needs 0 <= rank < size and a communicator (rank ", par.rank, " of ", n, ")");
+  if (n == 1) return full;
+  auto divides = [&](int64_t v, const char* field) {
+    STRATA_CHECK(v % n == 0, origin, ": field '", field, "' (", v, ") is not divisible by the ", n,
+                 " tensor-parallel ranks");
+    return v / n;
+  };
+  Qwen4ExpConfig c = full;
+  c.lin_k_heads = divides(full.lin_k_heads, "linear_num_key_heads");
+  c.lin_v_heads = divides(full.lin_v_heads, "linear_num_value_heads");
+  if (std::count(full.linear.begin(), full.linear.end(), false) > 0) {
+    c.heads = divides(full.heads, "num_attention_heads");
+    STRATA_CHECK(full.kv_heads % n == 0 || n % full.kv_heads == 0, origin, ": field 'num_key_value_heads' (",
+                 full.kv_heads, ") neither divides nor is divided by the ", n, " tensor-parallel ranks");
+    c.kv_heads = full.kv_heads % n == 0 ? full.kv_heads / n : 1;
+    c.index_heads = divides(full.index_heads, "indexer_n_heads");
+  }
+  if (par.expert_parallel) {
+    divides(full.experts, "num_experts");
+  } else {
+    c.moe_inter = divides(full.moe_inter, "moe_intermediate_size");
+  }
+  c.shared_inter = divides(full.shared_inter, "shared_expert_intermediate_size");
+  divides(full.vocab, "vocab_size");
+  return c;
+}
+
 uint64_t splitmix64(uint64_t value) {
   value += 0x9E3779B97F4A7C15ull;
   value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strata/dist/communicator.h"
 #include "strata/ops/ops.h"
 #include "strata/ops/qwen4_exp_ops.h"
 
@@ -57,6 +58,15 @@ struct Qwen4ExpConfig {
 // Parses config.json (the top level or its text_config) and checks what HF's
 // validate_architecture checks; errors name the file and field.
 Qwen4ExpConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::string& origin);
+
+// A tensor-parallel rank's view of `full`: the GDN key and value heads, attention and indexer
+// query heads, and shared-expert columns it holds; key-value heads split, or one (replicated)
+// when fewer than the ranks; every expert's intermediate columns split (moe_inter), or with
+// expert parallelism whole experts (experts stays the router's full count). vocab, hidden and
+// the PLE fields stay whole. A count that does not divide is refused naming its field of
+// `origin`.
+Qwen4ExpConfig qwen4_exp_rank_config(const Qwen4ExpConfig& full, const dist::Parallel& par,
+                                     const std::string& origin);
 
 // ---- PLE hashing constants (HF modeling_qwen4_exp.py: _splitmix64, _build_layer_multipliers,
 // _find_nth_prime_after and Qwen4ExpTextNGramEmbedding.__init__) ----

@@ -45,58 +45,95 @@ HyperConnectionWeights load_hc(WeightLoader& w, const std::string& p, const Qwen
   return h;
 }
 
-GdnWeights load_gdn(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c) {
-  const int64_t hk = c.lin_k_heads, hv = c.lin_v_heads, dk = c.lin_k_dim, dv = c.lin_v_dim;
+// This rank's share of n things split par.size ways (divisibility checked by
+// qwen4_exp_rank_config).
+struct Share {
+  int64_t first, count;
+};
+Share share(const dist::Parallel& par, int64_t n) { return {par.rank * (n / par.size), n / par.size}; }
+using Slice = WeightLoader::Slice;
+
+// Key heads with their value heads split over the ranks: in_proj_qkv's q, k and v rows and the
+// conv channels of those heads, in_proj_z/b/a, A_log and dt_bias; out_proj row-parallel.
+GdnWeights load_gdn(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c, const dist::Parallel& par) {
+  const int64_t hk = c.lin_k_heads, hv = c.lin_v_heads, dk = c.lin_k_dim, dv = c.lin_v_dim, hsz = c.hidden;
   const int64_t conv_dim = 2 * hk * dk + hv * dv;
+  const Share kh = share(par, hk), vh = share(par, hv);
+  // The q, k and v rows of this rank's heads in a [conv_dim, ...] tensor.
+  auto qkv_rows = [&](const std::string& name, const Shape& full) {
+    return std::vector<Slice>{{name, full, 0, kh.first * dk, kh.count * dk},
+                              {name, full, 0, hk * dk + kh.first * dk, kh.count * dk},
+                              {name, full, 0, 2 * hk * dk + vh.first * dv, vh.count * dv}};
+  };
   GdnWeights g;
-  g.in_qkv = w.get(p + "in_proj_qkv.weight", {conv_dim, c.hidden});
-  g.in_z = w.get(p + "in_proj_z.weight", {hv * dv, c.hidden});
-  g.in_b = w.get(p + "in_proj_b.weight", {hv, c.hidden});
-  g.in_a = w.get(p + "in_proj_a.weight", {hv, c.hidden});
-  g.conv = w.get(p + "conv1d.weight", {conv_dim, 1, c.conv_kernel}).reshape({conv_dim, c.conv_kernel});
-  g.a_log = w.get(p + "A_log", {hv});
-  g.dt_bias = w.get(p + "dt_bias", {hv});
+  g.in_qkv = w.get_slices(qkv_rows(p + "in_proj_qkv.weight", {conv_dim, hsz}));
+  g.in_z = w.get_slices({{p + "in_proj_z.weight", {hv * dv, hsz}, 0, vh.first * dv, vh.count * dv}});
+  g.in_b = w.get_slices({{p + "in_proj_b.weight", {hv, hsz}, 0, vh.first, vh.count}});
+  g.in_a = w.get_slices({{p + "in_proj_a.weight", {hv, hsz}, 0, vh.first, vh.count}});
+  const int64_t local_conv = 2 * kh.count * dk + vh.count * dv;
+  g.conv = w.get_slices(qkv_rows(p + "conv1d.weight", {conv_dim, 1, c.conv_kernel})).reshape({local_conv, c.conv_kernel});
+  g.a_log = w.get_slices({{p + "A_log", {hv}, 0, vh.first, vh.count}});
+  g.dt_bias = w.get_slices({{p + "dt_bias", {hv}, 0, vh.first, vh.count}});
   g.norm = w.get(p + "norm.weight", {dv});
-  g.out_proj = w.get(p + "out_proj.weight", {c.hidden, hv * dv});
+  g.out_proj = w.get_slices({{p + "out_proj.weight", {hsz, hv * dv}, 1, vh.first * dv, vh.count * dv}});
   return g;
 }
 
-QsaWeights load_qsa(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c) {
-  const int64_t d = c.head_dim, di = c.index_head_dim;
+// Query heads (each [query | gate]) split; key-value heads split, or the one this rank's query
+// heads read when there are fewer than ranks; o_proj row-parallel. The indexer's query heads
+// split, its single key head replicated (every rank keeps the full block-key cache).
+QsaWeights load_qsa(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c, const dist::Parallel& par) {
+  const int64_t d = c.head_dim, di = c.index_head_dim, hsz = c.hidden, hq = c.heads, hkv = c.kv_heads,
+                hi = c.index_heads;
+  const Share qh = share(par, hq), ih = share(par, hi);
+  const Share kh = hkv % par.size == 0 ? share(par, hkv) : Share{qh.first / (hq / hkv), 1};
   QsaWeights q;
-  q.q_proj = w.get(p + "q_proj.weight", {c.heads * d * 2, c.hidden});
-  q.k_proj = w.get(p + "k_proj.weight", {c.kv_heads * d, c.hidden});
-  q.v_proj = w.get(p + "v_proj.weight", {c.kv_heads * d, c.hidden});
-  q.o_proj = w.get(p + "o_proj.weight", {c.hidden, c.heads * d});
+  q.q_proj = w.get_slices({{p + "q_proj.weight", {hq * d * 2, hsz}, 0, qh.first * 2 * d, qh.count * 2 * d}});
+  q.k_proj = w.get_slices({{p + "k_proj.weight", {hkv * d, hsz}, 0, kh.first * d, kh.count * d}});
+  q.v_proj = w.get_slices({{p + "v_proj.weight", {hkv * d, hsz}, 0, kh.first * d, kh.count * d}});
+  q.o_proj = w.get_slices({{p + "o_proj.weight", {hsz, hq * d}, 1, qh.first * d, qh.count * d}});
   q.q_norm = w.get(p + "q_norm.weight", {d});
   q.k_norm = w.get(p + "k_norm.weight", {d});
-  q.index_qk = w.get(p + "indexer.index_qk_proj.weight", {(c.index_heads + 1) * di, c.hidden});
+  const std::string qk = p + "indexer.index_qk_proj.weight";
+  const Shape qk_full{(hi + 1) * di, hsz};
+  q.index_qk = w.get_slices({{qk, qk_full, 0, ih.first * di, ih.count * di}, {qk, qk_full, 0, hi * di, di}});
   q.index_q_norm = w.get(p + "indexer.q_layernorm.weight", {di});
   q.index_k_norm = w.get(p + "indexer.k_layernorm.weight", {di});
   return q;
 }
 
-MoeWeights load_moe(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c) {
+// The routed experts: whole experts split over the ranks (expert parallel), or every expert's
+// intermediate columns (gate and up rows, down columns). The router and the shared expert's gate
+// replicated; the shared expert split as an MLP.
+MoeWeights load_moe(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c, const dist::Parallel& par) {
   const int64_t e = c.experts, inter = c.moe_inter, h = c.hidden, si = c.shared_inter;
+  const Share es = par.expert_parallel ? share(par, e) : Share{0, e};
+  const Share is = par.expert_parallel ? Share{0, inter} : share(par, inter);
   MoeWeights m;
   m.router = w.get(p + "gate.weight", {e, h});
   if (w.has(p + "experts.gate_up_proj")) {
-    m.experts_gate_up = w.get(p + "experts.gate_up_proj", {e, 2 * inter, h});
-    m.experts_down = w.get(p + "experts.down_proj", {e, h, inter});
+    m.experts_gate_up = w.get_expert_slices(p + "experts.gate_up_proj", {e, 2 * inter, h}, {es.first, es.count},
+                                            {{is.first, is.count}, {inter + is.first, is.count}}, {0, h});
+    m.experts_down = w.get_expert_slices(p + "experts.down_proj", {e, h, inter}, {es.first, es.count}, {{0, h}},
+                                         {is.first, is.count});
   } else {
     std::vector<Tensor> gate_up, down;
     for (int64_t j = 0; j < e; ++j) {
-      const std::string q = p + cat("experts.", j, ".");
-      gate_up.push_back(f32(w, q + "gate_proj.weight", {inter, h}));
-      gate_up.push_back(f32(w, q + "up_proj.weight", {inter, h}));
-      down.push_back(f32(w, q + "down_proj.weight", {h, inter}));
+      const std::string q = w.prefix() + p + cat("experts.", j, ".");
+      const Tensor g = w.raw(q + "gate_proj.weight", {inter, h}), u = w.raw(q + "up_proj.weight", {inter, h}),
+                   d = w.raw(q + "down_proj.weight", {h, inter});
+      if (j < es.first || j >= es.first + es.count) continue;  // another rank's: checked and marked only
+      gate_up.push_back(slice_experts(g, 0, 1, {{is.first, is.count}}, {0, h}, q + "gate_proj.weight"));
+      gate_up.push_back(slice_experts(u, 0, 1, {{is.first, is.count}}, {0, h}, q + "up_proj.weight"));
+      down.push_back(slice_experts(d, 0, 1, {{0, h}}, {is.first, is.count}, q + "down_proj.weight"));
     }
-    m.experts_gate_up = w.to_device(stack_rows(gate_up).reshape({e, 2 * inter, h}));
-    m.experts_down = w.to_device(stack_rows(down).reshape({e, h, inter}));
+    m.experts_gate_up = w.to_device(stack_rows(gate_up).reshape({es.count, 2 * is.count, h}));
+    m.experts_down = w.to_device(stack_rows(down).reshape({es.count, h, is.count}));
   }
-  m.shared_gate_up = w.to_device(stack_rows({f32(w, p + "shared_expert.gate_proj.weight", {si, h}),
-                                             f32(w, p + "shared_expert.up_proj.weight", {si, h})}));
-  m.shared_down = w.get(p + "shared_expert.down_proj.weight", {h, si});
+  const Share ss = share(par, si);
+  m.shared_gate_up = w.get_slices({{p + "shared_expert.gate_proj.weight", {si, h}, 0, ss.first, ss.count},
+                                   {p + "shared_expert.up_proj.weight", {si, h}, 0, ss.first, ss.count}});
+  m.shared_down = w.get_slices({{p + "shared_expert.down_proj.weight", {h, si}, 1, ss.first, ss.count}});
   m.shared_gate = w.get(p + "shared_expert_gate.weight", {1, h});
   return m;
 }
@@ -197,13 +234,15 @@ std::vector<Tensor> load_ngram_table(WeightLoader& w, const std::string& prefix,
   return table;
 }
 
-Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c) {
+Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c, const dist::Parallel& par) {
   Qwen4ExpWeights m;
+  const Share vs = share(par, c.vocab);
   m.embed = w.get("embed_tokens.weight", {c.vocab, c.hidden});
   if (w.has_top("lm_head.weight")) {
-    m.lm_head = w.get_top("lm_head.weight", {c.vocab, c.hidden});
+    m.lm_head = w.get_slices({{"lm_head.weight", {c.vocab, c.hidden}, 0, vs.first, vs.count, true}});
   } else if (c.tie_embeddings) {
-    m.lm_head = m.embed;
+    m.lm_head = par.size == 1 ? m.embed
+                              : w.get_slices({{"embed_tokens.weight", {c.vocab, c.hidden}, 0, vs.first, vs.count}});
   } else {
     fail(w.checkpoint().dir(), ": missing tensor 'lm_head.weight' (tie_word_embeddings is false)");
   }
@@ -218,11 +257,11 @@ Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c)
     l.attn_hc = load_hc(w, p + "attn_hyper_connection.", c, true);
     l.mlp_hc = load_hc(w, p + "mlp_hyper_connection.", c, true);
     if (l.linear) {
-      l.gdn = load_gdn(w, p + "linear_attn.", c);
+      l.gdn = load_gdn(w, p + "linear_attn.", c, par);
     } else {
-      l.qsa = load_qsa(w, p + "self_attn.", c);
+      l.qsa = load_qsa(w, p + "self_attn.", c, par);
     }
-    l.moe = load_moe(w, p + "mlp.", c);
+    l.moe = load_moe(w, p + "mlp.", c, par);
     m.layers.push_back(std::move(l));
   }
   return m;

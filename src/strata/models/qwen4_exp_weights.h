@@ -20,6 +20,8 @@ struct HyperConnectionWeights {
   Tensor inject;  // [S, S*H]
 };
 
+// A tensor-parallel rank holds its share of the GDN, attention, indexer and expert matrices below
+// (load_qwen4_exp_weights); shapes then follow qwen4_exp_rank_config.
 struct GdnWeights {
   Tensor in_qkv, in_z, in_b, in_a;
   Tensor conv;  // [conv_dim, K]
@@ -74,7 +76,12 @@ struct Qwen4ExpWeights {
 };
 
 // Loads every weight of the language model (names under w.prefix()); errors name the tensor.
-Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c);
+// `c` is the checkpoint's (full) config. A tensor-parallel rank (`par`) converts only its shard
+// (qwen4_exp_rank_config says what divides): its GDN key/value heads, attention query and
+// key-value heads, indexer query heads, experts or expert columns, shared-expert columns and
+// lm_head vocabulary rows; the rest (embeddings, hyper-connections, PLE layers with their host
+// n-gram tables, exit mixer, router, norms) is replicated.
+Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c, const dist::Parallel& par = {});
 
 // The n-gram table under `prefix` (a full name ending in "ngram_embedding."): the shards
 // PREFIX + "shard_N.weight", N = 0, 1, ... without gaps, in numeric order (shard_10 after

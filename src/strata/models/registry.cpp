@@ -18,19 +18,12 @@ struct Family {
   std::function<std::unique_ptr<Model>(const Checkpoint&, const LoadOptions&)> load;
 };
 
-// A family without tensor parallelism yet: one shard only.
-template <std::unique_ptr<Model> (*Load)(const Checkpoint&, Device)>
-std::unique_ptr<Model> whole(const Checkpoint& ckpt, const LoadOptions& options) {
-  STRATA_CHECK(options.parallel.size == 1, ckpt.dir(), ": tensor parallelism (", options.parallel.size,
-               " ranks) is not implemented for this model type yet");
-  return Load(ckpt, options.device);
-}
-
 const std::vector<Family>& families() {
   static const std::vector<Family> kFamilies = {
       {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"},
        [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel); }},
-      {{"qwen4_exp", "qwen4_exp_text"}, whole<load_qwen4_exp>},
+      {{"qwen4_exp", "qwen4_exp_text"},
+       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen4_exp(c, o.device, o.parallel); }},
       {{"deepseek_v4"},
        [](const Checkpoint& c, const LoadOptions& o) { return load_deepseek_v4(c, o.device, o.parallel); }},
   };

@@ -131,6 +131,16 @@ void qsa_store_block_keys(const Tensor& block_keys, const Tensor& cache, const F
 void qsa_select(const Tensor& q, const Tensor& block_cache, const ForwardBatch& batch, int ratio,
                 int block_size, int top_blocks, float scale, const Tensor& selected);
 
+// qsa_select in two steps (CPU), for an indexer whose query heads are split over tensor-parallel
+// ranks: qsa_block_scores writes row t's scores over q's heads for its complete blocks into
+// scores [T, qsa_max_blocks(batch, ratio)] (0 past them); the ranks' scores summed,
+// qsa_select_scored selects from them as qsa_select does.
+int64_t qsa_max_blocks(const ForwardBatch& batch, int ratio);
+void qsa_block_scores(const Tensor& q, const Tensor& block_cache, const ForwardBatch& batch, int ratio,
+                      int block_size, float scale, const Tensor& scores);
+void qsa_select_scored(const Tensor& scores, const ForwardBatch& batch, int ratio, int top_blocks,
+                       const Tensor& selected);
+
 // As ops::paged_attention (writes the new k, v into the paged caches, then GQA attention), but
 // each query attends only to the positions listed in its row of `selected` (-1 entries ignored).
 void paged_attention_selected(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -114,30 +114,75 @@ void qsa_store_block_keys(const Tensor& block_keys, const Tensor& cache, const F
   }
 }
 
-void qsa_select(const Tensor& q, const Tensor& block_cache, const ForwardBatch& batch, int ratio,
-                int block_size, int top_blocks, float scale, const Tensor& selected) {
-  STRATA_CUDA_DISPATCH(q, qsa_select(q, block_cache, batch, ratio, block_size, top_blocks, scale, selected));
-  expect_cpu_f32(q, "qsa_select", "q");
-  expect_cpu_f32(block_cache, "qsa_select", "block_cache");
-  const int64_t t = q.dim(0), heads = q.dim(1), d = q.dim(2);
-  const int64_t width = int64_t(top_blocks) * ratio + ratio - 1;
-  STRATA_CHECK(ratio > 0 && top_blocks > 0, "qsa_select: ratio ", ratio, ", top blocks ", top_blocks);
-  STRATA_CHECK(q.ndim() == 3 && t == batch.num_tokens(), "qsa_select: q ", q.describe(), " for ",
-               batch.num_tokens(), " tokens");
-  STRATA_CHECK(block_cache.ndim() == 3 && block_cache.dim(2) == d, "qsa_select: block cache ",
-               block_cache.describe(), " does not hold keys of ", d);
-  STRATA_CHECK(selected.device() == Device::kCpu && selected.dtype() == DType::kI32,
-               "qsa_select: selected ", selected.describe(), " should be I32");
-  expect_shape(selected, {t, width}, "qsa_select", "selected");
-  qsa_check_paged_geometry(block_cache, ratio, block_size, "qsa_select");
-  std::vector<int32_t> seq_of(t);
+namespace {
+
+// The index in batch.seqs of each of the batch's rows.
+std::vector<int32_t> sequence_of_rows(const ForwardBatch& batch) {
+  std::vector<int32_t> seq_of(size_t(batch.num_tokens()));
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const SeqInBatch& s = batch.seqs[si];
-    qsa_check_seq_pages(s, block_size, block_cache.dim(0), "qsa_select");
-    for (int32_t i = 0; i < s.q_len; ++i) seq_of[s.q_start + i] = int32_t(si);
+    for (int32_t i = 0; i < batch.seqs[si].q_len; ++i) seq_of[size_t(batch.seqs[si].q_start + i)] = int32_t(si);
   }
+  return seq_of;
+}
+
+}  // namespace
+
+int64_t qsa_max_blocks(const ForwardBatch& batch, int ratio) {
+  STRATA_CHECK(ratio > 0, "qsa_max_blocks: ratio ", ratio);
+  int64_t most = 0;
+  for (const SeqInBatch& s : batch.seqs) most = std::max<int64_t>(most, (int64_t(s.ctx_len) + s.q_len) / ratio);
+  return most;
+}
+
+void qsa_block_scores(const Tensor& q, const Tensor& block_cache, const ForwardBatch& batch, int ratio,
+                      int block_size, float scale, const Tensor& scores) {
+  const char* op = "qsa_block_scores";
+  expect_cpu_f32(q, op, "q");
+  expect_cpu_f32(block_cache, op, "block_cache");
+  expect_cpu_f32(scores, op, "scores");
+  STRATA_CHECK(q.ndim() == 3 && q.dim(0) == batch.num_tokens(), op, ": q ", q.describe(), " for ",
+               batch.num_tokens(), " tokens");
+  const int64_t t = q.dim(0), heads = q.dim(1), d = q.dim(2);
+  STRATA_CHECK(block_cache.ndim() == 3 && block_cache.dim(2) == d, op, ": block cache ", block_cache.describe(),
+               " does not hold keys of ", d);
+  const int64_t width = qsa_max_blocks(batch, ratio);
+  expect_shape(scores, {t, width}, op, "scores");
+  qsa_check_paged_geometry(block_cache, ratio, block_size, op);
+  for (const SeqInBatch& s : batch.seqs) qsa_check_seq_pages(s, block_size, block_cache.dim(0), op);
+  const std::vector<int32_t> seq_of = sequence_of_rows(batch);
   parallel_for(t, [&](int64_t tok) {
-    const SeqInBatch& s = batch.seqs[seq_of[tok]];
+    const SeqInBatch& s = batch.seqs[size_t(seq_of[size_t(tok)])];
+    const int64_t n = (s.ctx_len + (tok - s.q_start) + 1) / ratio;
+    const float* qt = q.data<float>() + tok * heads * d;
+    float* row = scores.data<float>() + tok * width;
+    for (int64_t b = 0; b < n; ++b) {
+      const float* kb = block_cache.data<float>() + qsa_block_row(s, b, ratio, block_size, block_cache.dim(1)) * d;
+      float acc = 0.f;
+      for (int64_t h = 0; h < heads; ++h) {
+        float dot = 0.f;
+        for (int64_t c = 0; c < d; ++c) dot += qt[h * d + c] * kb[c];
+        acc += std::max(dot, 0.f);
+      }
+      row[b] = acc * scale;
+    }
+    std::fill(row + n, row + width, 0.f);
+  });
+}
+
+void qsa_select_scored(const Tensor& scores, const ForwardBatch& batch, int ratio, int top_blocks,
+                       const Tensor& selected) {
+  const char* op = "qsa_select_scored";
+  expect_cpu_f32(scores, op, "scores");
+  const int64_t t = batch.num_tokens(), width = int64_t(top_blocks) * ratio + ratio - 1;
+  STRATA_CHECK(ratio > 0 && top_blocks > 0, op, ": ratio ", ratio, ", top blocks ", top_blocks);
+  const int64_t blocks = qsa_max_blocks(batch, ratio);
+  expect_shape(scores, {t, blocks}, op, "scores");
+  STRATA_CHECK(selected.device() == Device::kCpu && selected.dtype() == DType::kI32, op, ": selected ",
+               selected.describe(), " should be I32");
+  expect_shape(selected, {t, width}, op, "selected");
+  const std::vector<int32_t> seq_of = sequence_of_rows(batch);
+  parallel_for(t, [&](int64_t tok) {
+    const SeqInBatch& s = batch.seqs[size_t(seq_of[size_t(tok)])];
     const int64_t p = s.ctx_len + (tok - s.q_start);
     const int64_t n = (p + 1) / ratio;
     int32_t* out = selected.data<int32_t>() + tok * width;
@@ -147,30 +192,26 @@ void qsa_select(const Tensor& q, const Tensor& block_cache, const ForwardBatch& 
       for (int64_t j = 0; j <= p; ++j) out[w++] = int32_t(j);
       return;
     }
-    const float* qt = q.data<float>() + tok * heads * d;
-    std::vector<float> score(n);
-    for (int64_t b = 0; b < n; ++b) {
-      const float* kb = block_cache.data<float>() +
-                        qsa_block_row(s, b, ratio, block_size, block_cache.dim(1)) * d;
-      float acc = 0.f;
-      for (int64_t h = 0; h < heads; ++h) {
-        float dot = 0.f;
-        for (int64_t c = 0; c < d; ++c) dot += qt[h * d + c] * kb[c];
-        acc += std::max(dot, 0.f);
-      }
-      score[b] = acc * scale;
-    }
-    std::vector<int32_t> order(n);
+    const float* score = scores.data<float>() + tok * blocks;
+    std::vector<int32_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + top_blocks, order.end(), [&](int32_t a, int32_t b) {
       return score[a] > score[b] || (score[a] == score[b] && a < b);
     });
     std::sort(order.begin(), order.begin() + top_blocks);
     for (int64_t k = 0; k < top_blocks; ++k) {
-      for (int64_t j = 0; j < ratio; ++j) out[w++] = int32_t(int64_t(order[k]) * ratio + j);
+      for (int64_t j = 0; j < ratio; ++j) out[w++] = int32_t(int64_t(order[size_t(k)]) * ratio + j);
     }
     for (int64_t j = n * ratio; j <= p; ++j) out[w++] = int32_t(j);
   });
+}
+
+void qsa_select(const Tensor& q, const Tensor& block_cache, const ForwardBatch& batch, int ratio,
+                int block_size, int top_blocks, float scale, const Tensor& selected) {
+  STRATA_CUDA_DISPATCH(q, qsa_select(q, block_cache, batch, ratio, block_size, top_blocks, scale, selected));
+  Tensor scores = Tensor::empty({batch.num_tokens(), qsa_max_blocks(batch, ratio)}, DType::kF32);
+  qsa_block_scores(q, block_cache, batch, ratio, block_size, scale, scores);
+  qsa_select_scored(scores, batch, ratio, top_blocks, selected);
 }
 
 void paged_attention_selected(const Tensor& q, const Tensor& k, const Tensor& v,
