@@ -4,6 +4,7 @@
 // key pooling, block-key store, block selection (exact: same scores, same choice, ties included)
 // and attention over the selected tokens; plus the shapes the family brings to shared ops (the
 // PLE's 10-tap causal conv, GDN key heads of 8).
+#include <cstdio>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -19,6 +20,13 @@ namespace {
 
 Tensor gpu_empty(Shape shape, DType dtype = DType::kBF16) { return Tensor::empty(std::move(shape), dtype, Device::kCuda); }
 
+// rel_err(got, ref) <= tolerance, the measured error printed for the record.
+void expect_close(const Tensor& got, const Tensor& ref, double tolerance, const std::string& what) {
+  const double e = rel_err(to_host_f32(got), ref);
+  std::printf("  cuda qwen4_exp %-44s rel err %.3g (tolerance %.3g)\n", what.c_str(), e, tolerance);
+  EXPECT_LE(e, tolerance) << what;
+}
+
 // Exact equality of two integer tensors (any device).
 template <class T>
 void expect_same_ints(const Tensor& got, const Tensor& want, const std::string& what) {
@@ -31,6 +39,7 @@ void expect_same_ints(const Tensor& got, const Tensor& want, const std::string& 
       ++diffs;
     }
   }
+  std::printf("  cuda qwen4_exp %-44s %lld of %lld differ\n", what.c_str(), (long long)diffs, (long long)w.numel());
   EXPECT_EQ(diffs, 0) << what << ": first difference at " << first << " (got "
                       << (first >= 0 ? int64_t(g.data<T>()[first]) : 0) << ", want "
                       << (first >= 0 ? int64_t(w.data<T>()[first]) : 0) << ")";
@@ -45,9 +54,9 @@ TEST(CudaQwen4Exp, RmsNormGrouped) {
   ops::rms_norm_grouped(x, w, group, 1e-6f, ref);
   Tensor gx = to_gpu(x), got = gpu_empty({t, c});
   ops::rms_norm_grouped(gx, to_gpu(w, DType::kF32), group, 1e-6f, got);
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
+  expect_close(got, ref, kBf16Tol, "rms_norm_grouped");
   ops::rms_norm_grouped(gx, to_gpu(w, DType::kF32), group, 1e-6f, gx);  // in place, as the PLE key norm
-  EXPECT_LE(rel_err(to_host_f32(gx), ref), kBf16Tol) << "in place";
+  expect_close(gx, ref, kBf16Tol, "rms_norm_grouped in place");
 }
 
 TEST(CudaQwen4Exp, RmsNormGatedActSigmoidAndSilu) {
@@ -60,8 +69,8 @@ TEST(CudaQwen4Exp, RmsNormGatedActSigmoidAndSilu) {
     Tensor ref = Tensor::empty({t, heads, d}, DType::kF32), got = gpu_empty({t, heads, d});
     ops::rms_norm_gated_act(x, z, w, 1e-6f, act, ref);
     ops::rms_norm_gated_act(to_gpu(x), to_gpu(z), to_gpu(w, DType::kF32), 1e-6f, act, got);
-    EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol)
-        << (act == ops::GateActivation::kSigmoid ? "sigmoid" : "silu");
+    const char* name = act == ops::GateActivation::kSigmoid ? "sigmoid" : "silu";
+    expect_close(got, ref, kBf16Tol, std::string("rms_norm_gated_act ") + name);
   }
 }
 
@@ -74,33 +83,33 @@ TEST(CudaQwen4Exp, HyperConnectionExpandMixInjectWrite) {
   Tensor wide = Tensor::empty({t, s * h}, DType::kF32), gwide = gpu_empty({t, s * h});
   ops::hc_expand(x, s, wide);
   ops::hc_expand(to_gpu(x), s, gwide);
-  EXPECT_EQ(rel_err(to_host_f32(gwide), wide), 0.0) << "hc_expand";
+  expect_close(gwide, wide, 0.0, "hc_expand");
 
   Tensor low = rand_bf16_values({t, rank}, rng, 3.f), glow = to_gpu(low);
   ops::hc_lowrank_act(low, s);
   ops::hc_lowrank_act(glow, s);
-  EXPECT_LE(rel_err(to_host_f32(glow), low), kBf16Tol) << "hc_lowrank_act";
+  expect_close(glow, low, kBf16Tol, "hc_lowrank_act");
 
   Tensor normed = rand_bf16_values({t, s * h}, rng), mix = rand_bf16_values({t, s * h}, rng, 2.f);
   Tensor out = Tensor::empty({t, h}, DType::kF32), gout = gpu_empty({t, h});
   ops::hc_mix(normed, mix, s, out);
   ops::hc_mix(to_gpu(normed), to_gpu(mix), s, gout);
-  EXPECT_LE(rel_err(to_host_f32(gout), out), kBf16Tol) << "hc_mix";
+  expect_close(gout, out, kBf16Tol, "hc_mix");
 
   Tensor inject = rand_bf16_values({t, s}, rng, 2.f), ginject = to_gpu(inject, DType::kF32);
   ops::hc_inject_weights(inject, s);
   ops::hc_inject_weights(ginject, s);
-  EXPECT_LE(rel_err(to_host_f32(ginject), inject), 1e-6) << "hc_inject_weights (F32)";
+  expect_close(ginject, inject, 1e-6, "hc_inject_weights (F32)");
   Tensor inject16 = rand_bf16_values({t, s}, rng, 2.f), ginject16 = to_gpu(inject16);
   ops::hc_inject_weights(inject16, s);
   ops::hc_inject_weights(ginject16, s);
-  EXPECT_LE(rel_err(to_host_f32(ginject16), inject16), kBf16Tol) << "hc_inject_weights (BF16)";
+  expect_close(ginject16, inject16, kBf16Tol, "hc_inject_weights (BF16)");
 
   Tensor residual = rand_bf16_values({t, s * h}, rng), block_out = rand_bf16_values({t, h}, rng);
   Tensor gresidual = to_gpu(residual);
   ops::hc_write(residual, block_out, inject);
   ops::hc_write(gresidual, to_gpu(block_out), ginject);
-  EXPECT_LE(rel_err(to_host_f32(gresidual), residual), kBf16Tol) << "hc_write";
+  expect_close(gresidual, residual, kBf16Tol, "hc_write");
 }
 
 TEST(CudaQwen4Exp, PleGate) {
@@ -117,7 +126,7 @@ TEST(CudaQwen4Exp, PleGate) {
   Tensor ref = Tensor::empty({t, s * h}, DType::kF32), got = gpu_empty({t, s * h});
   ops::ple_gate(key, query, value, s, ref);
   ops::ple_gate(to_gpu(key), to_gpu(query), to_gpu(value), s, got);
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
+  expect_close(got, ref, kBf16Tol, "ple_gate");
 }
 
 // The hash constants of the tiny fixture's second PLE layer.
@@ -178,7 +187,7 @@ TEST(CudaQwen4Exp, ShardedEmbeddingGathersHostRowsIntoTheGpu) {
   for (DType dt : {DType::kBF16, DType::kF32}) {
     Tensor got = gpu_empty({t, heads * dim}, dt);
     ops::sharded_embedding(shards, gids, got);
-    EXPECT_EQ(rel_err(to_host_f32(got), ref), 0.0) << dtype_name(dt);
+    expect_close(got, ref, 0.0, "sharded_embedding into " + std::string(dtype_name(dt)));
   }
   for (const Tensor& s : shards) EXPECT_EQ(s.device(), Device::kCpu);
   ids.data<int64_t>()[3] = 15;  // out of range: the CPU op's check holds for device ids too
@@ -210,13 +219,13 @@ TEST(CudaQwen4Exp, QsaPoolKeysAndStoreBlockKeysOverChunks) {
     ops::qsa_pool_keys(raw, tail, b, ratio, pooled);
     ops::qsa_pool_keys(to_gpu(raw), gtail, b, ratio, gpooled);
     const std::string at = "step " + std::to_string(step);
-    EXPECT_LE(rel_err(to_host_f32(gpooled), pooled), kBf16Tol) << "pooled, " << at;
-    EXPECT_EQ(rel_err(to_host_f32(gtail), tail), 0.0) << "tail, " << at;
+    expect_close(gpooled, pooled, kBf16Tol, "qsa_pool_keys pooled, " + at);
+    expect_close(gtail, tail, 0.0, "qsa_pool_keys tail, " + at);
     // The same (bf16) keys into both caches.
     Tensor keys = to_host_f32(gpooled);
     ops::qsa_store_block_keys(keys, cache, b, ratio, bs);
     ops::qsa_store_block_keys(to_gpu(keys), gcache, b, ratio, bs);
-    EXPECT_EQ(rel_err(to_host_f32(gcache), cache), 0.0) << "block cache, " << at;
+    expect_close(gcache, cache, 0.0, "qsa_store_block_keys cache, " + at);
   }
 }
 
@@ -271,9 +280,9 @@ TEST(CudaQwen4Exp, PagedAttentionOverSelectedTokens) {
   const float scale = 1.f / std::sqrt(float(d));
   ops::paged_attention_selected(q, k, v, kc, vc, b, selected, scale, ref);
   ops::paged_attention_selected(to_gpu(q), to_gpu(k), to_gpu(v), gkc, gvc, b, selected.to(Device::kCuda), scale, got);
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
-  EXPECT_EQ(rel_err(to_host_f32(gkc), kc), 0.0) << "k cache";
-  EXPECT_EQ(rel_err(to_host_f32(gvc), vc), 0.0) << "v cache";
+  expect_close(got, ref, kBf16Tol, "paged_attention_selected");
+  expect_close(gkc, kc, 0.0, "paged_attention_selected k cache");
+  expect_close(gvc, vc, 0.0, "paged_attention_selected v cache");
 }
 
 // ---- shared ops at Qwen4-Exp's shapes ----
@@ -294,8 +303,8 @@ TEST(CudaQwen4Exp, CausalConv1dOfThePleWidth) {
     Tensor ref = Tensor::empty({t, c}, DType::kF32), got = gpu_empty({t, c});
     ops::causal_conv1d(x, w, state, b, ref);
     ops::causal_conv1d(to_gpu(x), to_gpu(w), gstate, b, got);
-    EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << "step " << step;
-    EXPECT_EQ(rel_err(to_host_f32(gstate), state), 0.0) << "state, step " << step;
+    expect_close(got, ref, kBf16Tol, "causal_conv1d 10 taps, step " + std::to_string(step));
+    expect_close(gstate, state, 0.0, "causal_conv1d 10 taps state, step " + std::to_string(step));
   }
 }
 
@@ -319,8 +328,8 @@ TEST(CudaQwen4Exp, GatedDeltaRuleWithKeyHeadsOf8) {
     ops::gated_delta_rule(to_gpu(q), to_gpu(k), to_gpu(v), to_gpu(g, DType::kF32), to_gpu(beta, DType::kF32), gstate,
                           b, got, algorithm);
     const char* name = algorithm == ops::GdnAlgorithm::kChunked ? "chunked" : "recurrent";
-    EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << name;
-    EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-4) << name << " state";
+    expect_close(got, ref, kBf16Tol, std::string("gated_delta_rule dk 8 ") + name);
+    expect_close(gstate, state, 1e-4, std::string("gated_delta_rule dk 8 ") + name + " state");
   }
 }
 
