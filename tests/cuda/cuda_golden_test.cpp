@@ -56,12 +56,6 @@ ErrorProfile error_profile(const Tensor& got, const Tensor& ref) {
   return p;
 }
 
-double reference_scale(const Tensor& ref) {
-  double sq = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) sq += double(ref.data<float>()[i]) * ref.data<float>()[i];
-  return std::max(1.0, std::sqrt(sq / double(ref.numel())));
-}
-
 // The greedy and graph tests' scale: what bf16 typically leaves at one position.
 double bf16_tolerance(const Fixture& f) { return kMedianTolerance * reference_scale(f.logits); }
 

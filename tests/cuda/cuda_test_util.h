@@ -58,4 +58,12 @@ inline double rel_err(const Tensor& got, const Tensor& ref) {
 // bf16 activations: a handful of roundings of 2^-8 relative each.
 constexpr double kBf16Tol = 2e-2;
 
+// max(1, rms of ref): the scale of a fixture's reference logits, the unit of the model-level
+// bf16 tolerances.
+inline double reference_scale(const Tensor& ref) {
+  double sq = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) sq += double(ref.data<float>()[i]) * ref.data<float>()[i];
+  return std::max(1.0, std::sqrt(sq / double(ref.numel())));
+}
+
 }  // namespace strata::testing

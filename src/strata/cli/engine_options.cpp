@@ -28,6 +28,8 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                  "state snapshot slots for prefix caching (default: --max-num-seqs)");
   app.add_option("--logprobs-mode", o.logprobs_mode,
                  "processed (after penalties and temperature, default) | raw (model logits)");
+  app.add_flag("--enforce-eager", o.enforce_eager,
+               "on CUDA: run decode steps without CUDA graphs (default: graphs where the model allows)");
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 
@@ -57,6 +59,7 @@ EngineConfig engine_config(const EngineOptions& o) {
                "--gpu-memory-utilization must be in (0, 1], got ", o.gpu_memory_utilization);
   c.gpu_memory_utilization = o.gpu_memory_utilization;
   c.block_size = o.block_size;
+  c.enforce_eager = o.enforce_eager;
   c.max_num_seqs = o.max_num_seqs;
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.max_model_len = o.max_model_len;

@@ -63,6 +63,7 @@ void Engine::init() {
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
   sampler_ = std::make_unique<Sampler>(info.vocab_size, config_.logprobs_mode);
+  runner_ = std::make_unique<ModelRunner>(*model_, config_.enforce_eager);
 }
 
 void Engine::set_detokenizer(std::shared_ptr<Detokenizer> detokenizer) {
@@ -302,9 +303,9 @@ std::vector<RequestOutput> Engine::step() {
       if (c.samples) batch.logit_rows.push_back(s.q_start + s.q_len - 1);
       batch.seqs.push_back(std::move(s));
     }
-    model_->forward(batch, cache_->caches(), logits_);
-    STRATA_CHECK(logits_.device() == Device::kCpu, "engine: the sampler reads host logits");
+    const Tensor& logits = runner_->run(batch, cache_->caches());
     ++stats_.steps;
+    stats_.graph_steps = runner_->graph_steps();
     stats_.computed_tokens += so.num_tokens;
     const int64_t vocab = model_->info().vocab_size;
     int64_t row = 0;
@@ -319,7 +320,7 @@ std::vector<RequestOutput> Engine::step() {
       cache_->on_computed(seq, c.samples);
       if (c.samples) {
         const bool first = seq.index == 0 && seq.num_generated() == 0 && req.seqs.size() > 1;
-        process_sample(seq, logits_.data<float>() + row * vocab, first);
+        process_sample(seq, logits.data<float>() + row * vocab, first);
         ++row;
       }
     }

@@ -29,6 +29,7 @@
 #include "strata/engine/cache_manager.h"
 #include "strata/engine/detokenizer.h"
 #include "strata/engine/memory_budget.h"
+#include "strata/engine/model_runner.h"
 #include "strata/engine/output.h"
 #include "strata/engine/sampler.h"
 #include "strata/engine/sampling_params.h"
@@ -55,10 +56,12 @@ struct EngineConfig {
   int32_t prefix_state_slots = -1;     // snapshot slots; -1: max_num_seqs
   LogprobsMode logprobs_mode = LogprobsMode::kProcessed;
   bool log_capacity = true;            // print the pool sizes to stderr at start-up
+  bool enforce_eager = false;          // CUDA: no graphs for decode steps (engine/model_runner.h)
 };
 
 struct EngineStats {
   int64_t steps = 0;
+  int64_t graph_steps = 0;             // of those, decode steps replayed as CUDA graphs
   int64_t computed_tokens = 0;         // tokens run through the model
   int64_t computed_prompt_tokens = 0;  // of those, at prompt positions
   int64_t sampled_tokens = 0;
@@ -133,7 +136,7 @@ class Engine {
   std::unique_ptr<CacheManager> cache_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
-  Tensor logits_;
+  std::unique_ptr<ModelRunner> runner_;
   std::chrono::steady_clock::time_point start_;
   std::mt19937_64 seed_source_;
 

@@ -80,6 +80,9 @@ struct ModelInfo {
   int64_t bos_token_id = -1;
   CacheSpec cache;
   size_t weight_bytes = 0;  // as loaded on the device
+  // The CUDA forward of a decode batch can be captured as a CUDA graph: no host syncs, and the
+  // same launches and workspace whatever the batch's contents (engine/model_runner.h).
+  bool cuda_graphs = false;
 };
 
 class Model {

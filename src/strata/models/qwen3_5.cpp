@@ -208,6 +208,7 @@ class Qwen35Model final : public Model {
     info_.eos_token_ids = cfg_.eos;
     info_.bos_token_id = cfg_.bos;
     info_.weight_bytes = w.bytes_loaded();
+    info_.cuda_graphs = true;  // decode: device-side routing and padding rows, no host syncs
     for (const Layer& l : layers_) {
       LayerCacheSpec s;
       if (l.linear) {

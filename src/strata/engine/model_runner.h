@@ -1,0 +1,38 @@
+// How the engine runs the model for one step: on CUDA, decode steps (one new token and one
+// logits row per sequence) replay CUDA graphs padded to batch buckets when the model allows it
+// (ModelInfo::cuda_graphs) and the engine was not told --enforce-eager; every other step runs
+// eagerly. The logits always come back on the host, where the sampler reads them.
+#pragma once
+
+#include <memory>
+
+#include "strata/core/batch.h"
+#include "strata/core/tensor.h"
+#include "strata/models/model.h"
+
+namespace strata {
+
+namespace ops::cuda {
+class DecodeGraphs;
+}
+
+class ModelRunner {
+ public:
+  ModelRunner(Model& model, bool enforce_eager);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  // The batch's logits [batch.logit_rows.size(), vocab] F32 on the host.
+  const Tensor& run(const ForwardBatch& batch, Caches& caches);
+  // Decode steps run as graphs so far (0 without graphs).
+  int64_t graph_steps() const { return graph_steps_; }
+
+ private:
+  Model& model_;
+  std::unique_ptr<ops::cuda::DecodeGraphs> graphs_;
+  Tensor device_logits_, host_logits_;
+  int64_t graph_steps_ = 0;
+};
+
+}  // namespace strata

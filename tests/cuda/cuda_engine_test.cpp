@@ -1,0 +1,110 @@
+// The engine on the CUDA backend: the same requests through engine steps with CUDA-graph decode
+// and with --enforce-eager give the same tokens and logprobs bit for bit (several sequences at
+// once, chunked prefill, prefix-cache hits on a second round), and the tokens equal the CPU
+// engine's at every step whose CPU top-2 logprob margin is well above bf16's error; Qwen4-Exp
+// (no graphs: its n-gram gather syncs with the host) runs through the engine eagerly.
+#include <cstdio>
+
+#include "../engine/engine_test_util.h"
+#include "../golden/golden_util.h"
+#include "cuda_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+struct EngineRun {
+  std::vector<RequestOutput> first, second;  // the second round re-sends the prompts
+  EngineStats stats;
+};
+
+EngineRun run_engine(const std::string& fixture, const std::shared_ptr<Model>& model, bool enforce_eager) {
+  EngineConfig c = test_config(fixture);
+  c.enforce_eager = enforce_eager;
+  c.max_num_batched_tokens = 64;  // the 70-token prompt prefills in chunks
+  Engine engine(model, c, GenerationDefaults::load(engine_fixture_dir(fixture)));
+  std::mt19937_64 rng(7);
+  const int64_t vocab = model->info().vocab_size;
+  std::vector<std::vector<int32_t>> prompts = {random_ids(rng, 5, vocab), random_ids(rng, 70, vocab),
+                                               random_ids(rng, 33, vocab)};
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  p.logprobs = 2;
+  EngineRun r;
+  r.first = run_all(engine, prompts, p, "a");
+  r.second = run_all(engine, prompts, p, "b");
+  r.stats = engine.stats();
+  return r;
+}
+
+std::shared_ptr<Model> cuda_model(const std::string& fixture) {
+  return std::shared_ptr<Model>(load_model(engine_fixture_dir(fixture), Device::kCuda));
+}
+
+void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b, const std::string& at) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].outputs.size(), 1u);
+    EXPECT_EQ(a[i].outputs[0].token_ids, b[i].outputs[0].token_ids) << at << ", request " << i;
+    EXPECT_EQ(a[i].outputs[0].logprobs, b[i].outputs[0].logprobs) << at << ", request " << i;
+  }
+}
+
+// Steps compared: the CUDA tokens must equal the CPU's while the CPU's top-2 margin exceeds
+// `margin`; a request stops being compared at its first low-margin step.
+int compare_with_cpu(const std::vector<RequestOutput>& gpu, const std::vector<RequestOutput>& cpu, float margin,
+                     const std::string& at) {
+  int compared = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const CompletionOutput &g = gpu[i].outputs[0], &c = cpu[i].outputs[0];
+    for (size_t s = 0; s < c.token_ids.size(); ++s) {
+      const auto& top = c.top_logprobs[s];
+      if (top.size() < 2 || top[0].logprob - top[1].logprob <= margin) break;
+      if (s >= g.token_ids.size()) {
+        ADD_FAILURE() << at << ", request " << i << ": " << g.token_ids.size() << " tokens";
+        break;
+      }
+      EXPECT_EQ(g.token_ids[s], c.token_ids[s]) << at << ", request " << i << " step " << s;
+      ++compared;
+    }
+  }
+  return compared;
+}
+
+class CudaEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEngine, GraphDecodeEqualsEagerAndTheCpuEngine) {
+  STRATA_REQUIRE_GPU();
+  const std::string fixture = GetParam();
+  const std::shared_ptr<Model> model = cuda_model(fixture);
+  const EngineRun graphs = run_engine(fixture, model, false);
+  const EngineRun eager = run_engine(fixture, model, true);
+  const bool graphed = model->info().cuda_graphs;
+  if (graphed) {
+    EXPECT_GT(graphs.stats.graph_steps, 0) << fixture << ": no decode step ran as a graph";
+  } else {
+    EXPECT_EQ(graphs.stats.graph_steps, 0) << fixture;
+  }
+  EXPECT_EQ(eager.stats.graph_steps, 0);
+  EXPECT_GT(graphs.stats.prefix_hits, 0) << fixture << ": the second round should hit the prefix cache";
+  expect_same(graphs.first, eager.first, fixture + " graphs vs eager");
+  expect_same(graphs.second, eager.second, fixture + " graphs vs eager, second round");
+  const EngineRun cpu = run_engine(fixture, fixture_model(fixture), true);
+  // 2 x the goldens' per-position bf16 error bound: 0.1 x the scale of HF's logits.
+  const float margin = float(2 * 0.1 * reference_scale(load_fixture(fixture).logits));
+  const int compared = compare_with_cpu(graphs.first, cpu.first, margin, fixture) +
+                       compare_with_cpu(graphs.second, cpu.second, margin, fixture + ", prefix-cached round");
+  EXPECT_GT(compared, 0) << fixture << ": no step had a CPU top-2 margin above " << margin;
+  std::printf("  cuda engine %s: %lld of %lld steps as graphs, prefix hits %lld, %d steps with a CPU top-2 "
+              "margin above %.3g compared with the CPU\n",
+              fixture.c_str(), (long long)graphs.stats.graph_steps, (long long)graphs.stats.steps,
+              (long long)graphs.stats.prefix_hits, compared, margin);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEngine,
+                         ::testing::Values("qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny", "qwen4_exp_tiny"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace strata::testing
