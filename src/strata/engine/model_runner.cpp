@@ -2,6 +2,10 @@
 
 #if defined(STRATA_WITH_CUDA)
 #include "strata/ops/cuda/graphs.h"
+#else
+namespace strata::ops::cuda {
+class DecodeGraphs {};  // never made without the CUDA backend; complete for ~unique_ptr
+}  // namespace strata::ops::cuda
 #endif
 
 namespace strata {

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(256) gdn_recurrent_kernel(const bf16* q, const
   const bool col = c < dv;
   const int slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
-  float* st = state + (int64_t(slot) * hv + h) * DK * dv;
+  float* st = slot >= 0 ? state + (int64_t(slot) * hv + h) * DK * dv : nullptr;  // padding rows: no slot
   float sv[DK];
 #pragma unroll
   for (int i = 0; i < DK; ++i) sv[i] = (has_state && col) ? st[int64_t(i) * dv + c] : 0.f;

@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const float* ws, co
   const int s = seqinfo[3 * e], first = seqinfo[3 * e + 1], count = seqinfo[3 * e + 2];
   const int slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
-  float* gst = state + (int64_t(slot) * hv + h) * dk * dv;
+  float* gst = slot >= 0 ? state + (int64_t(slot) * hv + h) * dk * dv : nullptr;  // padding rows: no slot
   for (int idx = tid; idx < dk * cb; idx += blockDim.x) {
     st[idx] = has_state ? gst[int64_t(idx / cb) * dv + col0 + idx % cb] : 0.f;
   }
