@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "strata/core/error.h"
+#include "strata/dist/rank_split.h"
 #include "strata/models/deepseek_v4_config.h"
 #include "strata/models/deepseek_v4_weights.h"
 #include "strata/models/weights.h"
@@ -90,26 +91,20 @@ class DeepseekV4Model final : public Model {
  private:
   // HF's ep plan, and the split experts of the default (dist::Parallel): what must divide.
   static void check_shardable(const DeepseekV4Config& c, const dist::Parallel& par) {
-    const int n = par.size;
-    STRATA_CHECK(n >= 1 && par.rank >= 0 && par.rank < n && (n == 1 || par.comm), c.origin,
-                 ": tensor parallelism needs 0 <= rank < size and a communicator (rank ", par.rank, " of ", n, ")");
-    if (n == 1) return;
-    auto divides = [&](int64_t v, const char* field) {
-      STRATA_CHECK(v % n == 0, c.origin, ": field '", field, "' (", v, ") is not divisible by the ", n,
-                   " tensor-parallel ranks");
-    };
+    const dist::RankSplit split(par, c.origin);
+    if (split.ranks() == 1) return;
     if (par.expert_parallel) {
-      divides(c.experts, "n_routed_experts");
+      split.divide(c.experts, "n_routed_experts");
     } else {
-      divides(c.moe_inter, "moe_intermediate_size");
+      split.divide(c.moe_inter, "moe_intermediate_size");
     }
     for (Dsv4Attention a : c.attention) {
       if (a == Dsv4Attention::kCompressedSparse) {
-        divides(c.index_heads, "index_n_heads");
+        split.divide(c.index_heads, "index_n_heads");
         break;
       }
     }
-    divides(c.vocab, "vocab_size");
+    split.divide(c.vocab, "vocab_size");
   }
   // After the routed experts and the indexer scores: the ranks' partial sums added.
   void reduce(const Tensor& t) const {

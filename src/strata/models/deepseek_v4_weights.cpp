@@ -4,6 +4,7 @@
 #include <map>
 
 #include "strata/core/error.h"
+#include "strata/dist/rank_split.h"
 #include "strata/io/quant.h"
 
 namespace strata {
@@ -167,10 +168,8 @@ class Reader {
 };
 
 // This rank's share of n things split par.size ways (divisibility checked by the model).
-struct Share {
-  int64_t first = 0, count = 0;
-};
-Share share(const dist::Parallel& par, int64_t n) { return {par.rank * (n / par.size), n / par.size}; }
+using dist::Share;
+Share share(const dist::Parallel& par, int64_t n) { return dist::rank_share(par, n); }
 
 // Copies a [rows, cols] float32 matrix into dst at row offset `row0`.
 void put_rows(const Tensor& dst, int64_t row0, const Tensor& src) {

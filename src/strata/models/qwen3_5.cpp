@@ -5,9 +5,9 @@
 #include "strata/models/qwen3_5.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "strata/core/error.h"
+#include "strata/dist/rank_split.h"
 #include "strata/io/config.h"
 #include "strata/models/weights.h"
 #include "strata/ops/ops.h"
@@ -145,47 +145,23 @@ struct Layer {
   Mlp shared;
 };
 
-// Concatenates CPU float32 tensors along dimension 0.
-Tensor concat_rows(const std::vector<Tensor>& parts) {
-  int64_t rows = 0;
-  for (const Tensor& p : parts) rows += p.dim(0);
-  Shape shape = parts[0].shape();
-  shape[0] = rows;
-  Tensor out = Tensor::empty(shape, DType::kF32);
-  char* dst = static_cast<char*>(out.raw());
-  for (const Tensor& p : parts) {
-    std::memcpy(dst, p.raw(), p.nbytes());
-    dst += p.nbytes();
-  }
-  return out;
-}
-
 // A tensor-parallel rank's view of the config: the heads, intermediate sizes and experts it
 // holds (cfg.experts stays the router's full count; with expert parallelism cfg.moe_inter stays
 // whole, without it each expert's intermediate columns are split). Key-value heads fewer than the ranks are
 // replicated: each rank keeps the one its query heads read.
 Qwen35Config local_config(const Qwen35Config& full, const dist::Parallel& par, const std::string& origin) {
-  const int64_t n = par.size;
-  STRATA_CHECK(n >= 1 && par.rank >= 0 && par.rank < n && (n == 1 || par.comm), origin,
-               ": tensor parallelism needs 0 <= rank < size and a communicator (rank ", par.rank, " of ", n, ")");
-  if (n == 1) return full;
-  auto divides = [&](int64_t v, const char* field) {
-    STRATA_CHECK(v % n == 0, origin, ": field '", field, "' (", v, ") is not divisible by the ", n,
-                 " tensor-parallel ranks");
-    return v / n;
-  };
+  const dist::RankSplit split(par, origin);
+  if (split.ranks() == 1) return full;
   Qwen35Config c = full;
-  c.heads = divides(full.heads, "num_attention_heads");
-  STRATA_CHECK(full.kv_heads % n == 0 || n % full.kv_heads == 0, origin, ": field 'num_key_value_heads' (",
-               full.kv_heads, ") neither divides nor is divided by the ", n, " tensor-parallel ranks");
-  c.kv_heads = full.kv_heads % n == 0 ? full.kv_heads / n : 1;
-  c.lin_k_heads = divides(full.lin_k_heads, "linear_num_key_heads");
-  c.lin_v_heads = divides(full.lin_v_heads, "linear_num_value_heads");
-  if (full.inter > 0) c.inter = divides(full.inter, "intermediate_size");
-  if (full.experts > 0 && par.expert_parallel) divides(full.experts, "num_experts");
-  if (full.experts > 0 && !par.expert_parallel) c.moe_inter = divides(full.moe_inter, "moe_intermediate_size");
-  if (full.shared_inter > 0) c.shared_inter = divides(full.shared_inter, "shared_expert_intermediate_size");
-  divides(full.vocab, "vocab_size");
+  c.heads = split.divide(full.heads, "num_attention_heads");
+  c.kv_heads = split.kv_heads(full.kv_heads);
+  c.lin_k_heads = split.divide(full.lin_k_heads, "linear_num_key_heads");
+  c.lin_v_heads = split.divide(full.lin_v_heads, "linear_num_value_heads");
+  if (full.inter > 0) c.inter = split.divide(full.inter, "intermediate_size");
+  if (full.experts > 0 && par.expert_parallel) split.divide(full.experts, "num_experts");
+  if (full.experts > 0 && !par.expert_parallel) c.moe_inter = split.divide(full.moe_inter, "moe_intermediate_size");
+  if (full.shared_inter > 0) c.shared_inter = split.divide(full.shared_inter, "shared_expert_intermediate_size");
+  split.divide(full.vocab, "vocab_size");
   return c;
 }
 
@@ -354,26 +330,10 @@ class Qwen35Model final : public Model {
     // This rank's experts, and of each its intermediate columns.
     const Share es = par_.expert_parallel ? share(e) : Share{0, e};
     const Share is = par_.expert_parallel ? Share{0, inter} : share(inter);
-    if (w.dummy() || w.has(p + "experts.gate_up_proj")) {
-      l.experts_gate_up = w.get_expert_slices(p + "experts.gate_up_proj", {e, 2 * inter, hsz}, {es.first, es.count},
-                                              {{is.first, is.count}, {inter + is.first, is.count}}, {0, hsz});
-      l.experts_down = w.get_expert_slices(p + "experts.down_proj", {e, hsz, inter}, {es.first, es.count},
-                                           {{0, hsz}}, {is.first, is.count});
-    } else {
-      // Per-expert tensors, fused here into [E, 2I, H] and [E, H, I].
-      std::vector<Tensor> gu, down;
-      for (int64_t j = 0; j < e; ++j) {
-        const std::string q = w.prefix() + p + cat("experts.", j, ".");
-        const Tensor g = w.raw(q + "gate_proj.weight", {inter, hsz}), u = w.raw(q + "up_proj.weight", {inter, hsz}),
-                     d = w.raw(q + "down_proj.weight", {hsz, inter});
-        if (j < es.first || j >= es.first + es.count) continue;  // another rank's: checked and marked only
-        gu.push_back(slice_experts(g, 0, 1, {{is.first, is.count}}, {0, hsz}, q + "gate_proj.weight"));
-        gu.push_back(slice_experts(u, 0, 1, {{is.first, is.count}}, {0, hsz}, q + "up_proj.weight"));
-        down.push_back(slice_experts(d, 0, 1, {{0, hsz}}, {is.first, is.count}, q + "down_proj.weight"));
-      }
-      l.experts_gate_up = w.to_device(concat_rows(gu).reshape({es.count, 2 * is.count, hsz}));
-      l.experts_down = w.to_device(concat_rows(down).reshape({es.count, hsz, is.count}));
-    }
+    const WeightLoader::RoutedExperts experts =
+        w.get_routed_experts(p, {e, 2 * inter, hsz}, {es.first, es.count}, {is.first, is.count});
+    l.experts_gate_up = experts.gate_up;
+    l.experts_down = experts.down;
     l.has_shared = full_.shared_inter > 0;
     if (l.has_shared) {
       const int64_t si = full_.shared_inter;
@@ -532,10 +492,8 @@ class Qwen35Model final : public Model {
   }
 
   // This rank's share of n things split par_.size ways.
-  struct Share {
-    int64_t first, count;
-  };
-  Share share(int64_t n) const { return {par_.rank * (n / par_.size), n / par_.size}; }
+  using Share = dist::Share;
+  Share share(int64_t n) const { return dist::rank_share(par_, n); }
   // After a row-parallel projection: the ranks' partial sums added.
   void reduce(const Tensor& y) const {
     if (par_.size > 1) par_.comm->all_reduce_sum(y);

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "strata/core/error.h"
+#include "strata/dist/rank_split.h"
 #include "strata/io/config.h"
 
 namespace strata {
@@ -219,32 +220,23 @@ Qwen4ExpConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::str
 
 Qwen4ExpConfig qwen4_exp_rank_config(const Qwen4ExpConfig& full, const dist::Parallel& par,
                                      const std::string& origin) {
-  const int64_t n = par.size;
-  STRATA_CHECK(n >= 1 && par.rank >= 0 && par.rank < n && (n == 1 || par.comm), origin,
-               ": tensor parallelism needs 0 <= rank < size and a communicator (rank ", par.rank, " of ", n, ")");
-  if (n == 1) return full;
-  auto divides = [&](int64_t v, const char* field) {
-    STRATA_CHECK(v % n == 0, origin, ": field '", field, "' (", v, ") is not divisible by the ", n,
-                 " tensor-parallel ranks");
-    return v / n;
-  };
+  const dist::RankSplit split(par, origin);
+  if (split.ranks() == 1) return full;
   Qwen4ExpConfig c = full;
-  c.lin_k_heads = divides(full.lin_k_heads, "linear_num_key_heads");
-  c.lin_v_heads = divides(full.lin_v_heads, "linear_num_value_heads");
+  c.lin_k_heads = split.divide(full.lin_k_heads, "linear_num_key_heads");
+  c.lin_v_heads = split.divide(full.lin_v_heads, "linear_num_value_heads");
   if (std::count(full.linear.begin(), full.linear.end(), false) > 0) {
-    c.heads = divides(full.heads, "num_attention_heads");
-    STRATA_CHECK(full.kv_heads % n == 0 || n % full.kv_heads == 0, origin, ": field 'num_key_value_heads' (",
-                 full.kv_heads, ") neither divides nor is divided by the ", n, " tensor-parallel ranks");
-    c.kv_heads = full.kv_heads % n == 0 ? full.kv_heads / n : 1;
-    c.index_heads = divides(full.index_heads, "indexer_n_heads");
+    c.heads = split.divide(full.heads, "num_attention_heads");
+    c.kv_heads = split.kv_heads(full.kv_heads);
+    c.index_heads = split.divide(full.index_heads, "indexer_n_heads");
   }
   if (par.expert_parallel) {
-    divides(full.experts, "num_experts");
+    split.divide(full.experts, "num_experts");
   } else {
-    c.moe_inter = divides(full.moe_inter, "moe_intermediate_size");
+    c.moe_inter = split.divide(full.moe_inter, "moe_intermediate_size");
   }
-  c.shared_inter = divides(full.shared_inter, "shared_expert_intermediate_size");
-  divides(full.vocab, "vocab_size");
+  c.shared_inter = split.divide(full.shared_inter, "shared_expert_intermediate_size");
+  split.divide(full.vocab, "vocab_size");
   return c;
 }
 

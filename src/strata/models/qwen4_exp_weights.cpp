@@ -1,28 +1,14 @@
 #include "strata/models/qwen4_exp_weights.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 #include "strata/core/error.h"
+#include "strata/dist/rank_split.h"
 
 namespace strata {
 namespace {
 
-// Concatenates CPU float32 tensors along dimension 0.
-Tensor stack_rows(const std::vector<Tensor>& parts) {
-  int64_t rows = 0;
-  for (const Tensor& p : parts) rows += p.dim(0);
-  Shape shape = parts.at(0).shape();
-  shape[0] = rows;
-  Tensor out = Tensor::empty(shape, DType::kF32);
-  char* dst = static_cast<char*>(out.raw());
-  for (const Tensor& p : parts) {
-    std::memcpy(dst, p.raw(), p.nbytes());
-    dst += p.nbytes();
-  }
-  return out;
-}
 
 // A stored F32/BF16/F16 tensor as CPU float32, checked against `shape`.
 Tensor f32(WeightLoader& w, const std::string& name, const Shape& shape) {
@@ -47,10 +33,8 @@ HyperConnectionWeights load_hc(WeightLoader& w, const std::string& p, const Qwen
 
 // This rank's share of n things split par.size ways (divisibility checked by
 // qwen4_exp_rank_config).
-struct Share {
-  int64_t first, count;
-};
-Share share(const dist::Parallel& par, int64_t n) { return {par.rank * (n / par.size), n / par.size}; }
+using dist::Share;
+Share share(const dist::Parallel& par, int64_t n) { return dist::rank_share(par, n); }
 using Slice = WeightLoader::Slice;
 
 // Key heads with their value heads split over the ranks: in_proj_qkv's q, k and v rows and the
@@ -111,25 +95,10 @@ MoeWeights load_moe(WeightLoader& w, const std::string& p, const Qwen4ExpConfig&
   const Share is = par.expert_parallel ? Share{0, inter} : share(par, inter);
   MoeWeights m;
   m.router = w.get(p + "gate.weight", {e, h});
-  if (w.has(p + "experts.gate_up_proj")) {
-    m.experts_gate_up = w.get_expert_slices(p + "experts.gate_up_proj", {e, 2 * inter, h}, {es.first, es.count},
-                                            {{is.first, is.count}, {inter + is.first, is.count}}, {0, h});
-    m.experts_down = w.get_expert_slices(p + "experts.down_proj", {e, h, inter}, {es.first, es.count}, {{0, h}},
-                                         {is.first, is.count});
-  } else {
-    std::vector<Tensor> gate_up, down;
-    for (int64_t j = 0; j < e; ++j) {
-      const std::string q = w.prefix() + p + cat("experts.", j, ".");
-      const Tensor g = w.raw(q + "gate_proj.weight", {inter, h}), u = w.raw(q + "up_proj.weight", {inter, h}),
-                   d = w.raw(q + "down_proj.weight", {h, inter});
-      if (j < es.first || j >= es.first + es.count) continue;  // another rank's: checked and marked only
-      gate_up.push_back(slice_experts(g, 0, 1, {{is.first, is.count}}, {0, h}, q + "gate_proj.weight"));
-      gate_up.push_back(slice_experts(u, 0, 1, {{is.first, is.count}}, {0, h}, q + "up_proj.weight"));
-      down.push_back(slice_experts(d, 0, 1, {{0, h}}, {is.first, is.count}, q + "down_proj.weight"));
-    }
-    m.experts_gate_up = w.to_device(stack_rows(gate_up).reshape({es.count, 2 * is.count, h}));
-    m.experts_down = w.to_device(stack_rows(down).reshape({es.count, h, is.count}));
-  }
+  const WeightLoader::RoutedExperts experts =
+      w.get_routed_experts(p, {e, 2 * inter, h}, {es.first, es.count}, {is.first, is.count});
+  m.experts_gate_up = experts.gate_up;
+  m.experts_down = experts.down;
   const Share ss = share(par, si);
   m.shared_gate_up = w.get_slices({{p + "shared_expert.gate_proj.weight", {si, h}, 0, ss.first, ss.count},
                                    {p + "shared_expert.up_proj.weight", {si, h}, 0, ss.first, ss.count}});

@@ -159,6 +159,45 @@ Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_
   return out;
 }
 
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.dim(0);
+  Shape shape = parts.at(0).shape();
+  shape[0] = rows;
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+WeightLoader::RoutedExperts WeightLoader::get_routed_experts(const std::string& p, const Shape& gate_up_shape,
+                                                             Range experts, Range inter) {
+  const int64_t e = gate_up_shape.at(0), full_inter = gate_up_shape.at(1) / 2, h = gate_up_shape.at(2);
+  RoutedExperts r;
+  if (dummy() || has(p + "experts.gate_up_proj")) {
+    r.gate_up = get_expert_slices(p + "experts.gate_up_proj", gate_up_shape, experts,
+                                  {{inter.begin, inter.count}, {full_inter + inter.begin, inter.count}}, {0, h});
+    r.down = get_expert_slices(p + "experts.down_proj", {e, h, full_inter}, experts, {{0, h}}, inter);
+    return r;
+  }
+  std::vector<Tensor> gate_up, down;
+  for (int64_t j = 0; j < e; ++j) {
+    const std::string q = prefix_ + p + cat("experts.", j, ".");
+    const Tensor g = raw(q + "gate_proj.weight", {full_inter, h}), u = raw(q + "up_proj.weight", {full_inter, h}),
+                 d = raw(q + "down_proj.weight", {h, full_inter});
+    if (j < experts.begin || j >= experts.begin + experts.count) continue;  // another rank's: checked and marked only
+    gate_up.push_back(slice_experts(g, 0, 1, {{inter.begin, inter.count}}, {0, h}, q + "gate_proj.weight"));
+    gate_up.push_back(slice_experts(u, 0, 1, {{inter.begin, inter.count}}, {0, h}, q + "up_proj.weight"));
+    down.push_back(slice_experts(d, 0, 1, {{0, h}}, {inter.begin, inter.count}, q + "down_proj.weight"));
+  }
+  r.gate_up = to_device(concat_rows(gate_up).reshape({experts.count, 2 * inter.count, h}));
+  r.down = to_device(concat_rows(down).reshape({experts.count, h, inter.count}));
+  return r;
+}
+
 Tensor WeightLoader::get_expert_slices(const std::string& name, const Shape& full, Range experts,
                                        const std::vector<Range>& rows, Range cols) {
   const std::string full_name = prefix_ + name;

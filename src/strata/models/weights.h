@@ -20,6 +20,9 @@ Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_
                      const std::vector<std::pair<int64_t, int64_t>>& rows, std::pair<int64_t, int64_t> cols,
                      const std::string& what);
 
+// Concatenates CPU float32 tensors along dimension 0.
+Tensor concat_rows(const std::vector<Tensor>& parts);
+
 class WeightLoader {
  public:
   // `prefix` is where the language model's weights live: "model." for the *ForCausalLM
@@ -65,6 +68,15 @@ class WeightLoader {
   };
   Tensor get_expert_slices(const std::string& name, const Shape& full, Range experts,
                            const std::vector<Range>& rows, Range cols);
+  // The routed experts under `p` (e.g. "layers.3.mlp."), fused (experts.gate_up_proj [E, 2I, H],
+  // experts.down_proj [E, H, I]) or per expert (experts.J.{gate,up,down}_proj.weight, every one
+  // checked): of them the rank's `experts` and of each its intermediate columns `inter`, as
+  // gate_up [experts.count, 2 inter.count, H] and down [experts.count, H, inter.count] on the
+  // device.
+  struct RoutedExperts {
+    Tensor gate_up, down;
+  };
+  RoutedExperts get_routed_experts(const std::string& p, const Shape& gate_up_shape, Range experts, Range inter);
   // True for a config-only checkpoint (--load-format dummy): get() and get_slices() then return
   // seeded uniform random values of the requested shapes, generated on the device.
   bool dummy() const { return ckpt_.weightless(); }
