@@ -14,14 +14,6 @@ namespace {
 
 constexpr const char* kModel = "qwen3_5_tiny";
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
-
 class EngineGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EngineGolden, GreedyIdsMatchHf) {
@@ -34,9 +26,9 @@ TEST_P(EngineGolden, GreedyIdsMatchHf) {
   std::mt19937_64 rng(1);
   const int64_t vocab = llm.engine().model_info().vocab_size;
   const auto outs = llm.generate({random_ids(rng, 33, vocab), prompt, random_ids(rng, 70, vocab)},
-                                 greedy(int(expected.size())));
+                                 greedy_params(int(expected.size())));
   EXPECT_EQ(outs[1].outputs[0].token_ids, expected);
-  EXPECT_EQ(llm.generate({prompt}, greedy(int(expected.size())))[0].outputs[0].token_ids, expected);
+  EXPECT_EQ(llm.generate({prompt}, greedy_params(int(expected.size())))[0].outputs[0].token_ids, expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engine, EngineGolden,
@@ -55,7 +47,7 @@ TEST(EngineApi, BadInputIsAClearError) {
   EngineConfig c = test_config(kModel);
   c.max_model_len = 256;
   auto engine = make_engine(kModel, c);
-  const SamplingParams ok = greedy(4);
+  const SamplingParams ok = greedy_params(4);
   expect_error([&] { engine->add_request("a", {}, ok); }, "prompt: no tokens");
   expect_error([&] { engine->add_request("a", std::vector<int32_t>(256, 5), ok); }, "context length of 256");
   expect_error([&] { engine->add_request("a", {5, 384}, ok); }, "token id 384 at position 1");
@@ -83,7 +75,7 @@ TEST(EngineApi, BadInputIsAClearError) {
   small.kv_cache_memory = size_t(2 * c.max_num_seqs) * fixture_model(kModel)->info().cache.bytes_per_slot() +
                           4 * fixture_model(kModel)->info().cache.bytes_per_block(16);
   auto tiny = make_engine(kModel, small);
-  expect_error([&] { tiny->add_request("b", std::vector<int32_t>(60, 5), greedy(20)); }, "KV pages");
+  expect_error([&] { tiny->add_request("b", std::vector<int32_t>(60, 5), greedy_params(20)); }, "KV pages");
   while (engine->has_unfinished()) engine->step();
   expect_no_leak(*engine);
 }
@@ -120,7 +112,7 @@ TEST(EngineApi, CompletionsShareThePromptPages) {
   const int64_t vocab = fixture_model(kModel)->info().vocab_size;
   std::mt19937_64 rng(32);
   const auto prompt = random_ids(rng, 53, vocab);
-  SamplingParams p = greedy(10);
+  SamplingParams p = greedy_params(10);
   p.n = 4;
   p.logprobs = 1;
   auto engine = make_engine(kModel, test_config(kModel));
@@ -314,7 +306,7 @@ TEST(EngineApi, RequestsFromAnotherThread) {
   std::atomic<int> submitted{0};
   std::thread client([&] {
     for (int i = 0; i < 16; ++i) {
-      engine->add_request(cat("t", i), prompts[size_t(i)], greedy(5));
+      engine->add_request(cat("t", i), prompts[size_t(i)], greedy_params(5));
       ++submitted;
       std::this_thread::yield();
     }
@@ -330,7 +322,7 @@ TEST(EngineApi, RequestsFromAnotherThread) {
   // Each equals its run alone.
   for (int i = 0; i < 16; i += 5) {
     auto alone = make_engine(kModel, test_config(kModel));
-    expect_same_outputs(outs[cat("t", i)], run_all(*alone, {prompts[size_t(i)]}, greedy(5))[0], cat("t", i));
+    expect_same_outputs(outs[cat("t", i)], run_all(*alone, {prompts[size_t(i)]}, greedy_params(5))[0], cat("t", i));
   }
   expect_no_leak(*engine);
 }

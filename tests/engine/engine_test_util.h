@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +44,17 @@ inline EngineConfig test_config(const std::string& name) {
 inline std::unique_ptr<Engine> make_engine(const std::string& name, const EngineConfig& c) {
   return std::make_unique<Engine>(fixture_model(name), c,
                                   GenerationDefaults::load(engine_fixture_dir(name)));
+}
+
+// Greedy decoding of max_tokens tokens past any EOS, with the top `logprobs` alternatives (unset:
+// none asked).
+inline SamplingParams greedy_params(int max_tokens, std::optional<int> logprobs = std::nullopt) {
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = logprobs;
+  return p;
 }
 
 inline std::vector<int32_t> random_ids(std::mt19937_64& rng, int len, int64_t vocab) {

@@ -12,15 +12,6 @@ namespace {
 
 constexpr const char* kModel = "qwen3_5_moe_tiny";
 
-SamplingParams greedy_params(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.logprobs = 2;
-  return p;
-}
-
 RequestOutput run_alone(const EngineConfig& c, const std::vector<int32_t>& prompt,
                         const SamplingParams& p) {
   auto engine = make_engine(kModel, c);
@@ -31,7 +22,7 @@ TEST(EngineInvariance, OutputIgnoresTheRestOfTheBatch) {
   const int64_t vocab = fixture_model(kModel)->info().vocab_size;
   std::mt19937_64 rng(11);
   const std::vector<int32_t> target = random_ids(rng, 45, vocab);
-  const SamplingParams params = greedy_params(12);
+  const SamplingParams params = greedy_params(12, 2);
   const EngineConfig config = test_config(kModel);
   const RequestOutput alone = run_alone(config, target, params);
   ASSERT_EQ(alone.outputs[0].token_ids.size(), 12u);
@@ -63,7 +54,7 @@ TEST(EngineInvariance, OutputIgnoresTheChunkSize) {
   const int64_t vocab = fixture_model(kModel)->info().vocab_size;
   std::mt19937_64 rng(12);
   const std::vector<int32_t> prompt = random_ids(rng, 70, vocab);
-  const SamplingParams params = greedy_params(8);
+  const SamplingParams params = greedy_params(8, 2);
   EngineConfig config = test_config(kModel);
   const RequestOutput reference = run_alone(config, prompt, params);
   for (int chunk : {1, 2, 5, 16, 33, 69, 70}) {
@@ -94,7 +85,7 @@ TEST(EngineInvariance, OutputSurvivesPreemption) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(random_ids(rng, 20 + int(rng() % 40), vocab));
   for (bool sampled : {false, true}) {
-    SamplingParams params = greedy_params(40);
+    SamplingParams params = greedy_params(40, 2);
     if (sampled) {
       params.temperature = 0.9;
       params.top_p = 0.9;

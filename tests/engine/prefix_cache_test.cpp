@@ -12,15 +12,6 @@ namespace {
 
 constexpr const char* kModel = "qwen3_next_tiny";
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.logprobs = 1;
-  return p;
-}
-
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -42,10 +33,10 @@ TEST(EnginePrefixCache, SharedPrefixComputesOnlyTheSuffix) {
   const auto a = concat(shared, random_ids(rng, 30, vocab));
   const auto b = concat(shared, random_ids(rng, 37, vocab));
   auto engine = make_engine(kModel, c);
-  const RequestOutput out_a = run_all(*engine, {a}, greedy(8), "a")[0];
+  const RequestOutput out_a = run_all(*engine, {a}, greedy_params(8, 1), "a")[0];
   EXPECT_EQ(out_a.metrics.num_computed_prompt_tokens, int64_t(a.size()));
   const EngineStats before = engine->stats();
-  const RequestOutput out_b = run_all(*engine, {b}, greedy(8), "b")[0];
+  const RequestOutput out_b = run_all(*engine, {b}, greedy_params(8, 1), "b")[0];
   const EngineStats after = engine->stats();
   std::printf("  shared 256 of %zu: cached %d, computed %lld prompt tokens\n", b.size(),
               out_b.metrics.num_cached_tokens, (long long)out_b.metrics.num_computed_prompt_tokens);
@@ -54,7 +45,7 @@ TEST(EnginePrefixCache, SharedPrefixComputesOnlyTheSuffix) {
   EXPECT_EQ(after.computed_prompt_tokens - before.computed_prompt_tokens, 37);
   EXPECT_EQ(after.prefix_hits - before.prefix_hits, 256);
   EXPECT_EQ(after.snapshots_restored - before.snapshots_restored, 1);
-  expect_same_outputs(out_b, cold_run(c, b, greedy(8)), "prefix hit vs cold");
+  expect_same_outputs(out_b, cold_run(c, b, greedy_params(8, 1)), "prefix hit vs cold");
   expect_no_leak(*engine);
 }
 
@@ -72,7 +63,7 @@ TEST(EnginePrefixCache, BranchPointSnapshotServesTheNextRequest) {
   auto engine = make_engine(kModel, c);
   std::vector<RequestOutput> outs;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    outs.push_back(run_all(*engine, {prompts[i]}, greedy(6), cat("q", i, "-"))[0]);
+    outs.push_back(run_all(*engine, {prompts[i]}, greedy_params(6, 1), cat("q", i, "-"))[0]);
   }
   EXPECT_EQ(outs[0].metrics.num_cached_tokens, 0);
   EXPECT_EQ(outs[1].metrics.num_cached_tokens, 192);
@@ -80,10 +71,10 @@ TEST(EnginePrefixCache, BranchPointSnapshotServesTheNextRequest) {
   EXPECT_EQ(outs[2].metrics.num_cached_tokens, 224);
   EXPECT_EQ(outs[2].metrics.num_computed_prompt_tokens, int64_t(prompts[2].size()) - 224);
   for (size_t i = 1; i < prompts.size(); ++i) {
-    expect_same_outputs(outs[i], cold_run(c, prompts[i], greedy(6)), cat("request ", i));
+    expect_same_outputs(outs[i], cold_run(c, prompts[i], greedy_params(6, 1)), cat("request ", i));
   }
   // A repeated prompt recomputes only what follows the last page boundary before its end.
-  const RequestOutput again = run_all(*engine, {prompts[2]}, greedy(6), "again")[0];
+  const RequestOutput again = run_all(*engine, {prompts[2]}, greedy_params(6, 1), "again")[0];
   EXPECT_EQ(again.metrics.num_cached_tokens, int32_t((prompts[2].size() - 1) / 16 * 16));
   expect_same_outputs(again, outs[2], "repeat");
   expect_no_leak(*engine);
@@ -97,7 +88,7 @@ TEST(EnginePrefixCache, MultiTurnChatHitsTheWholeHistory) {
   std::vector<int32_t> prompt = random_ids(rng, 200, vocab);
   RequestOutput last;
   for (int turn = 0; turn < 6; ++turn) {
-    const RequestOutput out = run_all(*engine, {prompt}, greedy(24), cat("turn", turn, "-"))[0];
+    const RequestOutput out = run_all(*engine, {prompt}, greedy_params(24, 1), cat("turn", turn, "-"))[0];
     if (turn > 0) {
       const size_t shared = last.metrics.num_prompt_tokens + last.outputs[0].token_ids.size();
       const double rate = double(out.metrics.num_cached_tokens) / double(shared);
@@ -113,7 +104,7 @@ TEST(EnginePrefixCache, MultiTurnChatHitsTheWholeHistory) {
   }
   // The last turn's answer equals a cold run of the same conversation.
   std::vector<int32_t> last_prompt(prompt.begin(), prompt.end() - 20 - 24);
-  expect_same_outputs(last, cold_run(c, last_prompt, greedy(24)), "last turn vs cold");
+  expect_same_outputs(last, cold_run(c, last_prompt, greedy_params(24, 1)), "last turn vs cold");
   expect_no_leak(*engine);
 }
 
@@ -124,8 +115,8 @@ TEST(EnginePrefixCache, DisabledCachingComputesEverything) {
   c.enable_prefix_caching = false;
   auto engine = make_engine(kModel, c);
   const auto p = random_ids(rng, 100, vocab);
-  run_all(*engine, {p}, greedy(4), "x");
-  const RequestOutput again = run_all(*engine, {p}, greedy(4), "y")[0];
+  run_all(*engine, {p}, greedy_params(4, 1), "x");
+  const RequestOutput again = run_all(*engine, {p}, greedy_params(4, 1), "y")[0];
   EXPECT_EQ(again.metrics.num_cached_tokens, 0);
   EXPECT_EQ(again.metrics.num_computed_prompt_tokens, 100);
   EXPECT_EQ(engine->stats().cache.snapshot_slots, 0);

@@ -20,15 +20,6 @@ struct Workload {
   EngineStats stats;
 };
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.logprobs = 1;
-  return p;
-}
-
 // Round 1: six prompts at once, four of them sharing a 100-token prefix, plus one request of
 // three sampled completions (forked from its prompt: a partly filled page and the state copied).
 // Round 2: three prompts continuing round 1's shared prefix, served from its pages and snapshots.
@@ -44,7 +35,7 @@ Workload run_workload(Engine& engine, int64_t vocab) {
   const std::vector<std::vector<int32_t>> round1 = {with_shared(7),          with_shared(30), random_ids(rng, 45, vocab),
                                                     with_shared(19),         random_ids(rng, 9, vocab),
                                                     with_shared(52)};
-  for (RequestOutput& o : run_all(engine, round1, greedy(8), "a")) w.outputs.push_back(std::move(o));
+  for (RequestOutput& o : run_all(engine, round1, greedy_params(8, 1), "a")) w.outputs.push_back(std::move(o));
   SamplingParams sampled;
   sampled.temperature = 1.0;
   sampled.seed = 5;
@@ -54,7 +45,7 @@ Workload run_workload(Engine& engine, int64_t vocab) {
   sampled.logprobs = 1;
   for (RequestOutput& o : run_all(engine, {random_ids(rng, 53, vocab)}, sampled, "f")) w.outputs.push_back(std::move(o));
   const std::vector<std::vector<int32_t>> round2 = {with_shared(11), with_shared(40), with_shared(3)};
-  for (RequestOutput& o : run_all(engine, round2, greedy(8), "b")) w.outputs.push_back(std::move(o));
+  for (RequestOutput& o : run_all(engine, round2, greedy_params(8, 1), "b")) w.outputs.push_back(std::move(o));
   w.stats = engine.stats();
   return w;
 }

@@ -11,15 +11,6 @@
 namespace strata::testing {
 namespace {
 
-SamplingParams greedy_params(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.logprobs = 2;
-  return p;
-}
-
 // Random ids with the first EOS id at a few places.
 std::vector<int32_t> prompt_with_eos(std::mt19937_64& rng, int len, const ModelInfo& info) {
   std::vector<int32_t> ids = random_ids(rng, len, info.vocab_size);
@@ -42,7 +33,7 @@ class Qwen4ExpEngine : public ::testing::TestWithParam<std::string> {
 TEST_P(Qwen4ExpEngine, OutputIgnoresTheRestOfTheBatch) {
   std::mt19937_64 rng(31);
   const std::vector<int32_t> target = prompt_with_eos(rng, 50, info());
-  const SamplingParams params = greedy_params(10);
+  const SamplingParams params = greedy_params(10, 2);
   const EngineConfig config = test_config(name());
   const RequestOutput alone = run_alone(config, target, params);
   ASSERT_EQ(alone.outputs[0].token_ids.size(), 10u);
@@ -69,7 +60,7 @@ TEST_P(Qwen4ExpEngine, OutputIgnoresTheRestOfTheBatch) {
 TEST_P(Qwen4ExpEngine, OutputIgnoresTheChunkSize) {
   std::mt19937_64 rng(32);
   const std::vector<int32_t> prompt = prompt_with_eos(rng, 61, info());
-  const SamplingParams params = greedy_params(6);
+  const SamplingParams params = greedy_params(6, 2);
   EngineConfig config = test_config(name());
   const RequestOutput reference = run_alone(config, prompt, params);
   for (int chunk : {1, 3, 7, 16, 61}) {
@@ -88,7 +79,7 @@ TEST_P(Qwen4ExpEngine, OutputSurvivesPreemption) {
   std::mt19937_64 rng(33);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 6; ++i) prompts.push_back(prompt_with_eos(rng, 20 + int(rng() % 30), info()));
-  const SamplingParams params = greedy_params(30);
+  const SamplingParams params = greedy_params(30, 2);
   EngineConfig roomy = test_config(name());
   std::vector<RequestOutput> alone;
   for (const auto& p : prompts) alone.push_back(run_alone(roomy, p, params));
@@ -121,13 +112,13 @@ TEST_P(Qwen4ExpEngine, PrefixCacheHitEqualsColdRun) {
   for (int32_t t : prompt_with_eos(rng, 13, info())) a.push_back(t);
   for (int32_t t : prompt_with_eos(rng, 21, info())) b.push_back(t);
   auto engine = make_engine(name(), c);
-  run_all(*engine, {a}, greedy_params(5), "a");
-  const RequestOutput warm = run_all(*engine, {b}, greedy_params(5), "b")[0];
+  run_all(*engine, {a}, greedy_params(5, 2), "a");
+  const RequestOutput warm = run_all(*engine, {b}, greedy_params(5, 2), "b")[0];
   std::printf("  %s: %zu-token prompt, %d tokens from the prefix cache\n", name().c_str(), b.size(),
               warm.metrics.num_cached_tokens);
   EXPECT_GE(warm.metrics.num_cached_tokens, 64);
   auto cold_engine = make_engine(name(), c);
-  const RequestOutput cold = run_all(*cold_engine, {b}, greedy_params(5), "b")[0];
+  const RequestOutput cold = run_all(*cold_engine, {b}, greedy_params(5, 2), "b")[0];
   EXPECT_EQ(cold.metrics.num_cached_tokens, 0);
   expect_same_outputs(warm, cold, "prefix hit vs cold");
   expect_no_leak(*engine);
