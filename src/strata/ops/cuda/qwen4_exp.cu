@@ -21,6 +21,17 @@ unsigned grid_for(int64_t n) {
 #define STRATA_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
+// 1 / rms of x[base, base + n) plus eps, over the block (`red`: __shared__ float[32]).
+__device__ __forceinline__ float block_rms_inv(const void* x, bool x32, int64_t base, int64_t n, float eps,
+                                               float* red) {
+  float ss = 0.f;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = ldf(x, x32, base + c);
+    ss += v * v;
+  }
+  return rsqrtf(block_sum(ss, red) / float(n) + eps);
+}
+
 // Block b normalises the `group` features starting at b * group (row b / groups, group
 // b % groups); each thread re-reads only the elements it read, so out may alias x.
 __global__ void rms_norm_grouped_kernel(const void* x, bool x32, const void* w, bool w32, void* out, bool o32,
@@ -28,12 +39,7 @@ __global__ void rms_norm_grouped_kernel(const void* x, bool x32, const void* w, 
   pdl_begin();
   __shared__ float red[32];
   const int64_t base = int64_t(blockIdx.x) * group, wbase = (int64_t(blockIdx.x) % groups) * group;
-  float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
-    const float v = ldf(x, x32, base + c);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(block_sum(ss, red) / float(group) + eps);
+  const float inv = block_rms_inv(x, x32, base, group, eps, red);
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
     stf(out, o32, base + c, ldf(x, x32, base + c) * inv * (1.f + ldf(w, w32, wbase + c)));
   }
@@ -45,12 +51,7 @@ __global__ void rms_norm_gated_act_kernel(const void* x, bool x32, const void* z
   pdl_begin();
   __shared__ float red[32];
   const int64_t base = int64_t(blockIdx.x) * d;
-  float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const float v = ldf(x, x32, base + c);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(block_sum(ss, red) / float(d) + eps);
+  const float inv = block_rms_inv(x, x32, base, d, eps, red);
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     const float zv = ldf(z, z32, base + c);
     const float gate = use_sigmoid ? sigmoid_f(zv) : silu_f(zv);
