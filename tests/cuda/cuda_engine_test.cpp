@@ -26,11 +26,7 @@ EngineRun run_engine(const std::string& fixture, const std::shared_ptr<Model>& m
   const int64_t vocab = model->info().vocab_size;
   std::vector<std::vector<int32_t>> prompts = {random_ids(rng, 5, vocab), random_ids(rng, 70, vocab),
                                                random_ids(rng, 33, vocab)};
-  SamplingParams p;
-  p.temperature = 0.0;
-  p.max_tokens = 12;
-  p.ignore_eos = true;
-  p.logprobs = 2;
+  const SamplingParams p = greedy_params(12, 2);
   EngineRun r;
   r.first = run_all(engine, prompts, p, "a");
   r.second = run_all(engine, prompts, p, "b");
