@@ -10,7 +10,7 @@ namespace strata {
 
 Engine::Engine(const EngineConfig& config)
     : config_(config),
-      model_(load_parallel_model(config.model, LoadOptions{config.device, LoadFormat::kSafetensors, {}},
+      model_(load_parallel_model(config.model, LoadOptions{config.device, config.load_format, {}},
                                  {config.tensor_parallel_size, config.enable_expert_parallel})),
       defaults_(GenerationDefaults::load(config.model)) {
   init();
@@ -62,7 +62,7 @@ void Engine::init() {
   cache_ = std::make_unique<CacheManager>(*model_, cc);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
-  sampler_ = std::make_unique<Sampler>(info.vocab_size, config_.logprobs_mode);
+  sampler_ = std::make_unique<BatchSampler>(info.vocab_size, config_.logprobs_mode);
   runner_ = std::make_unique<ModelRunner>(*model_, config_.enforce_eager);
 }
 
@@ -257,16 +257,10 @@ void Engine::check_stop(Sequence& seq, int32_t token) {
   finish_sequence(seq, reason, stop_reason);
 }
 
-void Engine::process_sample(Sequence& seq, const float* logits, bool first_of_prompt) {
-  const ResolvedSampling& p = seq.request->sampling;
-  const SampleResult r =
-      sampler_->sample(logits, p, {&seq.tokens, seq.prompt_len, &seq.output_counts, &seq.rng});
-  append_token(seq, r);
-  if (first_of_prompt) fork_children(seq, logits);
-  check_stop(seq, r.token);
-}
-
-void Engine::fork_children(Sequence& parent, const float* logits) {
+// The children of a request's first completion share its computed prompt from the step that
+// samples its first token: each forks now (or computes the prompt itself when the pools or
+// max-num-seqs say no) and draws its own first token from the same logits row.
+void Engine::fork_children(Sequence& parent, int32_t logits_row, std::vector<SampleJob>& jobs) {
   Request& req = *parent.request;
   for (size_t i = 1; i < req.seqs.size(); ++i) {
     Sequence& child = *req.seqs[i];
@@ -274,7 +268,7 @@ void Engine::fork_children(Sequence& parent, const float* logits) {
     if (scheduler_->can_run_more() && cache_->fork(parent, child)) {
       scheduler_->add_running(&child);
       ++stats_.forks;
-      process_sample(child, logits, false);
+      jobs.push_back({&child, logits_row});
     } else {
       scheduler_->add(&child);  // computes the prompt itself (prefix caching helps)
     }
@@ -307,8 +301,8 @@ std::vector<RequestOutput> Engine::step() {
     ++stats_.steps;
     stats_.graph_steps = runner_->graph_steps();
     stats_.computed_tokens += so.num_tokens;
-    const int64_t vocab = model_->info().vocab_size;
-    int64_t row = 0;
+    std::vector<SampleJob> jobs;
+    int32_t row = 0;
     for (const ScheduledChunk& c : so.chunks) {
       Sequence& seq = *c.seq;
       Request& req = *seq.request;
@@ -319,10 +313,15 @@ std::vector<RequestOutput> Engine::step() {
       seq.num_computed += c.q_len;
       cache_->on_computed(seq, c.samples);
       if (c.samples) {
-        const bool first = seq.index == 0 && seq.num_generated() == 0 && req.seqs.size() > 1;
-        process_sample(seq, logits.data<float>() + row * vocab, first);
+        jobs.push_back({&seq, row});
+        if (seq.index == 0 && seq.num_generated() == 0 && req.seqs.size() > 1) fork_children(seq, row, jobs);
         ++row;
       }
+    }
+    const std::vector<SampleResult> results = sampler_->sample(logits, jobs);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      append_token(*jobs[i].seq, results[i]);
+      check_stop(*jobs[i].seq, results[i].token);
     }
   }
   // Report in arrival order, so that callers see a deterministic sequence.

@@ -8,8 +8,8 @@
 //
 // add_request, abort and has_unfinished may be called from any thread (a server's handlers);
 // step, stats and the cache accessors belong to the one thread that drives the engine. Each
-// step schedules a batch (scheduler.h), runs Model::forward once, samples, applies the stop
-// rules and reports what changed: every RequestOutput from step() is a delta (the tokens and
+// step schedules a batch (scheduler.h), runs Model::forward once, samples on the model's
+// device (batch_sampler.h), applies the stop rules and reports what changed: every RequestOutput from step() is a delta (the tokens and
 // text produced by this step), and the last one of a request has finished = true (also after
 // an abort: finish_reason "abort").
 #pragma once
@@ -26,6 +26,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "strata/engine/batch_sampler.h"
 #include "strata/engine/cache_manager.h"
 #include "strata/engine/detokenizer.h"
 #include "strata/engine/memory_budget.h"
@@ -42,6 +43,7 @@ namespace strata {
 struct EngineConfig {
   std::string model;          // checkpoint folder (config.json, generation_config.json)
   Device device = Device::kCpu;
+  LoadFormat load_format = LoadFormat::kSafetensors;  // kDummy: random weights from config.json
   // Ranks of the model (models/parallel_model.h); the engine itself stays one, on rank 0.
   int32_t tensor_parallel_size = 1;
   bool enable_expert_parallel = false;  // whole experts per rank instead of split experts
@@ -119,11 +121,10 @@ class Engine {
   void drain_inbox();
   void admit_request(std::unique_ptr<Request> req);
   void abort_now(const std::string& id);
-  void process_sample(Sequence& seq, const float* logits, bool first_of_prompt);
   void append_token(Sequence& seq, const SampleResult& r);
   void check_stop(Sequence& seq, int32_t token);
   void detokenize(Sequence& seq, bool flush);
-  void fork_children(Sequence& parent, const float* logits);
+  void fork_children(Sequence& parent, int32_t logits_row, std::vector<SampleJob>& jobs);
   void finish_sequence(Sequence& seq, const std::string& reason, const std::string& stop_reason = "");
   RequestOutput report(Request& req);
 
@@ -135,7 +136,7 @@ class Engine {
   MemoryPlan plan_;
   std::unique_ptr<CacheManager> cache_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<BatchSampler> sampler_;
   std::unique_ptr<ModelRunner> runner_;
   std::chrono::steady_clock::time_point start_;
   std::mt19937_64 seed_source_;

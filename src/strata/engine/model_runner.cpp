@@ -23,23 +23,15 @@ ModelRunner::ModelRunner(Model& model, bool enforce_eager) : model_(model) {
 ModelRunner::~ModelRunner() = default;
 
 const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
-  if (model_.device() == Device::kCpu) {
-    model_.forward(batch, caches, host_logits_);
-    return host_logits_;
-  }
-  Tensor logits;
 #if defined(STRATA_WITH_CUDA)
   if (graphs_ && graphs_->eligible(batch)) {
-    logits = graphs_->run(batch, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });
+    graph_logits_ = graphs_->run(batch, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });
     ++graph_steps_;
+    return graph_logits_;
   }
 #endif
-  if (!logits.defined()) {
-    model_.forward(batch, caches, device_logits_);
-    logits = device_logits_;
-  }
-  host_logits_ = logits.to(Device::kCpu);
-  return host_logits_;
+  model_.forward(batch, caches, logits_);
+  return logits_;
 }
 
 }  // namespace strata

@@ -1,7 +1,7 @@
 // How the engine runs the model for one step: on CUDA, decode steps (one new token and one
 // logits row per sequence) replay CUDA graphs padded to batch buckets when the model allows it
 // (ModelInfo::cuda_graphs) and the engine was not told --enforce-eager; every other step runs
-// eagerly. The logits always come back on the host, where the sampler reads them.
+// eagerly. The logits stay on the model's device, where the engine samples them.
 #pragma once
 
 #include <memory>
@@ -23,7 +23,8 @@ class ModelRunner {
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
-  // The batch's logits [batch.logit_rows.size(), vocab] F32 on the host.
+  // The batch's logits [batch.logit_rows.size(), vocab] F32 on the model's device, valid until
+  // the next run.
   const Tensor& run(const ForwardBatch& batch, Caches& caches);
   // Decode steps run as graphs so far (0 without graphs).
   int64_t graph_steps() const { return graph_steps_; }
@@ -31,7 +32,7 @@ class ModelRunner {
  private:
   Model& model_;
   std::unique_ptr<ops::cuda::DecodeGraphs> graphs_;
-  Tensor device_logits_, host_logits_;
+  Tensor logits_, graph_logits_;
   int64_t graph_steps_ = 0;
 };
 

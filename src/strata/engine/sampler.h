@@ -1,14 +1,17 @@
-// Sampler: one token from one row of logits, with vLLM's processing order:
+// Sampler: the reference for one token from one row of logits, with vLLM's processing order:
 //   1. logit bias; min_tokens masks eos and stop ids;
 //   2. penalties: repetition (prompt + generated: positive logits divided, negative
 //      multiplied), then frequency and presence (generated tokens only);
 //   3. greedy (temperature < 1e-5): the arg max, the lowest id winning a tie; else
-//      4. temperature, 5. min-p (against the most likely token), 6. top-k, 7. top-p (the
-//      smallest set, most likely first, whose mass reaches top_p), and a draw from what is
-//      left with one uniform number from the sequence's own RNG.
+//      4. temperature, then the kept set and the draw of ops.h's SampleSpec: min-p (against
+//      the most likely token), top-k and top-p as thresholds (ties at a cut kept), and the
+//      first kept token in id order at which the running mass exceeds one uniform number from
+//      the sequence's own RNG times the kept mass.
 // Log-probabilities are the log-softmax of either the raw model logits (LogprobsMode::kRaw) or
 // the processed ones after step 2 and the temperature, before min-p / top-k / top-p
 // (kProcessed, the default), so every token has a finite log-probability.
+// The engine samples whole batches on the logits' device (engine/batch_sampler.h); this class
+// is the per-row reference that path is tested against.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,7 @@
 
 #include "strata/engine/output.h"
 #include "strata/engine/sampling_params.h"
+#include "strata/ops/ops.h"
 
 namespace strata {
 
@@ -43,18 +47,19 @@ class Sampler {
   SampleResult sample(const float* logits, const ResolvedSampling& p, const SamplerInput& in);
 
  private:
-  void log_softmax(const std::vector<float>& x, std::vector<float>& out) const;
-  void top_logprobs(const std::vector<float>& lp, int n, std::vector<TokenLogprob>& out);
-
   int64_t vocab_;
   LogprobsMode mode_;
   std::vector<float> x_, lp_;
-  std::vector<double> probs_;
-  std::vector<int32_t> order_;
   std::vector<uint8_t> seen_;
 };
 
+// The draw parameters of `p` (SampleSpec's fields but the row, the uniform number and the
+// adjustments).
+ops::SampleSpec sample_spec(const ResolvedSampling& p);
+
 // A uniform double in [0, 1) from 53 bits of the generator (the same on every platform).
 inline double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1.0p-53; }
+// A uniform float in [0, 1) from 24 bits of the generator: the draw of one sampled token.
+inline float uniform01f(std::mt19937_64& rng) { return float(rng() >> 40) * 0x1.0p-24f; }
 
 }  // namespace strata

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "strata/core/batch.h"
@@ -204,19 +205,79 @@ void fill_random_uniform(const Tensor& t, uint64_t seed, float scale);
 // F32, ids [N] I32.
 void argmax(const Tensor& logits, const Tensor& ids);
 
-// Per-row sampling parameters. temperature <= 0 means greedy (argmax).
-struct SampleRow {
-  float temperature = 1.f;
-  int top_k = 0;        // <= 0: no top-k cut
-  float top_p = 1.f;    // >= 1: no top-p cut
-  float uniform = 0.f;  // the row's random draw in [0, 1), from the caller's generator
+// ---- the engine's sampling, on the logits' device (engine/sampler.h's definition) ----
+
+constexpr int kMaxTopLogprobs = 20;
+
+// One token's change to its row's logits, applied in this order: x += bias; x = -inf if mask;
+// x = x > 0 ? x / repetition_penalty : x * repetition_penalty if repeat; x -= subtract.
+struct LogitAdjust {
+  int32_t id = 0;
+  float bias = 0.f;      // logit_bias
+  uint8_t mask = 0;      // min_tokens: eos and stop ids
+  uint8_t repeat = 0;    // in the prompt or the output (repetition penalty)
+  float subtract = 0.f;  // frequency * output count + presence
 };
-// One draw per row of logits [N, V] F32 into ids [N] I32, defined by thresholds so that every
-// device computes the same set: p = softmax(logits / temperature); top-k keeps the tokens with
-// p >= the k-th largest p (ties at the cut are kept); top-p then keeps the tokens with
-// p >= tau, tau the largest kept value whose kept tokens with p >= tau hold at least top_p of
-// the kept mass; the draw is the first token, in index order, at which the running sum of kept
-// p exceeds uniform * (kept mass).
-void sample(const Tensor& logits, const std::vector<SampleRow>& rows, const Tensor& ids);
+
+// One draw. The processed logits x are the logits row after its adjustments. Greedy: the arg
+// max of x, the lowest id winning a tie. Else z = x * inv_temperature and e = exp(z - max z);
+// the kept set is the tokens with e >= min_p, x >= the top_k-th largest x (ties at the cut
+// kept; top_k 0: off) and, when top_p < 1, p >= tau with tau the largest kept value whose kept
+// tokens with p >= tau hold at least top_p of the kept mass; the draw is the first kept token,
+// in id order, at which the running kept mass exceeds uniform * (kept mass).
+struct SampleSpec {
+  int32_t logits_row = 0;  // several draws may read one row (n > 1 completions)
+  bool greedy = true;
+  float inv_temperature = 1.f;
+  int32_t top_k = 0;
+  float top_p = 1.f;
+  float min_p = 0.f;
+  float repetition_penalty = 1.f;
+  float uniform = 0.f;            // in [0, 1)
+  int32_t num_top_logprobs = -1;  // -1: no log-probabilities; else [0, kMaxTopLogprobs]
+  int32_t adjust_begin = 0, adjust_count = 0;  // its entries of SampleBatch::adjust, ids unique
+};
+
+struct SampleBatch {
+  std::vector<SampleSpec> rows;
+  std::vector<LogitAdjust> adjust;
+  // Log-probabilities of the raw logits instead of the processed ones (log_softmax(x), or of z
+  // when not greedy).
+  bool raw_logprobs = false;
+};
+
+// What comes back to the host: per draw its token, and when asked its log-probability and the
+// top ones (most likely first, the lower id first on a tie) at top[r * kMaxTopLogprobs + j].
+struct SampledTokens {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+  void resize(size_t n) {
+    ids.assign(n, 0);
+    logprobs.assign(n, 0.f);
+    top_ids.assign(n * kMaxTopLogprobs, 0);
+    top_logprobs.assign(n * kMaxTopLogprobs, 0.f);
+  }
+};
+
+// The draws of `batch` from logits [R, V] F32 (left unchanged). On CUDA only the results
+// above are copied back (through pinned memory); the CPU computes in double.
+void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out);
+// The checks of sample_tokens (rows, ranges and ids within logits' shape), naming the field.
+void check_sample_batch(const Tensor& logits, const SampleBatch& batch);
+
+// The CPU definition of one draw from processed logits x [V] (already adjusted): the token and,
+// when spec.num_top_logprobs >= 0 and !raw, its log-probability and the top ones. Shared with
+// the engine's reference Sampler.
+struct RowDraw {
+  int32_t token = 0;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+void sample_processed_row(std::vector<float>& x, const SampleSpec& spec, bool raw, RowDraw& out);
+// log_softmax of x into out (double sums, float results), and its top n entries.
+void log_softmax_row(const std::vector<float>& x, std::vector<float>& out);
+void top_entries(const std::vector<float>& lp, int n, std::vector<std::pair<int32_t, float>>& out);
 
 }  // namespace strata::ops

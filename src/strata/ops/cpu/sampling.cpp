@@ -1,5 +1,6 @@
-// CPU reference: greedy and top-k / top-p sampling over logits rows (the threshold definition of
-// ops.h, which the device kernels compute the same way).
+// CPU reference of the engine's sampling (ops.h's definition), in double: the processed
+// logits of each draw, then the greedy pick or the kept set and the id-ordered draw. The CUDA
+// kernels (ops/cuda/sampling.cu) compute the same thresholds in float.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -28,7 +29,115 @@ void check_logits(const Tensor& logits, const Tensor& ids, const char* op) {
                ids.describe(), " should be I32[", logits.dim(0), "]");
 }
 
+void apply_adjust(std::vector<float>& x, const LogitAdjust* a, int32_t n, float rp) {
+  for (int32_t i = 0; i < n; ++i) {
+    float& v = x[size_t(a[i].id)];
+    v += a[i].bias;
+    if (a[i].mask) v = -INFINITY;
+    if (a[i].repeat) v = v > 0 ? v / rp : v * rp;
+    v -= a[i].subtract;
+  }
+}
+
+// The kept set of a non-greedy draw as weights e (0: dropped), from z = x * inv_temperature.
+void kept_weights(const std::vector<float>& z, const SampleSpec& s, std::vector<double>& e) {
+  const size_t v = z.size();
+  const float mz = *std::max_element(z.begin(), z.end());
+  e.resize(v);
+  for (size_t i = 0; i < v; ++i) {
+    e[i] = std::exp(double(z[i]) - double(mz));
+    if (e[i] < double(s.min_p)) e[i] = 0;  // min-p, relative to the most likely token (e = 1)
+  }
+  std::vector<float> order;
+  if (s.top_k > 0 && size_t(s.top_k) < v) {
+    order.assign(z.begin(), z.end());
+    std::nth_element(order.begin(), order.begin() + (s.top_k - 1), order.end(), std::greater<float>());
+    const float zk = order[size_t(s.top_k - 1)];
+    for (size_t i = 0; i < v; ++i) {
+      if (z[i] < zk) e[i] = 0;
+    }
+  }
+  if (s.top_p < 1.f) {
+    std::vector<int32_t> ids;
+    double kept = 0;
+    for (size_t i = 0; i < v; ++i) {
+      if (e[i] > 0) {
+        ids.push_back(int32_t(i));
+        kept += e[i];
+      }
+    }
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return z[size_t(a)] > z[size_t(b)]; });
+    const double target = double(s.top_p) * kept;
+    double mass = 0;
+    float tau = -INFINITY;
+    for (size_t j = 0; j < ids.size(); ++j) {
+      mass += e[size_t(ids[j])];
+      // Every token equal to this one counts once tau reaches it.
+      const bool group_end = j + 1 == ids.size() || z[size_t(ids[j + 1])] != z[size_t(ids[j])];
+      if (group_end && mass >= target) {
+        tau = z[size_t(ids[j])];
+        break;
+      }
+    }
+    for (size_t i = 0; i < v; ++i) {
+      if (z[i] < tau) e[i] = 0;
+    }
+  }
+}
+
 }  // namespace
+
+void log_softmax_row(const std::vector<float>& x, std::vector<float>& out) {
+  float mx = -INFINITY;
+  for (float v : x) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : x) sum += std::exp(double(v) - double(mx));
+  const double lse = double(mx) + std::log(sum);
+  out.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = float(double(x[i]) - lse);
+}
+
+void top_entries(const std::vector<float>& lp, int n, std::vector<std::pair<int32_t, float>>& out) {
+  out.clear();
+  if (n <= 0) return;
+  std::vector<int32_t> order(lp.size());
+  for (size_t i = 0; i < lp.size(); ++i) order[i] = int32_t(i);
+  const size_t k = std::min(size_t(n), lp.size());
+  std::partial_sort(order.begin(), order.begin() + ptrdiff_t(k), order.end(), [&](int32_t a, int32_t b) {
+    return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i) out.emplace_back(order[i], lp[size_t(order[i])]);
+}
+
+void sample_processed_row(std::vector<float>& x, const SampleSpec& s, bool raw, RowDraw& out) {
+  const bool logprobs = s.num_top_logprobs >= 0 && !raw;
+  std::vector<float> lp;
+  if (s.greedy) {
+    out.token = argmax_row(x.data(), int64_t(x.size()));
+  } else {
+    for (float& v : x) v *= s.inv_temperature;
+    std::vector<double> e;
+    kept_weights(x, s, e);
+    double total = 0;
+    for (double w : e) total += w;
+    out.token = argmax_row(x.data(), int64_t(x.size()));  // no kept mass: the arg max
+    if (total > 0) {
+      const double stop = double(s.uniform) * total;
+      double run = 0;
+      for (size_t i = 0; i < e.size(); ++i) {
+        if (e[i] <= 0) continue;
+        out.token = int32_t(i);  // rounding may leave the stop past the end: the last kept one
+        run += e[i];
+        if (run > stop) break;
+      }
+    }
+  }
+  if (logprobs) {
+    log_softmax_row(x, lp);
+    out.logprob = lp[size_t(out.token)];
+    top_entries(lp, s.num_top_logprobs, out.top);
+  }
+}
 
 void argmax(const Tensor& logits, const Tensor& ids) {
   STRATA_CUDA_DISPATCH(logits, argmax(logits, ids));
@@ -39,69 +148,55 @@ void argmax(const Tensor& logits, const Tensor& ids) {
   }
 }
 
-void sample(const Tensor& logits, const std::vector<SampleRow>& rows, const Tensor& ids) {
-  STRATA_CUDA_DISPATCH(logits, sample(logits, rows, ids));
-  check_logits(logits, ids, "sample");
-  STRATA_CHECK(int64_t(rows.size()) == logits.dim(0), "sample: ", rows.size(),
-               " parameter rows for ", logits.dim(0), " logits rows");
+void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out) {
+  STRATA_CUDA_DISPATCH(logits, sample_tokens(logits, batch, out));
+  expect_cpu_f32(logits, "sample_tokens", "logits");
+  check_sample_batch(logits, batch);
   const int64_t v = logits.dim(1);
-  for (const SampleRow& p : rows) {
-    STRATA_CHECK(p.uniform >= 0.f && p.uniform < 1.f && p.top_p > 0.f,
-                 "sample: uniform must be in [0, 1) and top_p > 0, got ", p.uniform, " and ",
-                 p.top_p);
-  }
-  parallel_for(logits.dim(0), [&](int64_t r) {
-    const float* l = logits.data<float>() + r * v;
-    const SampleRow& p = rows[r];
-    if (p.temperature <= 0.f) {
-      ids.data<int32_t>()[r] = argmax_row(l, v);
-      return;
+  out.resize(batch.rows.size());
+  parallel_for(int64_t(batch.rows.size()), [&](int64_t r) {
+    const SampleSpec& s = batch.rows[size_t(r)];
+    const float* l = logits.data<float>() + int64_t(s.logits_row) * v;
+    std::vector<float> x(l, l + v), raw_lp;
+    const bool logprobs = s.num_top_logprobs >= 0;
+    RowDraw d;
+    if (logprobs && batch.raw_logprobs) {
+      log_softmax_row(x, raw_lp);
+      top_entries(raw_lp, s.num_top_logprobs, d.top);
     }
-    const float inv_t = 1.f / p.temperature;
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < v; ++i) mx = std::max(mx, l[i] * inv_t);
-    std::vector<float> prob(v);
-    float sum = 0.f;
-    for (int64_t i = 0; i < v; ++i) sum += prob[i] = std::exp(l[i] * inv_t - mx);
-    for (int64_t i = 0; i < v; ++i) prob[i] /= sum;
-    std::vector<float> sorted(prob);
-    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-    // top-k: threshold at the k-th largest value (ties kept).
-    float floor_k = 0.f;
-    if (p.top_k > 0 && p.top_k < v) floor_k = sorted[p.top_k - 1];
-    double kept = 0;
-    for (float x : sorted) {
-      if (x >= floor_k) kept += x;
+    apply_adjust(x, batch.adjust.data() + s.adjust_begin, s.adjust_count, s.repetition_penalty);
+    sample_processed_row(x, s, batch.raw_logprobs, d);
+    if (logprobs && batch.raw_logprobs) d.logprob = raw_lp[size_t(d.token)];
+    out.ids[size_t(r)] = d.token;
+    out.logprobs[size_t(r)] = d.logprob;
+    for (size_t j = 0; j < d.top.size(); ++j) {
+      out.top_ids[size_t(r) * kMaxTopLogprobs + j] = d.top[j].first;
+      out.top_logprobs[size_t(r) * kMaxTopLogprobs + j] = d.top[j].second;
     }
-    // top-p: the largest tau (a kept value) whose tokens with p >= tau hold top_p of the mass.
-    float tau = floor_k;
-    if (p.top_p < 1.f) {
-      const double target = double(p.top_p) * kept;
-      double mass = 0;
-      for (size_t i = 0; i < sorted.size() && sorted[i] >= floor_k; ++i) {
-        mass += sorted[i];
-        // Every token equal to sorted[i] counts once tau reaches it.
-        if ((i + 1 == sorted.size() || sorted[i + 1] != sorted[i]) && mass >= target) {
-          tau = sorted[i];
-          break;
-        }
-      }
-    }
-    double total = 0;
-    for (int64_t i = 0; i < v; ++i) {
-      if (prob[i] >= tau) total += prob[i];
-    }
-    const double stop = double(p.uniform) * total;
-    double run = 0;
-    int32_t pick = -1;
-    for (int64_t i = 0; i < v; ++i) {
-      if (prob[i] < tau) continue;
-      pick = int32_t(i);
-      run += prob[i];
-      if (run > stop) break;
-    }
-    ids.data<int32_t>()[r] = pick;
   });
+}
+
+void check_sample_batch(const Tensor& logits, const SampleBatch& batch) {
+  STRATA_CHECK(logits.ndim() == 2 && logits.dim(1) > 0, "sample_tokens: logits must be [N, V], got ",
+               logits.describe());
+  const int64_t v = logits.dim(1);
+  for (const SampleSpec& s : batch.rows) {
+    STRATA_CHECK(s.logits_row >= 0 && s.logits_row < logits.dim(0), "sample_tokens: logits row ",
+                 s.logits_row, " outside [0, ", logits.dim(0), ")");
+    STRATA_CHECK(s.uniform >= 0.f && s.uniform < 1.f && s.top_p > 0.f && s.top_k >= 0,
+                 "sample_tokens: uniform must be in [0, 1), top_p > 0 and top_k >= 0, got ", s.uniform,
+                 ", ", s.top_p, ", ", s.top_k);
+    STRATA_CHECK(s.num_top_logprobs <= kMaxTopLogprobs, "sample_tokens: ", s.num_top_logprobs,
+                 " top logprobs (at most ", kMaxTopLogprobs, ")");
+    STRATA_CHECK(s.adjust_begin >= 0 && s.adjust_count >= 0 &&
+                     size_t(s.adjust_begin) + size_t(s.adjust_count) <= batch.adjust.size(),
+                 "sample_tokens: adjustments [", s.adjust_begin, ", +", s.adjust_count, ") outside ",
+                 batch.adjust.size());
+    for (int32_t i = 0; i < s.adjust_count; ++i) {
+      const int32_t id = batch.adjust[size_t(s.adjust_begin + i)].id;
+      STRATA_CHECK(id >= 0 && id < v, "sample_tokens: adjusted token ", id, " outside the vocabulary");
+    }
+  }
 }
 
 }  // namespace strata::ops

@@ -85,7 +85,7 @@ void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Te
 
 // ---- sampling (sampling.cu) ----
 void argmax(const Tensor& logits, const Tensor& ids);
-void sample(const Tensor& logits, const std::vector<SampleRow>& rows, const Tensor& ids);
+void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out);
 
 // ---- Qwen4-Exp (qwen4_exp.cu, qwen4_exp_qsa.cu; the ops of qwen4_exp_ops.h) ----
 void rms_norm_grouped(const Tensor& x, const Tensor& w, int64_t group, float eps, const Tensor& out);

@@ -1,10 +1,14 @@
-// CUDA: greedy and top-k / top-p sampling, one block of 1024 threads per row. The thresholds of
-// ops.h's definition are found by binary search over the bit patterns of non-negative floats
-// (whose order is the integers'): the k-th largest probability is the largest x with
-// count(p >= x) >= k, and tau the largest x with mass(p >= x) >= top_p * kept mass. The draw is
-// an index-ordered prefix sum: per-thread segment sums, a block scan, then one segment walk.
+// CUDA: the engine's sampling (ops.h's SampleSpec definition) and the batched arg max.
+// sample_tokens runs one block of 1024 threads per draw. Its thresholds are radix selections
+// over the order-preserving integer keys of the floats (three digit passes of 11, 11 and 10
+// bits): the top_k-th largest z, tau for top-p with each token weighted by its mass, and the
+// n-th largest for the top log-probabilities. Masses are fixed point (e * 2^40 as integers), so
+// every sum, and with it every draw, is the same whatever the order of the additions. The draw
+// walks the row in id order: per-warp segment sums, then one warp scans its segment.
+#include <algorithm>
 #include <climits>
 #include <cstring>
+#include <type_traits>
 
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/profile.h"
@@ -14,19 +18,6 @@ namespace strata::ops::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-
-__device__ __forceinline__ int block_count(int v, int* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  int t = lane < (blockDim.x >> 5) ? red[lane] : 0;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-  return t;
-}
 
 // Block-wide (value, index) maximum, the lower index winning ties.
 __device__ __forceinline__ int block_argmax(float best, int bi, float* redv, int* redi) {
@@ -61,15 +52,6 @@ __device__ int row_argmax(const float* l, int64_t v, float* redv, int* redi) {
     }
   }
   return block_argmax(best, bi, redv, redi);
-}
-
-__device__ __forceinline__ float block_max(float v, float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  return warp_max(lane < (blockDim.x >> 5) ? red[lane] : -INFINITY);
 }
 
 // Greedy decode reads a whole vocabulary row (~1 MB at 248k): stage 1 spreads a row over
@@ -125,115 +107,396 @@ __global__ void argmax_final_kernel(const float* part_v, const int* part_i, int3
   if (lane == 0) ids[blockIdx.x] = bi;
 }
 
-struct RowParams {
-  const float* temperature;
-  const int32_t* top_k;
-  const float* top_p;
-  const float* uniform;
+constexpr int kWarps = kThreads / 32;
+constexpr int kCand = 1024;           // top log-probability candidates gathered in shared memory
+constexpr float kMassScale = 1099511627776.f;  // 2^40: fixed-point masses (e <= 1)
+using u64 = unsigned long long;
+
+// Larger float, larger key (NaN aside).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct SampleArgs {
+  const float* logits;
+  int64_t v;
+  const SampleSpec* specs;
+  const LogitAdjust* adjust;
+  const int32_t* work_row;  // per draw: its row of `work`, or -1 (no adjustments)
+  float* work;
+  bool raw;
+  int32_t* ids;
+  float* logprobs;
+  int32_t* top_ids;  // [N, kMaxTopLogprobs]
+  float* top_lp;
 };
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t v, RowParams rp, float* probs,
-                                                          int32_t* ids) {
-  pdl_begin();
-  __shared__ float redf[32], seg_prefix[kThreads];
-  __shared__ int redi[32], pick, fallback;
-  const int r = blockIdx.x, tid = threadIdx.x;
-  const float* l = logits + int64_t(r) * v;
-  float* p = probs + int64_t(r) * v;
-  const float temp = rp.temperature[r];
-  if (temp <= 0.f) {
-    const int id = row_argmax(l, v, redf, redi);
-    if (tid == 0) ids[r] = id;
-    return;
+struct Smem {
+  u64 hist[2048];
+  float redf[32];
+  int redi[32];
+  u64 redq[32];
+  uint32_t key;
+  u64 rem;
+  int found, ncand;
+  uint32_t cand_key[kCand];
+  int cand_id[kCand];
+};
+
+__device__ __forceinline__ u64 warp_sum_u64(u64 v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ u64 block_sum_u64(u64 v, u64* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum_u64(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  return warp_sum_u64(lane < kWarps ? red[lane] : 0ull);
+}
+
+// hist[bin] += w for every lane with bin >= 0; lanes sharing a bin add once, through one lane
+// (the whole warp calls this). w <= 2^40, so 20-bit halves sum exactly over 32 lanes.
+__device__ __forceinline__ void hist_add(u64* hist, int bin, u64 w) {
+  const unsigned peers = __match_any_sync(0xffffffffu, bin);
+  const unsigned lo = __reduce_add_sync(peers, unsigned(w & 0xFFFFFull));
+  const unsigned hi = __reduce_add_sync(peers, unsigned(w >> 20));
+  if (bin >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], (u64(hi) << 20) + lo);
+}
+
+// The largest key t with W(key >= t) >= target, W the sum of weight(i, key) over the row; 0 (every
+// key) when the whole row weighs less. Three digit passes from the top.
+template <class KeyOf, class WeightOf>
+__device__ uint32_t radix_select(int64_t v, KeyOf key_of, WeightOf weight_of, u64 target, Smem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  uint32_t prefix = 0, mask = 0;
+  u64 rem = target;
+  for (int pass = 0; pass < 3; ++pass) {
+    const int sh = pass == 0 ? 21 : pass == 1 ? 10 : 0, nb = pass == 2 ? 1024 : 2048;
+    for (int b = tid; b < nb; b += blockDim.x) sm.hist[b] = 0;
+    __syncthreads();
+    for (int64_t base = 0; base < v; base += blockDim.x) {
+      const int64_t i = base + tid;
+      int bin = -1;
+      u64 w = 0;
+      if (i < v) {
+        const uint32_t k = key_of(i);
+        if ((k & mask) == prefix) {
+          w = weight_of(i, k);
+          if (w) bin = int((k >> sh) & uint32_t(nb - 1));
+        }
+      }
+      hist_add(sm.hist, bin, w);
+    }
+    __syncthreads();
+    if (tid < 32) {
+      const int per = nb / 32;
+      u64 mine = 0;
+      for (int j = 0; j < per; ++j) mine += sm.hist[lane * per + j];
+      u64 incl = mine;  // the weight of this lane's bins and every higher lane's
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const u64 t = __shfl_down_sync(0xffffffffu, incl, o);
+        if (lane + o < 32) incl += t;
+      }
+      const u64 above = incl - mine;
+      const bool here = above < rem && rem <= incl;
+      if (here) {
+        u64 acc = above;
+        for (int b = lane * per + per - 1; b >= lane * per; --b) {
+          if (acc + sm.hist[b] >= rem) {
+            sm.key = uint32_t(b);
+            sm.rem = rem - acc;
+            break;
+          }
+          acc += sm.hist[b];
+        }
+      }
+      const unsigned any = __ballot_sync(0xffffffffu, here);
+      if (lane == 0) sm.found = any != 0;
+    }
+    __syncthreads();
+    if (!sm.found) return 0;
+    prefix |= sm.key << sh;
+    mask |= uint32_t(nb - 1) << sh;
+    rem = sm.rem;
+    __syncthreads();
   }
-  const float inv_t = 1.f / temp;
-  float mx = -INFINITY;
-  for (int64_t i = tid; i < v; i += blockDim.x) mx = fmaxf(mx, l[i] * inv_t);
-  mx = block_max(mx, redf);
-  float sum = 0.f;
+  return prefix;
+}
+
+// Max and sum of exp(val - max) over the row (an online softmax), the same on every thread.
+template <class ValOf>
+__device__ float block_lse(int64_t v, ValOf val_of, Smem& sm, float* max_out) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float m = -INFINITY, s = 0.f;
   for (int64_t i = tid; i < v; i += blockDim.x) {
-    const float e = expf(l[i] * inv_t - mx);
-    p[i] = e;
-    sum += e;
+    const float z = val_of(i);
+    if (z == -INFINITY) continue;
+    if (z > m) {
+      s = s * expf(m - z) + 1.f;
+      m = z;
+    } else {
+      s += expf(z - m);
+    }
   }
-  sum = block_sum(sum, redf);
-  for (int64_t i = tid; i < v; i += blockDim.x) p[i] /= sum;
+  auto merge = [](float& m, float& s, float m2, float s2) {
+    if (m2 > m) {
+      s = s2 + (m == -INFINITY ? 0.f : s * expf(m - m2));
+      m = m2;
+    } else if (m2 != -INFINITY) {
+      s += s2 * expf(m2 - m);
+    }
+  };
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    merge(m, s, m2, s2);
+  }
   __syncthreads();
-  const int top_k = rp.top_k[r];
-  float floor_k = 0.f;
-  if (top_k > 0 && top_k < v) {
-    unsigned lo = 0, hi = __float_as_uint(1.f) + 1;  // count(p >= lo) >= k, count(p >= hi) < k
-    while (hi - lo > 1) {
-      const unsigned mid = lo + (hi - lo) / 2;
-      const float x = __uint_as_float(mid);
-      int c = 0;
-      for (int64_t i = tid; i < v; i += blockDim.x) c += p[i] >= x;
-      if (block_count(c, redi) >= top_k) {
-        lo = mid;
-      } else {
-        hi = mid;
+  if (lane == 0) {
+    sm.redf[warp] = m;
+    sm.hist[warp] = __float_as_uint(s);
+  }
+  __syncthreads();
+  m = -INFINITY;
+  s = 0.f;
+  for (int w = 0; w < kWarps; ++w) merge(m, s, sm.redf[w], __uint_as_float(uint32_t(sm.hist[w])));
+  __syncthreads();
+  *max_out = m;
+  return m + logf(s);
+}
+
+// The top n of val (most likely first, the lower id on a tie) as log-probabilities val - lse.
+template <class ValOf>
+__device__ void block_top(int64_t v, int n, ValOf val_of, float lse, int32_t* ids, float* lps, Smem& sm) {
+  n = int(min(int64_t(n), v));
+  if (n <= 0) return;
+  const int tid = threadIdx.x;
+  auto key_of = [&](int64_t i) { return order_key(val_of(i)); };
+  const uint32_t t = radix_select(v, key_of, [](int64_t, uint32_t) { return u64(1); }, u64(n), sm);
+  if (tid == 0) sm.ncand = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < v; i += blockDim.x) {
+    const uint32_t k = key_of(i);
+    if (k >= t) {
+      const int slot = atomicAdd(&sm.ncand, 1);
+      if (slot < kCand) {
+        sm.cand_key[slot] = k;
+        sm.cand_id[slot] = int(i);
       }
     }
-    floor_k = __uint_as_float(lo);
   }
-  float kept = 0.f;
-  for (int64_t i = tid; i < v; i += blockDim.x) kept += p[i] >= floor_k ? p[i] : 0.f;
-  kept = block_sum(kept, redf);
-  float tau = floor_k;
-  const float top_p = rp.top_p[r];
-  if (top_p < 1.f) {
-    const float target = top_p * kept;
-    unsigned lo = __float_as_uint(floor_k), hi = __float_as_uint(1.f) + 1;
-    while (hi - lo > 1) {
-      const unsigned mid = lo + (hi - lo) / 2;
-      const float x = __uint_as_float(mid);
-      float m = 0.f;
-      for (int64_t i = tid; i < v; i += blockDim.x) m += p[i] >= x ? p[i] : 0.f;
-      if (block_sum(m, redf) >= target) {
-        lo = mid;
-      } else {
-        hi = mid;
+  __syncthreads();
+  const bool overflow = sm.ncand > kCand;
+  __syncthreads();
+  if (overflow) {  // more than kCand ties at the cut: the strictly larger ones, then ties by id
+    if (tid == 0) sm.ncand = 0;
+    __syncthreads();
+    for (int64_t i = tid; i < v; i += blockDim.x) {
+      const uint32_t k = key_of(i);
+      if (k > t) {
+        const int slot = atomicAdd(&sm.ncand, 1);
+        sm.cand_key[slot] = k;
+        sm.cand_id[slot] = int(i);
       }
     }
-    tau = __uint_as_float(lo);
-  }
-  // Index-ordered draw: thread t owns indices [t * seg, (t + 1) * seg).
-  const int64_t seg = (v + blockDim.x - 1) / blockDim.x;
-  const int64_t b0 = tid * seg, b1 = min(v, b0 + seg);
-  float mine = 0.f;
-  for (int64_t i = b0; i < b1; ++i) mine += p[i] >= tau ? p[i] : 0.f;
-  seg_prefix[tid] = mine;
-  if (tid == 0) {
-    pick = INT_MAX;
-    fallback = -1;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    float run = 0.f;
-    for (int i = 0; i < int(blockDim.x); ++i) {
-      const float s = seg_prefix[i];
-      seg_prefix[i] = run;
-      run += s;
+    __syncthreads();
+    if (tid < 32) {
+      int have = sm.ncand;
+      for (int64_t base = 0; base < v && have < n; base += 32) {
+        const int64_t i = base + tid;
+        const bool tie = i < v && key_of(i) == t;
+        const unsigned b = __ballot_sync(0xffffffffu, tie);
+        const int before = __popc(b & ((1u << tid) - 1));
+        if (tie && have + before < n) {
+          sm.cand_key[have + before] = t;
+          sm.cand_id[have + before] = int(i);
+        }
+        have += __popc(b);
+      }
+      if (tid == 0) sm.ncand = min(have, n);
     }
-    redf[0] = run;
+    __syncthreads();
   }
-  __syncthreads();
-  const float stop = rp.uniform[r] * redf[0];
-  float run = seg_prefix[tid];
-  int last = -1;
-  for (int64_t i = b0; i < b1; ++i) {
-    if (p[i] < tau) continue;
-    last = int(i);
-    run += p[i];
-    if (run > stop) {
-      atomicMin(&pick, int(i));
-      break;
+  const int c = min(sm.ncand, kCand);
+  for (int j = tid; j < c; j += blockDim.x) {
+    const uint32_t kj = sm.cand_key[j];
+    const int ij = sm.cand_id[j];
+    int rank = 0;
+    for (int m = 0; m < c; ++m) {
+      const uint32_t km = sm.cand_key[m];
+      rank += km > kj || (km == kj && sm.cand_id[m] < ij);
+    }
+    if (rank < n) {
+      ids[rank] = ij;
+      lps[rank] = val_of(ij) - lse;
     }
   }
-  // Rounding can leave the stop past the end: then the last kept token is the draw.
-  if (last >= 0) atomicMax(&fallback, last);
   __syncthreads();
-  if (tid == 0) ids[r] = pick != INT_MAX ? pick : fallback;
+}
+
+// The first token, in id order, at which the running sum of q exceeds `stop`; -1 when the row's
+// total does not. Each warp owns a contiguous segment; the warp whose segment holds the crossing
+// scans it 32 at a time.
+template <class MassOf>
+__device__ int block_draw(int64_t v, MassOf q_of, u64 stop, Smem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t seg = ((v + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int64_t lo = warp * seg, hi = min(v, lo + seg);
+  u64 mine = 0;
+  for (int64_t i = lo + lane; i < hi; i += 32) mine += q_of(i);
+  mine = warp_sum_u64(mine);
+  __syncthreads();
+  if (lane == 0) sm.redq[warp] = mine;
+  __syncthreads();
+  if (tid == 0) {
+    u64 run = 0;
+    sm.found = -1;
+    for (int w = 0; w < kWarps; ++w) {
+      if (run + sm.redq[w] > stop) {
+        sm.found = w;
+        sm.rem = stop - run;
+        break;
+      }
+      run += sm.redq[w];
+    }
+    sm.key = 0xffffffffu;
+  }
+  __syncthreads();
+  if (warp == sm.found) {
+    u64 base = 0;
+    const u64 rem = sm.rem;
+    for (int64_t c = lo; c < hi; c += 32) {
+      const int64_t i = c + lane;
+      const u64 q = i < hi ? q_of(i) : 0ull;
+      u64 incl = q;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const u64 t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += t;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, base + incl > rem);
+      if (hit) {
+        if (lane == 0) sm.key = uint32_t(c + __ffs(hit) - 1);
+        break;
+      }
+      base += __shfl_sync(0xffffffffu, incl, 31);
+    }
+  }
+  __syncthreads();
+  return sm.key == 0xffffffffu ? -1 : int(sm.key);
+}
+
+__global__ void __launch_bounds__(kThreads) sample_tokens_kernel(SampleArgs a) {
+  pdl_begin();
+  __shared__ Smem sm;
+  const int r = blockIdx.x, tid = threadIdx.x;
+  const SampleSpec s = a.specs[r];
+  const int64_t v = a.v;
+  const float* l = a.logits + int64_t(s.logits_row) * v;
+  const bool want = s.num_top_logprobs >= 0;
+  int32_t* top_ids = a.top_ids + int64_t(r) * kMaxTopLogprobs;
+  float* top_lp = a.top_lp + int64_t(r) * kMaxTopLogprobs;
+  float raw_lse = 0.f, unused;
+  if (want && a.raw) {
+    auto raw_of = [&](int64_t i) { return l[i]; };
+    raw_lse = block_lse(v, raw_of, sm, &unused);
+    block_top(v, s.num_top_logprobs, raw_of, raw_lse, top_ids, top_lp, sm);
+  }
+  const float* x = l;
+  if (a.work_row[r] >= 0) {
+    float* w = a.work + int64_t(a.work_row[r]) * v;
+    for (int64_t i = tid; i < v; i += blockDim.x) w[i] = l[i];
+    __syncthreads();
+    const float rp = s.repetition_penalty;
+    for (int j = tid; j < s.adjust_count; j += blockDim.x) {
+      const LogitAdjust& e = a.adjust[s.adjust_begin + j];
+      float y = __fadd_rn(w[e.id], e.bias);
+      if (e.mask) y = -INFINITY;
+      if (e.repeat) y = y > 0.f ? __fdiv_rn(y, rp) : __fmul_rn(y, rp);
+      w[e.id] = __fsub_rn(y, e.subtract);
+    }
+    __syncthreads();
+    x = w;
+  }
+  int token;
+  if (s.greedy) {
+    token = row_argmax(x, v, sm.redf, sm.redi);
+    if (want && !a.raw) {
+      auto x_of = [&](int64_t i) { return x[i]; };
+      const float lse = block_lse(v, x_of, sm, &unused);
+      block_top(v, s.num_top_logprobs, x_of, lse, top_ids, top_lp, sm);
+      if (tid == 0) a.logprobs[r] = x[token] - lse;
+    }
+  } else {
+    const float inv = s.inv_temperature;
+    auto z_of = [&](int64_t i) { return __fmul_rn(x[i], inv); };
+    float mz;
+    const float lse = block_lse(v, z_of, sm, &mz);
+    auto e_of = [&](int64_t i) { return expf(__fsub_rn(z_of(i), mz)); };
+    uint32_t floor_key = 0;  // top-k
+    if (s.top_k > 0 && s.top_k < v) {
+      floor_key = radix_select(
+          v, [&](int64_t i) { return order_key(z_of(i)); }, [](int64_t, uint32_t) { return u64(1); },
+          u64(s.top_k), sm);
+    }
+    const float min_p = s.min_p;
+    auto kept_q = [&](int64_t i, uint32_t k) -> u64 {
+      if (k < floor_key) return 0ull;
+      const float e = e_of(i);
+      return e >= min_p ? u64(e * kMassScale) : 0ull;
+    };
+    if (s.top_p < 1.f) {  // tau: raise the floor to the top-p cut
+      u64 kept = 0;
+      for (int64_t i = tid; i < v; i += blockDim.x) kept += kept_q(i, order_key(z_of(i)));
+      kept = block_sum_u64(kept, sm.redq);
+      const u64 target = u64(ceil(double(s.top_p) * double(kept)));
+      const uint32_t tau = radix_select(v, [&](int64_t i) { return order_key(z_of(i)); }, kept_q, target, sm);
+      floor_key = max(floor_key, tau);
+    }
+    auto q_of = [&](int64_t i) { return kept_q(i, order_key(z_of(i))); };
+    u64 total = 0;
+    for (int64_t i = tid; i < v; i += blockDim.x) total += q_of(i);
+    total = block_sum_u64(total, sm.redq);
+    token = -1;
+    if (total > 0) token = block_draw(v, q_of, u64(double(s.uniform) * double(total)), sm);
+    if (token < 0) token = row_argmax(x, v, sm.redf, sm.redi);
+    if (want && !a.raw) {
+      block_top(v, s.num_top_logprobs, z_of, lse, top_ids, top_lp, sm);
+      if (tid == 0) a.logprobs[r] = z_of(token) - lse;
+    }
+  }
+  if (tid == 0) {
+    a.ids[r] = token;
+    if (want && a.raw) a.logprobs[r] = l[token] - raw_lse;
+  }
+}
+
+// Pinned host memory for the results of one call, grown as needed (the calling thread's).
+struct PinnedBuffer {
+  void* p = nullptr;
+  size_t cap = 0;
+  void* get(size_t bytes) {
+    if (bytes > cap) {
+      if (p) STRATA_CUDA_CHECK(cudaFreeHost(p));
+      cap = std::max(bytes, 2 * cap);
+      STRATA_CUDA_CHECK(cudaHostAlloc(&p, cap, cudaHostAllocDefault));
+    }
+    return p;
+  }
+};
+
+template <class T>
+std::vector<int32_t> as_words(const std::vector<T>& v) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) % 4 == 0);
+  std::vector<int32_t> w(v.size() * sizeof(T) / 4);
+  if (!v.empty()) std::memcpy(w.data(), v.data(), v.size() * sizeof(T));
+  return w;
 }
 
 void check_rows(const Tensor& logits, const Tensor& ids, const char* op) {
@@ -259,30 +522,59 @@ void argmax(const Tensor& logits, const Tensor& ids) {
   check_launch("argmax");
 }
 
-void sample(const Tensor& logits, const std::vector<SampleRow>& rows, const Tensor& ids) {
-  OpTimer timer_("sample");
-  check_rows(logits, ids, "sample");
-  const int64_t n = logits.dim(0), v = logits.dim(1);
-  STRATA_CHECK(int64_t(rows.size()) == n, "sample: ", rows.size(), " parameter rows for ", n, " logits rows");
+void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out) {
+  OpTimer timer_("sample_tokens");
+  expect_dtype(logits, DType::kF32, "sample_tokens", "logits");
+  ops::check_sample_batch(logits, batch);
+  const int64_t n = int64_t(batch.rows.size()), v = logits.dim(1);
+  out.resize(size_t(n));
   if (!n) return;
-  std::vector<int32_t> packed(4 * n);
-  for (int64_t i = 0; i < n; ++i) {
-    const SampleRow& p = rows[i];
-    STRATA_CHECK(p.uniform >= 0.f && p.uniform < 1.f && p.top_p > 0.f,
-                 "sample: uniform must be in [0, 1) and top_p > 0, got ", p.uniform, " and ", p.top_p);
-    std::memcpy(&packed[i], &p.temperature, 4);
-    packed[n + i] = p.top_k;
-    std::memcpy(&packed[2 * n + i], &p.top_p, 4);
-    std::memcpy(&packed[3 * n + i], &p.uniform, 4);
+  thread_local PinnedBuffer pinned;
+  const bool plain = std::all_of(batch.rows.begin(), batch.rows.end(), [](const SampleSpec& s) {
+    return s.greedy && s.adjust_count == 0 && s.num_top_logprobs < 0;
+  });
+  if (plain) {  // the arg max of every logits row, over many blocks a row
+    Tensor ids = scratch({logits.dim(0)}, DType::kI32);
+    argmax(logits, ids);
+    auto* h = static_cast<int32_t*>(pinned.get(size_t(logits.dim(0)) * 4));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(h, ids.raw(), size_t(logits.dim(0)) * 4, cudaMemcpyDeviceToHost, stream()));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    for (int64_t r = 0; r < n; ++r) out.ids[size_t(r)] = h[batch.rows[size_t(r)].logits_row];
+    return;
   }
-  Tensor keep;
-  const int32_t* d = device_ints(packed, &keep);
-  RowParams rp{reinterpret_cast<const float*>(d), d + n, reinterpret_cast<const float*>(d + 2 * n),
-               reinterpret_cast<const float*>(d + 3 * n)};
-  Tensor probs = scratch({n, v}, DType::kF32);
-  launch_pdl(sample_kernel, unsigned(n), kThreads, 0, logits.data<float>(), v, rp, probs.data<float>(),
-                                                        ids.data<int32_t>());
-  check_launch("sample");
+  std::vector<int32_t> work_row(size_t(n), -1);
+  int32_t n_work = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (batch.rows[size_t(r)].adjust_count > 0) work_row[size_t(r)] = n_work++;
+  }
+  Tensor keep_specs, keep_adjust, keep_rows;
+  const std::vector<int32_t> specs = as_words(batch.rows), adjust = as_words(batch.adjust);
+  Tensor work = scratch({std::max<int64_t>(n_work, 1), v}, DType::kF32);
+  // Results: ids [n], logprobs [n], top ids [n, K], top logprobs [n, K], one copy back.
+  const size_t words = size_t(n) * (2 + 2 * kMaxTopLogprobs);
+  Tensor res = scratch({int64_t(words)}, DType::kI32);
+  int32_t* d = res.data<int32_t>();
+  SampleArgs a{logits.data<float>(),
+               v,
+               reinterpret_cast<const SampleSpec*>(device_ints(specs, &keep_specs)),
+               reinterpret_cast<const LogitAdjust*>(device_ints(adjust, &keep_adjust)),
+               device_ints(work_row, &keep_rows),
+               work.data<float>(),
+               batch.raw_logprobs,
+               d,
+               reinterpret_cast<float*>(d + n),
+               d + 2 * n,
+               reinterpret_cast<float*>(d + 2 * n + n * kMaxTopLogprobs)};
+  launch_pdl(sample_tokens_kernel, unsigned(n), kThreads, 0, a);
+  check_launch("sample_tokens");
+  auto* h = static_cast<int32_t*>(pinned.get(words * 4));
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(h, d, words * 4, cudaMemcpyDeviceToHost, stream()));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  const size_t k = size_t(n) * kMaxTopLogprobs;
+  std::memcpy(out.ids.data(), h, size_t(n) * 4);
+  std::memcpy(out.logprobs.data(), h + n, size_t(n) * 4);
+  std::memcpy(out.top_ids.data(), h + 2 * n, k * 4);
+  std::memcpy(out.top_logprobs.data(), h + 2 * n + int64_t(k), k * 4);
 }
 
 }  // namespace strata::ops::cuda
