@@ -109,6 +109,7 @@ __global__ void argmax_final_kernel(const float* part_v, const int* part_i, int3
 
 constexpr int kWarps = kThreads / 32;
 constexpr int kCand = 1024;           // top log-probability candidates gathered in shared memory
+constexpr int kList = 2048;           // a draw's candidates (top-k / min-p survivors) in shared memory
 constexpr float kMassScale = 1099511627776.f;  // 2^40: fixed-point masses (e <= 1)
 using u64 = unsigned long long;
 
@@ -138,10 +139,13 @@ struct Smem {
   int redi[32];
   u64 redq[32];
   uint32_t key;
-  u64 rem;
+  u64 rem, upto;  // upto: after a one-pass select, the weight at or above its floor
   int found, ncand;
   uint32_t cand_key[kCand];
   int cand_id[kCand];
+  int list_id[kList];  // a draw's candidates in id order, and their z
+  float list_z[kList];
+  int woff[32], wcount[32], nlist;
 };
 
 __device__ __forceinline__ u64 warp_sum_u64(u64 v) {
@@ -161,8 +165,13 @@ __device__ u64 block_sum_u64(u64 v, u64* red) {
 
 // hist[bin] += w for every lane with bin >= 0; lanes sharing a bin add once, through one lane
 // (the whole warp calls this). w <= 2^40, so 20-bit halves sum exactly over 32 lanes.
+template <bool kCount>
 __device__ __forceinline__ void hist_add(u64* hist, int bin, u64 w) {
   const unsigned peers = __match_any_sync(0xffffffffu, bin);
+  if (kCount) {  // every weight is 1
+    if (bin >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], u64(__popc(peers)));
+    return;
+  }
   const unsigned lo = __reduce_add_sync(peers, unsigned(w & 0xFFFFFull));
   const unsigned hi = __reduce_add_sync(peers, unsigned(w >> 20));
   if (bin >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], (u64(hi) << 20) + lo);
@@ -170,12 +179,12 @@ __device__ __forceinline__ void hist_add(u64* hist, int bin, u64 w) {
 
 // The largest key t with W(key >= t) >= target, W the sum of weight(i, key) over the row; 0 (every
 // key) when the whole row weighs less. Three digit passes from the top.
-template <class KeyOf, class WeightOf>
+template <bool kCount = false, int kPasses = 3, class KeyOf, class WeightOf>
 __device__ uint32_t radix_select(int64_t v, KeyOf key_of, WeightOf weight_of, u64 target, Smem& sm) {
   const int tid = threadIdx.x, lane = tid & 31;
   uint32_t prefix = 0, mask = 0;
   u64 rem = target;
-  for (int pass = 0; pass < 3; ++pass) {
+  for (int pass = 0; pass < kPasses; ++pass) {
     const int sh = pass == 0 ? 21 : pass == 1 ? 10 : 0, nb = pass == 2 ? 1024 : 2048;
     for (int b = tid; b < nb; b += blockDim.x) sm.hist[b] = 0;
     __syncthreads();
@@ -190,7 +199,7 @@ __device__ uint32_t radix_select(int64_t v, KeyOf key_of, WeightOf weight_of, u6
           if (w) bin = int((k >> sh) & uint32_t(nb - 1));
         }
       }
-      hist_add(sm.hist, bin, w);
+      hist_add<kCount>(sm.hist, bin, w);
     }
     __syncthreads();
     if (tid < 32) {
@@ -211,6 +220,7 @@ __device__ uint32_t radix_select(int64_t v, KeyOf key_of, WeightOf weight_of, u6
           if (acc + sm.hist[b] >= rem) {
             sm.key = uint32_t(b);
             sm.rem = rem - acc;
+            sm.upto = acc + sm.hist[b];
             break;
           }
           acc += sm.hist[b];
@@ -278,7 +288,7 @@ __device__ void block_top(int64_t v, int n, ValOf val_of, float lse, int32_t* id
   if (n <= 0) return;
   const int tid = threadIdx.x;
   auto key_of = [&](int64_t i) { return order_key(val_of(i)); };
-  const uint32_t t = radix_select(v, key_of, [](int64_t, uint32_t) { return u64(1); }, u64(n), sm);
+  const uint32_t t = radix_select<true>(v, key_of, [](int64_t, uint32_t) { return u64(1); }, u64(n), sm);
   if (tid == 0) sm.ncand = 0;
   __syncthreads();
   for (int64_t i = tid; i < v; i += blockDim.x) {
@@ -392,6 +402,170 @@ __device__ int block_draw(int64_t v, MassOf q_of, u64 stop, Smem& sm) {
   return sm.key == 0xffffffffu ? -1 : int(sm.key);
 }
 
+// Exclusive prefix sum over the block (in thread order); *total gets the sum. Contains syncs.
+__device__ u64 block_exclusive_scan(u64 v, Smem& sm, u64* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u64 incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  __syncthreads();
+  if (lane == 31) sm.redq[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    u64 w = lane < kWarps ? sm.redq[lane] : 0ull;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const u64 t = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += t;
+    }
+    if (lane < kWarps) sm.redq[lane] = w;
+  }
+  __syncthreads();
+  *total = sm.redq[kWarps - 1];
+  return (warp ? sm.redq[warp - 1] : 0ull) + incl - v;
+}
+
+// The row's tokens with key >= floor, in id order, into sm.list_id / list_z (the caller knows
+// there are at most kList); returns their number. Each thread takes 4 consecutive tokens a round;
+// a warp scan and one scan over the warps place them.
+template <class ValOf>
+__device__ int gather_list(int64_t v, ValOf z_of, uint32_t floor, Smem& sm) {
+  constexpr int kEach = 4;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) sm.nlist = 0;
+  for (int64_t base = 0; base < v; base += int64_t(blockDim.x) * kEach) {
+    float z[kEach];
+    bool in[kEach];
+    int c = 0;
+#pragma unroll
+    for (int j = 0; j < kEach; ++j) {
+      const int64_t i = base + int64_t(tid) * kEach + j;
+      z[j] = i < v ? z_of(i) : -INFINITY;
+      in[j] = i < v && order_key(z[j]) >= floor;
+      c += in[j];
+    }
+    int incl = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += t;
+    }
+    if (lane == 31) sm.wcount[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+      const int w = lane < kWarps ? sm.wcount[lane] : 0;
+      int wi = w;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, wi, o);
+        if (lane >= o) wi += t;
+      }
+      const int start = sm.nlist;
+      if (lane < kWarps) sm.woff[lane] = start + wi - w;
+      __syncwarp();
+      if (lane == 31) sm.nlist = start + wi;
+    }
+    __syncthreads();
+    int at = sm.woff[warp] + incl - c;
+#pragma unroll
+    for (int j = 0; j < kEach; ++j) {
+      if (in[j]) {
+        sm.list_id[at] = int(base + int64_t(tid) * kEach + j);
+        sm.list_z[at] = z[j];
+        ++at;
+      }
+    }
+  }
+  __syncthreads();
+  return sm.nlist;
+}
+
+// The largest key of the list with at least k keys at or above it (the k-th largest).
+__device__ uint32_t list_kth_key(int n, int k, Smem& sm) {
+  uint32_t best = 0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const uint32_t kj = order_key(sm.list_z[j]);
+    int c = 0;
+    for (int m = 0; m < n; ++m) c += order_key(sm.list_z[m]) >= kj;
+    if (c >= k) best = max(best, kj);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) sm.key = 0;
+  __syncthreads();
+  atomicMax(&sm.key, best);
+  __syncthreads();
+  return sm.key;
+}
+
+// The draw over the candidate list: kept_q(j) the mass of candidate j (0: not kept). Top-p's cut
+// over the list, then the id-ordered draw; -1 when nothing is kept.
+template <class KeptQ>
+__device__ int list_draw(int n, KeptQ kept_q, float top_p, float uniform, Smem& sm) {
+  const int tid = threadIdx.x;
+  constexpr int kPer = kList / kThreads;
+  u64 q[kPer];
+  u64 mine = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = tid * kPer + k;
+    q[k] = j < n ? kept_q(j) : 0ull;
+    mine += q[k];
+  }
+  if (top_p < 1.f) {  // tau: the largest kept key whose tokens at or above it hold the target
+    u64* list_q = sm.hist;  // free while the list is drawn from (kList entries)
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (tid * kPer + k < n) list_q[tid * kPer + k] = q[k];
+    }
+    const u64 kept = block_sum_u64(mine, sm.redq);
+    const u64 target = u64(ceil(double(top_p) * double(kept)));
+    uint32_t tau = 0;
+    for (int k = 0; k < kPer; ++k) {
+      const int j = tid * kPer + k;
+      if (q[k] == 0) continue;
+      const uint32_t kj = order_key(sm.list_z[j]);
+      u64 w = 0;
+      for (int m = 0; m < n; ++m) {
+        if (order_key(sm.list_z[m]) >= kj) w += list_q[m];
+      }
+      if (w >= target) tau = max(tau, kj);
+    }
+    __syncthreads();
+    if (tid == 0) sm.key = 0;
+    __syncthreads();
+    atomicMax(&sm.key, tau);
+    __syncthreads();
+    tau = sm.key;
+    mine = 0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int j = tid * kPer + k;
+      if (q[k] && order_key(sm.list_z[j]) < tau) q[k] = 0;
+      mine += q[k];
+    }
+  }
+  u64 total;
+  u64 run = block_exclusive_scan(mine, sm, &total);
+  if (total == 0) return -1;
+  const u64 stop = u64(double(uniform) * double(total));
+  __syncthreads();
+  if (tid == 0) sm.found = INT_MAX;
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    run += q[k];
+    if (q[k] && run > stop) {
+      atomicMin(&sm.found, tid * kPer + k);
+      break;
+    }
+  }
+  __syncthreads();
+  return sm.found == INT_MAX ? -1 : sm.list_id[sm.found];
+}
+
 __global__ void __launch_bounds__(kThreads) sample_tokens_kernel(SampleArgs a) {
   pdl_begin();
   __shared__ Smem sm;
@@ -436,35 +610,81 @@ __global__ void __launch_bounds__(kThreads) sample_tokens_kernel(SampleArgs a) {
   } else {
     const float inv = s.inv_temperature;
     auto z_of = [&](int64_t i) { return __fmul_rn(x[i], inv); };
-    float mz;
-    const float lse = block_lse(v, z_of, sm, &mz);
-    auto e_of = [&](int64_t i) { return expf(__fsub_rn(z_of(i), mz)); };
+    auto zkey_of = [&](int64_t i) { return order_key(z_of(i)); };
+    // The log-sum-exp only for log-probabilities; the draw needs just the max.
+    float mz = -INFINITY, lse = 0.f;
+    if (want && !a.raw) lse = block_lse(v, z_of, sm, &mz);
+    auto count1 = [](int64_t, uint32_t) { return u64(1); };
     uint32_t floor_key = 0;  // top-k
+    bool listed = false;     // the candidates are in sm.list_*
+    int n = 0;
     if (s.top_k > 0 && s.top_k < v) {
-      floor_key = radix_select(
-          v, [&](int64_t i) { return order_key(z_of(i)); }, [](int64_t, uint32_t) { return u64(1); },
-          u64(s.top_k), sm);
+      // Its first digit bounds the candidates; when few, the rest runs on them in shared memory.
+      const uint32_t first = radix_select<true, 1>(v, zkey_of, count1, u64(s.top_k), sm);
+      if (sm.upto <= u64(kList)) {
+        n = gather_list(v, z_of, first, sm);
+        floor_key = list_kth_key(n, s.top_k, sm);
+        listed = true;
+      } else {
+        floor_key = radix_select<true>(v, zkey_of, count1, u64(s.top_k), sm);
+      }
     }
+    if (mz == -INFINITY) {
+      float m = -INFINITY;
+      if (listed) {
+        for (int j = tid; j < n; j += blockDim.x) m = fmaxf(m, sm.list_z[j]);
+      } else {
+        for (int64_t i = tid; i < v; i += blockDim.x) m = fmaxf(m, z_of(i));
+      }
+      __syncthreads();
+      m = warp_max(m);
+      if ((tid & 31) == 0) sm.redf[tid >> 5] = m;
+      __syncthreads();
+      mz = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) mz = fmaxf(mz, sm.redf[w]);
+      __syncthreads();
+    }
+    auto e_of = [&](int64_t i) { return expf(__fsub_rn(z_of(i), mz)); };
     const float min_p = s.min_p;
     auto kept_q = [&](int64_t i, uint32_t k) -> u64 {
       if (k < floor_key) return 0ull;
       const float e = e_of(i);
       return e >= min_p ? u64(e * kMassScale) : 0ull;
     };
-    if (s.top_p < 1.f) {  // tau: raise the floor to the top-p cut
-      u64 kept = 0;
-      for (int64_t i = tid; i < v; i += blockDim.x) kept += kept_q(i, order_key(z_of(i)));
-      kept = block_sum_u64(kept, sm.redq);
-      const u64 target = u64(ceil(double(s.top_p) * double(kept)));
-      const uint32_t tau = radix_select(v, [&](int64_t i) { return order_key(z_of(i)); }, kept_q, target, sm);
-      floor_key = max(floor_key, tau);
+    if (!listed && min_p > 0.f) {
+      // min-p's cut, less a margin for expf's rounding, bounds the candidates.
+      const uint32_t floor = order_key(mz + logf(min_p) - 1e-4f * (1.f + fabsf(mz)));
+      u64 c = 0;
+      for (int64_t i = tid; i < v; i += blockDim.x) c += zkey_of(i) >= floor;
+      if (block_sum_u64(c, sm.redq) <= u64(kList)) {
+        n = gather_list(v, z_of, floor, sm);
+        listed = true;
+      }
     }
-    auto q_of = [&](int64_t i) { return kept_q(i, order_key(z_of(i))); };
-    u64 total = 0;
-    for (int64_t i = tid; i < v; i += blockDim.x) total += q_of(i);
-    total = block_sum_u64(total, sm.redq);
     token = -1;
-    if (total > 0) token = block_draw(v, q_of, u64(double(s.uniform) * double(total)), sm);
+    if (listed) {
+      auto list_q = [&](int j) -> u64 {
+        const float z = sm.list_z[j];
+        if (order_key(z) < floor_key) return 0ull;
+        const float e = expf(__fsub_rn(z, mz));
+        return e >= min_p ? u64(e * kMassScale) : 0ull;
+      };
+      token = list_draw(n, list_q, s.top_p, s.uniform, sm);
+    } else {
+      if (s.top_p < 1.f) {  // tau: raise the floor to the top-p cut
+        u64 kept = 0;
+        for (int64_t i = tid; i < v; i += blockDim.x) kept += kept_q(i, zkey_of(i));
+        kept = block_sum_u64(kept, sm.redq);
+        const u64 target = u64(ceil(double(s.top_p) * double(kept)));
+        const uint32_t tau = radix_select(v, zkey_of, kept_q, target, sm);
+        floor_key = max(floor_key, tau);
+      }
+      auto q_of = [&](int64_t i) { return kept_q(i, zkey_of(i)); };
+      u64 total = 0;
+      for (int64_t i = tid; i < v; i += blockDim.x) total += q_of(i);
+      total = block_sum_u64(total, sm.redq);
+      if (total > 0) token = block_draw(v, q_of, u64(double(s.uniform) * double(total)), sm);
+    }
     if (token < 0) token = row_argmax(x, v, sm.redf, sm.redi);
     if (want && !a.raw) {
       block_top(v, s.num_top_logprobs, z_of, lse, top_ids, top_lp, sm);
