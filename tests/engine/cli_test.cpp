@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -204,6 +205,43 @@ TEST(EngineCli, InfoPrintsTheMemoryPlanPerLayerType) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
   EXPECT_NE(run_cli("info --model /nonexistent").status, 0);
+}
+
+// --load-format dummy on every engine command and logits: a folder holding only config.json runs
+// with random weights of its shapes; without the flag it is refused, and a bad value is named.
+TEST(EngineCli, DummyLoadFormatNeedsOnlyTheConfig) {
+  const std::string dir = ::testing::TempDir() + "strata_cli_config_only";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(engine_fixture_dir("qwen3_5_moe_tiny") + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string gen = "generate --model " + dir + " --ids 5,6,7 --max-tokens 4 --ignore-eos --print-ids" +
+                          " --kv-cache-memory 32M";
+  const CliRun r = run_cli(gen + " --load-format dummy");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto lines = lines_of(r.out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(std::count(lines.back().begin(), lines.back().end(), ','), 3) << r.out;
+  EXPECT_EQ(run_cli(gen + " --load-format dummy --tensor-parallel-size 2").status, 0);
+
+  const std::string out = ::testing::TempDir() + "strata_cli_dummy.npy";
+  const CliRun l = run_cli("logits --model " + dir + " --ids 5,6,7 --mode stepwise --load-format dummy --out " + out);
+  ASSERT_EQ(l.status, 0) << l.out;
+  const int64_t vocab = read_npy(engine_fixture_dir("qwen3_5_moe_tiny") + "/logits.npy").dim(1);
+  EXPECT_EQ(read_npy(out).shape(), (Shape{3, vocab}));
+  const CliRun b = run_cli("bench --model " + dir + " --load-format dummy --num-prompts 2 --input-len 8 --output-len 2"
+                           " --kv-cache-memory 32M");
+  EXPECT_EQ(b.status, 0) << b.out;
+
+  const CliRun without = run_cli(gen);
+  EXPECT_NE(without.status, 0);
+  EXPECT_NE(without.out.find("no model.safetensors.index.json and no *.safetensors"), std::string::npos) << without.out;
+  for (const std::string& cmd : {gen, "logits --model " + dir + " --ids 5 --out " + out,
+                                 "serve --model " + dir + " --port 0", "chat --model " + dir}) {
+    const CliRun bad = run_cli(cmd + " --load-format pickle");
+    EXPECT_NE(bad.status, 0) << cmd;
+    EXPECT_NE(bad.out.find("--load-format: expected auto, safetensors or dummy, got 'pickle'"), std::string::npos)
+        << cmd << ": " << bad.out;
+  }
 }
 
 // --tensor-parallel-size (engine commands and logits) and --enable-expert-parallel: the same

@@ -1,8 +1,10 @@
 // Broken checkpoints fail to load with errors that name the file and the tensor or field.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "strata/core/error.h"
@@ -76,6 +78,44 @@ TEST_F(BrokenCheckpoint, WrongShapeIsNamedWithBothShapes) {
   EXPECT_NE(err.find("model.layers.0.linear_attn.in_proj_z.weight"), std::string::npos) << err;
   EXPECT_NE(err.find("expected shape [48, 64]"), std::string::npos) << err;
   EXPECT_NE(err.find("model.safetensors"), std::string::npos) << err;
+}
+
+TEST_F(BrokenCheckpoint, IntegerWeightIsNamedWithItsDtype) {
+  auto t = tensors_;
+  for (auto& p : t) {
+    if (p.first == "model.layers.0.mlp.down_proj.weight") p.second = Tensor::zeros(p.second.shape(), DType::kI32);
+  }
+  write(t);
+  const std::string err = load_error();
+  EXPECT_NE(err.find("model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight': dtype I32 needs a quantised "
+                     "loader"),
+            std::string::npos)
+      << err;
+}
+
+// A header of odd length leaves every tensor misaligned in the mapping: the loader reads them in
+// place, and the model's logits are the aligned copy's, bit for bit.
+TEST_F(BrokenCheckpoint, MisalignedTensorsLoadBitForBit) {
+  write(tensors_);
+  const fs::path path = dir_ / "model.safetensors";
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const std::string header = bytes.substr(8, n) + " ", data = bytes.substr(8 + n);
+  const uint64_t odd = header.size();
+  ASSERT_EQ((8 + odd) % 2, 1u);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&odd), 8);
+  out << header << data;
+  out.close();
+  auto model = load_model(dir_.string());
+  auto plain = load_model(kFixture);
+  const std::vector<int32_t> ids = {5, 17, 3, 99, 42, 7};
+  const Tensor a = sequence_logits(*model, ids, "full"), b = sequence_logits(*plain, ids, "full");
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
 }
 
 TEST_F(BrokenCheckpoint, UnexpectedTensorIsNamed) {

@@ -9,6 +9,7 @@ namespace strata::cli {
 void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("--model", o.model_dir, "checkpoint folder (default: the bundled model)");
   app.add_option("--device", o.device, "cpu | cuda");
+  add_load_format_option(app, o.load_format);
   app.add_option("--kv-cache-memory", o.kv_cache_memory,
                  "bytes for the KV pages and state slots, e.g. 512M, 4G (binary units)");
   o.gpu_util_flag = app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
@@ -33,6 +34,12 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 
+void add_load_format_option(CLI::App& app, std::string& load_format) {
+  app.add_option("--load-format", load_format,
+                 "auto | safetensors: the folder's weights (default); dummy: random weights of the shapes "
+                 "config.json gives, made on the device (benchmarks without checkpoints)");
+}
+
 void add_parallel_options(CLI::App& app, int& tensor_parallel_size, bool& enable_expert_parallel) {
   app.add_option("--tensor-parallel-size", tensor_parallel_size,
                  "ranks the model is split over, threads of this process (default 1; CPU only so far)");
@@ -54,6 +61,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.model = model_dir_or_default(o.model_dir);
   check_parallel_options(o.tensor_parallel_size, o.enable_expert_parallel, o.device);
   c.device = parse_device(o.device);
+  c.load_format = parse_load_format(o.load_format);
   if (!o.kv_cache_memory.empty()) c.kv_cache_memory = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
   STRATA_CHECK(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1,
                "--gpu-memory-utilization must be in (0, 1], got ", o.gpu_memory_utilization);

@@ -12,7 +12,7 @@
 namespace strata::cli {
 
 struct EngineOptions {
-  std::string model_dir, device = "cpu", kv_cache_memory, logprobs_mode = "processed";
+  std::string model_dir, device = "cpu", load_format = "auto", kv_cache_memory, logprobs_mode = "processed";
   int block_size = 16, max_num_seqs = 256, max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
   double gpu_memory_utilization = 0.9;
@@ -23,13 +23,16 @@ struct EngineOptions {
   CLI::Option* gpu_util_flag = nullptr;
 };
 
+// --load-format auto | safetensors | dummy (also on `strata logits`).
+void add_load_format_option(CLI::App& app, std::string& load_format);
+
 // --tensor-parallel-size and --enable-expert-parallel (also on `strata logits`).
 void add_parallel_options(CLI::App& app, int& tensor_parallel_size, bool& enable_expert_parallel);
 // Their checks: a size >= 1, --device cpu (by name, before it is parsed) for more than one
 // rank, expert parallelism only with ranks.
 void check_parallel_options(int tensor_parallel_size, bool enable_expert_parallel, const std::string& device);
 
-// --model --device --kv-cache-memory --gpu-memory-utilization --block-size --max-num-seqs
+// --model --device --load-format --kv-cache-memory --gpu-memory-utilization --block-size --max-num-seqs
 // --max-num-batched-tokens --max-model-len --enable-prefix-caching / --no-enable-prefix-caching
 // --prefix-state-interval --prefix-state-slots --logprobs-mode --enforce-eager
 // --tensor-parallel-size --enable-expert-parallel

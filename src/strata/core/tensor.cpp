@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "strata/core/block_copy.h"
 #include "strata/core/error.h"
 
 namespace strata {
@@ -111,7 +112,7 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
 Tensor Tensor::to_f32() const {
   STRATA_CHECK(device_ == Device::kCpu, "to_f32: tensor is not on the CPU");
   Tensor out = empty(shape_, DType::kF32);
-  strata::to_f32(dtype_, raw(), out.data<float>(), size_t(numel()));
+  copy_blocks({dense_block(raw(), dtype_, numel())}, 0, numel(), out.raw(), DType::kF32);
   return out;
 }
 

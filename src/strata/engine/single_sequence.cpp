@@ -60,7 +60,7 @@ Tensor sequence_logits(Model& model, const std::vector<int32_t>& ids, const std:
   for (size_t start = 0; start < ids.size(); start += chunk) {
     std::vector<int32_t> part(ids.begin() + start, ids.begin() + std::min(ids.size(), start + chunk));
     Tensor l = seq.append(part, true);
-    STRATA_CHECK(l.device() == Device::kCpu, "logits: device results must be copied to the host");
+    if (l.device() != Device::kCpu) l = l.to(Device::kCpu);  // a GPU model's logits
     std::memcpy(out.data<float>() + start * vocab, l.raw(), l.nbytes());
   }
   return out;

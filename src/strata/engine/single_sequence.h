@@ -25,7 +25,8 @@ class SingleSequence {
   int64_t length_ = 0;
 };
 
-// Logits [ids.size(), vocab] for every position, computed in `mode`: "full" (one forward),
+// Logits [ids.size(), vocab] on the host (a GPU model's copied back) for every position,
+// computed in `mode`: "full" (one forward),
 // "stepwise" (one token per forward through the caches) or "chunked:N" (N per forward).
 Tensor sequence_logits(Model& model, const std::vector<int32_t>& ids, const std::string& mode);
 

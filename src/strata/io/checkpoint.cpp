@@ -130,6 +130,14 @@ const TensorInfo& Checkpoint::info(const std::string& name) const {
 
 Tensor Checkpoint::get(const std::string& name) const { return files_[file_index(name)]->get(name); }
 
+const char* Checkpoint::data(const std::string& name) const { return files_[file_index(name)]->data(name); }
+
+size_t Checkpoint::tensor_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, slot] : where_) n += files_[slot]->find(name)->nbytes();
+  return n;
+}
+
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
   out.reserve(where_.size());

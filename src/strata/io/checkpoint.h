@@ -33,6 +33,9 @@ class Checkpoint {
   bool has(const std::string& name) const;
   const TensorInfo& info(const std::string& name) const;  // throws "DIR: missing tensor 'NAME'"
   Tensor get(const std::string& name) const;              // zero-copy view, any dtype
+  // Where `name`'s bytes start in its file's mapping (any alignment); throws like info().
+  const char* data(const std::string& name) const;
+  size_t tensor_bytes() const;                            // of every tensor named here
   std::vector<std::string> names() const;                 // sorted
   // The file that holds `name` (for error messages); throws like info().
   const std::string& file_of(const std::string& name) const;

@@ -220,10 +220,16 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &header_.tensors[it->second];
 }
 
+const char* SafetensorsFile::data(const std::string& name) const {
+  const TensorInfo* info = find(name);
+  if (info == nullptr) fail(path_, ": missing tensor '", name, "'");
+  return mapping_->data() + header_.data_offset + info->begin;
+}
+
 Tensor SafetensorsFile::get(const std::string& name) const {
   const TensorInfo* info = find(name);
   if (info == nullptr) fail(path_, ": missing tensor '", name, "'");
-  const char* ptr = mapping_->data() + header_.data_offset + info->begin;
+  const char* ptr = data(name);
   if (reinterpret_cast<uintptr_t>(ptr) % dtype_size(info->dtype) != 0) {
     Tensor copy = Tensor::empty(info->shape, info->dtype);
     std::memcpy(copy.raw(), ptr, info->nbytes());

@@ -90,6 +90,9 @@ class SafetensorsFile {
   // the reference writer, which pads the header to 8 bytes); a misaligned tensor is copied so
   // that typed loads stay defined. Throws "PATH: missing tensor 'NAME'".
   Tensor get(const std::string& name) const;
+  // Where `name`'s bytes start in the mapping (read-only, valid while this file lives; any
+  // alignment). Throws like get().
+  const char* data(const std::string& name) const;
 
   struct Key {  // lets open() use make_shared while only open() can construct
    private:

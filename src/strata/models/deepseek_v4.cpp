@@ -32,8 +32,9 @@ class DeepseekV4Model final : public Model {
     STRATA_CHECK(device == Device::kCpu, ckpt.dir(), ": deepseek_v4 runs on the CPU reference path only so far");
     cfg_ = parse_deepseek_v4_config(ckpt.config(), ckpt.config_path());
     check_shardable(cfg_, par_);
-    WeightLoader loader(ckpt, "", device);
+    WeightLoader loader(ckpt, "", device, par_.rank == 0);
     w_ = load_deepseek_v4_weights(ckpt, cfg_, loader, par_);
+    loader.finish();
     hyper_ = {int(cfg_.hc_mult), int(cfg_.hc_iters), float(cfg_.hc_eps), float(cfg_.rms_eps)};
     info_.model_type = "deepseek_v4";
     info_.vocab_size = cfg_.vocab;

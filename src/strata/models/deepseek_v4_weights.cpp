@@ -68,12 +68,15 @@ class Reader {
     return published_ ? cat("layers.", i, ".", pub) : cat("model.layers.", i, ".", hf_layer_names().at(pub));
   }
   bool has(const std::string& name) const { return ckpt_.has(name); }
+  // --load-format dummy: every tensor random (WeightLoader::random), read under HF's names.
+  bool dummy() const { return w_.dummy(); }
 
   // A float tensor (norms, biases, hyper-connection weights, ...).
   Tensor vec(const std::string& name, const Shape& shape) { return w_.get_top(name, shape); }
 
   // A weight matrix [N, K]: float, FP8 with block scales, or MXFP4.
   Tensor matrix(const std::string& name, const Shape& shape) {
+    if (dummy()) return w_.random(name, shape);
     const DType t = ckpt_.info(name).dtype;
     if (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16) return w_.get_top(name, shape);
     return w_.to_device(readable(name, shape));
@@ -86,6 +89,7 @@ class Reader {
                       const std::vector<std::pair<int64_t, int64_t>>& rows, std::pair<int64_t, int64_t> cols) {
     int64_t n = 0;
     for (const auto& r : rows) n += r.second;
+    if (dummy()) return w_.random(name, {n, cols.second});
     const Tensor part = slice_experts(readable(name, shape), 0, 1, rows, cols, ckpt_.file_of(name) + ": tensor '" + name + "'");
     return w_.to_device(part.reshape({n, cols.second}));
   }
@@ -94,10 +98,18 @@ class Reader {
   }
 
   // Another rank's weight matrix: its tensors (and scales) checked and marked read, not converted.
-  void skip_matrix(const std::string& name, const Shape& shape) { readable(name, shape, /*mark_only=*/true); }
+  void skip_matrix(const std::string& name, const Shape& shape) {
+    if (!dummy()) readable(name, shape, /*mark_only=*/true);
+  }
 
   // tid2eid: an integer table [vocab, top_k] as I32, its entries checked against the experts.
+  // Dummy: token t routes to experts (t * top_k + k) mod experts, k < top_k.
   Tensor expert_table(const std::string& name, const Shape& shape) {
+    if (dummy()) {
+      Tensor out = Tensor::empty(shape, DType::kI32);
+      for (int64_t i = 0; i < out.numel(); ++i) out.data<int32_t>()[i] = int32_t(i % c_.experts);
+      return out;
+    }
     Tensor raw = w_.raw(name, shape);
     const DType t = raw.dtype();
     STRATA_CHECK(t == DType::kI64 || t == DType::kI32, ckpt_.file_of(name), ": tensor '", name,
@@ -264,7 +276,9 @@ void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, i
 Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Config& c,
                                      WeightLoader& loader, const dist::Parallel& par) {
   Dsv4Weights w;
-  if (ckpt.has("embed.weight")) {
+  if (loader.dummy()) {
+    w.published_names = false;
+  } else if (ckpt.has("embed.weight")) {
     w.published_names = true;
   } else if (ckpt.has("model.embed_tokens.weight")) {
     w.published_names = false;
@@ -278,7 +292,7 @@ Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Con
   w.norm = r.vec(r.top("norm.weight"), {h});
   // The head split over the vocabulary (its logits all-gathered).
   const Share vs = share(par, c.vocab);
-  if (r.has(r.top("head.weight"))) {
+  if (r.has(r.top("head.weight")) || (r.dummy() && !c.tie_embeddings)) {
     w.head = r.matrix_rows(r.top("head.weight"), {c.vocab, h}, vs.first, vs.count);
   } else if (c.tie_embeddings) {
     w.head = par.size == 1 ? w.embed : r.matrix_rows(r.top("embed.weight"), {c.vocab, h}, vs.first, vs.count);

@@ -171,8 +171,9 @@ class Qwen35Model final : public Model {
     const std::string origin = ckpt.dir() + "/config.json";
     full_ = parse_config(ckpt.config(), origin);
     cfg_ = local_config(full_, par_, origin);
-    WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device);
+    WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device, par_.rank == 0);
     load(w);
+    w.finish();
     auto unused = w.unused({"model.visual.", "mtp.", "model.mtp.", "visual."});
     STRATA_CHECK(unused.empty(), ckpt.dir(), ": unexpected tensor '", unused.empty() ? "" : unused[0],
                  "' (", unused.size(), " unused in all) for ", cfg_.model_type);
@@ -371,23 +372,23 @@ class Qwen35Model final : public Model {
     const Share kh = share(hk), vh = share(hv);
     if (!w.dummy() && w.has(p + "in_proj_qkvz.weight")) {
       // Qwen3-Next groups the rows per key head: [q (dk), k (dk), v (r*dv), z (r*dv)] and
-      // [b (r), a (r)]. Regroup this rank's key heads into Qwen3.5's split layout.
-      Tensor qkvz = w.raw(w.prefix() + p + "in_proj_qkvz.weight", {hk * (2 * dk + 2 * r * dv), hsz}).to_f32();
-      Tensor ba = w.raw(w.prefix() + p + "in_proj_ba.weight", {hk * 2 * r, hsz}).to_f32();
+      // [b (r), a (r)]. Regroup this rank's key heads into Qwen3.5's split layout (row slices).
       const int64_t group = 2 * dk + 2 * r * dv;
-      std::vector<Tensor> q, k, v, z, b, a;
+      const std::string qkvz = p + "in_proj_qkvz.weight", ba = p + "in_proj_ba.weight";
+      const Shape qkvz_full{hk * group, hsz}, ba_full{hk * 2 * r, hsz};
+      std::vector<Slice> q, k, v, z, b, a;
       for (int64_t g = kh.first; g < kh.first + kh.count; ++g) {
         const int64_t base = g * group;
-        q.push_back(qkvz.rows(base, base + dk));
-        k.push_back(qkvz.rows(base + dk, base + 2 * dk));
-        v.push_back(qkvz.rows(base + 2 * dk, base + 2 * dk + r * dv));
-        z.push_back(qkvz.rows(base + 2 * dk + r * dv, base + group));
-        b.push_back(ba.rows(g * 2 * r, g * 2 * r + r));
-        a.push_back(ba.rows(g * 2 * r + r, (g + 1) * 2 * r));
+        q.push_back({qkvz, qkvz_full, 0, base, dk});
+        k.push_back({qkvz, qkvz_full, 0, base + dk, dk});
+        v.push_back({qkvz, qkvz_full, 0, base + 2 * dk, r * dv});
+        z.push_back({qkvz, qkvz_full, 0, base + 2 * dk + r * dv, r * dv});
+        b.push_back({ba, ba_full, 0, g * 2 * r, r});
+        a.push_back({ba, ba_full, 0, g * 2 * r + r, r});
       }
-      std::vector<Tensor> rows = q;
-      for (const std::vector<Tensor>* part : {&k, &v, &z, &b, &a}) rows.insert(rows.end(), part->begin(), part->end());
-      l.in_proj = w.to_device(concat_rows(rows));
+      std::vector<Slice> rows = q;
+      for (const std::vector<Slice>* part : {&k, &v, &z, &b, &a}) rows.insert(rows.end(), part->begin(), part->end());
+      l.in_proj = w.get_slices(rows);
     } else {
       const Shape qkv{conv_dim, hsz};
       l.in_proj = w.get_slices({{p + "in_proj_qkv.weight", qkv, 0, kh.first * dk, kh.count * dk},

@@ -41,8 +41,9 @@ class Qwen4ExpModel final : public Model {
     cfg_ = qwen4_exp_rank_config(full_, par_, ckpt.config_path());
     STRATA_CHECK(par_.size == 1 || device == Device::kCpu, ckpt.dir(), ": tensor parallelism (", par_.size,
                  " ranks) runs on the CPU only so far for ", cfg_.model_type);
-    WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device);
+    WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device, par_.rank == 0);
     weights_ = load_qwen4_exp_weights(w, full_, par_);
+    w.finish();
     // HF drops mtp.* (and the vision tower); vLLM drops an exit-mixer inject weight.
     auto unused = w.unused({"model.visual.", "visual.", "mtp.", "model.mtp.",
                             w.prefix() + "hyper_connection_mixer.block_inject_weight"});

@@ -9,17 +9,6 @@
 namespace strata {
 namespace {
 
-
-// A stored F32/BF16/F16 tensor as CPU float32, checked against `shape`.
-Tensor f32(WeightLoader& w, const std::string& name, const Shape& shape) {
-  const std::string full = w.prefix() + name;
-  Tensor t = w.raw(full, shape);
-  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
-               w.checkpoint().file_of(full), ": tensor '", full, "': dtype ", dtype_name(t.dtype()),
-               " needs a quantised loader (expected BF16, F16 or F32)");
-  return t.to_f32();
-}
-
 HyperConnectionWeights load_hc(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c,
                                bool inject) {
   const int64_t wide = c.hc * c.hidden;
@@ -140,7 +129,7 @@ PleWeights load_ple(WeightLoader& w, const std::string& p, const Qwen4ExpConfig&
   ple.norm_query = w.get(p + "norm_query.weight", {wide});
   ple.norm_conv = w.get(p + "norm_conv.weight", {wide});
   const int64_t k = c.ple_conv_kernel, dil = c.ngram_size, taps = (k - 1) * dil + 1;
-  Tensor conv = f32(w, p + "conv1d.weight", {wide, 1, k});
+  Tensor conv = w.get_host_f32(w.prefix() + p + "conv1d.weight", {wide, 1, k});
   Tensor dilated = Tensor::zeros({wide, taps}, DType::kF32);
   for (int64_t ch = 0; ch < wide; ++ch) {
     for (int64_t j = 0; j < k; ++j) dilated.data<float>()[ch * taps + j * dil] = conv.data<float>()[ch * k + j];
@@ -153,6 +142,8 @@ PleWeights load_ple(WeightLoader& w, const std::string& p, const Qwen4ExpConfig&
 
 std::vector<Tensor> load_ngram_table(WeightLoader& w, const std::string& prefix, int64_t rows,
                                      int64_t dim) {
+  // Dummy weights: one table, in host memory as a real one stays.
+  if (w.dummy()) return {w.random_host(prefix + "weight", {rows, dim}, DType::kBF16)};
   const Checkpoint& ck = w.checkpoint();
   const std::string shard = prefix + "shard_", suffix = ".weight";
   std::map<int64_t, std::string> by_index;
@@ -207,7 +198,7 @@ Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c,
   Qwen4ExpWeights m;
   const Share vs = share(par, c.vocab);
   m.embed = w.get("embed_tokens.weight", {c.vocab, c.hidden});
-  if (w.has_top("lm_head.weight")) {
+  if (w.has_top("lm_head.weight") || (w.dummy() && !c.tie_embeddings)) {
     m.lm_head = w.get_slices({{"lm_head.weight", {c.vocab, c.hidden}, 0, vs.first, vs.count, true}});
   } else if (c.tie_embeddings) {
     m.lm_head = par.size == 1 ? m.embed

@@ -86,7 +86,8 @@ Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c,
 // The n-gram table under `prefix` (a full name ending in "ngram_embedding."): the shards
 // PREFIX + "shard_N.weight", N = 0, 1, ... without gaps, in numeric order (shard_10 after
 // shard_9), or a single PREFIX + "weight". Each is [rows_i, dim] F32/BF16/F16, the rows summing
-// to `rows`. The tensors are zero-copy views of the mapped files.
+// to `rows`. The tensors are zero-copy views of the mapped files (under --load-format dummy: one
+// random BF16 table [rows, dim] in host memory).
 std::vector<Tensor> load_ngram_table(WeightLoader& w, const std::string& prefix, int64_t rows,
                                      int64_t dim);
 

@@ -1,15 +1,66 @@
 #include "strata/models/weights.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "strata/core/error.h"
 #include "strata/ops/ops.h"
+#if defined(STRATA_WITH_CUDA)
+#include "strata/ops/cuda/weight_upload.h"
+#endif
 
 namespace strata {
+namespace {
 
-WeightLoader::WeightLoader(const Checkpoint& ckpt, std::string prefix, Device device)
-    : ckpt_(ckpt), prefix_(std::move(prefix)), device_(device) {}
+std::unique_ptr<BlockWriter> make_writer(Device device) {
+  if (device == Device::kCpu) return make_host_writer();
+#if defined(STRATA_WITH_CUDA)
+  return ops::cuda::make_weight_uploader();
+#else
+  fail("loading weights onto the GPU needs the CUDA backend (this build has none)");
+#endif
+}
+
+// The blocks of a stored [E, R, C] tensor ([R, C]: one expert) at `src`: experts
+// [expert_begin, + expert_count), of each the row ranges `rows`, of each row the columns `cols`.
+std::vector<CopyBlock> expert_blocks(const char* src, DType dtype, const Shape& shape, int64_t expert_begin,
+                                     int64_t expert_count, const std::vector<std::pair<int64_t, int64_t>>& rows,
+                                     std::pair<int64_t, int64_t> cols, const std::string& what) {
+  STRATA_CHECK(shape.size() == 2 || shape.size() == 3, what, ": experts ", dtype_name(dtype), shape_str(shape),
+               " are not [E, R, C]");
+  const Shape t = shape.size() == 2 ? Shape{1, shape[0], shape[1]} : shape;
+  const int64_t e = t[0], r = t[1], c = t[2];
+  const auto [col_begin, col_count] = cols;
+  const std::string describe = cat(dtype_name(dtype), shape_str(t));
+  STRATA_CHECK(expert_begin >= 0 && expert_count > 0 && expert_begin + expert_count <= e && col_begin >= 0 &&
+                   col_count > 0 && col_begin + col_count <= c,
+               what, ": shard of experts [", expert_begin, ", ", expert_begin + expert_count, ") columns [",
+               col_begin, ", ", col_begin + col_count, ") does not fit ", describe);
+  for (const auto& [b, n] : rows) {
+    STRATA_CHECK(b >= 0 && n > 0 && b + n <= r, what, ": rows [", b, ", ", b + n, ") do not fit ", describe);
+  }
+  const size_t esz = dtype_size(dtype);
+  std::vector<CopyBlock> blocks;
+  for (int64_t j = expert_begin; j < expert_begin + expert_count; ++j) {
+    for (const auto& [b, n] : rows) {
+      const char* first = src + ((j * r + b) * c + col_begin) * int64_t(esz);
+      blocks.push_back({first, dtype, n, col_count, c});
+    }
+  }
+  return blocks;
+}
+
+}  // namespace
+
+WeightLoader::WeightLoader(const Checkpoint& ckpt, std::string prefix, Device device, bool report_progress)
+    : ckpt_(ckpt), prefix_(std::move(prefix)), device_(device),
+      progress_(ckpt.dir(), ckpt.weightless() ? 0 : ckpt.tensor_bytes(), report_progress && !ckpt.weightless()) {}
+
+WeightLoader::~WeightLoader() = default;  // the writer waits for its copies
+
+void WeightLoader::finish() {
+  if (writer_) writer_->finish();
+  progress_.finish();
+}
 
 std::string WeightLoader::detect_prefix(const Checkpoint& ckpt) {
   if (ckpt.weightless()) return "model.";
@@ -20,13 +71,22 @@ std::string WeightLoader::detect_prefix(const Checkpoint& ckpt) {
        "'model.language_model.embed_tokens.weight')");
 }
 
-Tensor WeightLoader::raw(const std::string& full_name, const Shape& shape) {
+const TensorInfo& WeightLoader::stored(const std::string& full_name, const Shape& shape, bool float_only) {
   STRATA_CHECK(!dummy(), ckpt_.dir(), ": tensor '", full_name,
                "' must be read as stored, which --load-format dummy cannot do");
   const TensorInfo& info = ckpt_.info(full_name);
   STRATA_CHECK(info.shape == shape, ckpt_.file_of(full_name), ": tensor '", full_name,
                "': expected shape ", shape_str(shape), ", got ", shape_str(info.shape));
-  used_.insert(full_name);
+  const DType t = info.dtype;
+  STRATA_CHECK(!float_only || t == DType::kF32 || t == DType::kBF16 || t == DType::kF16,
+               ckpt_.file_of(full_name), ": tensor '", full_name, "': dtype ", dtype_name(t),
+               " needs a quantised loader (expected BF16, F16 or F32)");
+  if (used_.insert(full_name).second) progress_.add(info.nbytes());
+  return info;
+}
+
+Tensor WeightLoader::raw(const std::string& full_name, const Shape& shape) {
+  stored(full_name, shape, false);
   return ckpt_.get(full_name);
 }
 
@@ -36,49 +96,62 @@ Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
 
 Tensor WeightLoader::get_top(const std::string& full_name, const Shape& shape) {
   if (dummy()) return random(full_name, shape);
-  Tensor stored = raw(full_name, shape);
-  const DType t = stored.dtype();
-  STRATA_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16,
-               ckpt_.file_of(full_name), ": tensor '", full_name, "': dtype ", dtype_name(t),
-               " needs a quantised loader (expected BF16, F16 or F32)");
-  return to_device(stored.to_f32());
+  const TensorInfo& info = stored(full_name, shape, true);
+  return assemble(shape, {dense_block(ckpt_.data(full_name), info.dtype, shape_numel(shape))});
 }
 
 DType WeightLoader::device_dtype(const Shape& shape) const {
   return device_ == Device::kCuda && shape.size() >= 2 ? DType::kBF16 : DType::kF32;
 }
 
-Tensor WeightLoader::to_device(const Tensor& cpu_f32) const {
-  auto* self = const_cast<WeightLoader*>(this);
-  if (device_ == Device::kCpu) {
-    self->bytes_ += cpu_f32.nbytes();
-    return cpu_f32;
-  }
-  Tensor host = cpu_f32;
-  if (device_dtype(cpu_f32.shape()) == DType::kBF16) {
-    host = Tensor::empty(cpu_f32.shape(), DType::kBF16);
-    const float* src = cpu_f32.data<float>();
-    uint16_t* dst = host.data<uint16_t>();
-    for (int64_t i = 0; i < host.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
-  }
-  self->bytes_ += host.nbytes();
-  return host.to(device_);
+Tensor WeightLoader::assemble(const Shape& shape, const std::vector<CopyBlock>& blocks) {
+  Tensor out = Tensor::empty(shape, device_dtype(shape), device_);
+  if (!writer_) writer_ = make_writer(device_);
+  writer_->write(out, blocks);
+  bytes_ += out.nbytes();
+  return out;
 }
 
-Tensor WeightLoader::random(const std::string& name, const Shape& shape) {
+Tensor WeightLoader::to_device(const Tensor& cpu_f32) {
+  STRATA_CHECK(cpu_f32.device() == Device::kCpu, "to_device: ", cpu_f32.describe(), " is not on the CPU");
+  if (device_ == Device::kCpu) {
+    bytes_ += cpu_f32.nbytes();
+    return cpu_f32;
+  }
+  return assemble(cpu_f32.shape(), {dense_block(cpu_f32.raw(), cpu_f32.dtype(), cpu_f32.numel())});
+}
+
+Tensor WeightLoader::random_on(const std::string& full_name, const Shape& shape, DType dtype, Device device) {
   // HF's initializer_range 0.02 as the standard deviation of a uniform distribution.
   constexpr float kScale = 0.0346f;
   uint64_t seed = 1469598103934665603ull;  // FNV-1a of the name: stable across runs
-  for (unsigned char c : name) seed = (seed ^ c) * 1099511628211ull;
-  Tensor t = Tensor::empty(shape, device_dtype(shape), device_);
+  for (unsigned char c : full_name) seed = (seed ^ c) * 1099511628211ull;
+  Tensor t = Tensor::empty(shape, dtype, device);
   ops::fill_random_uniform(t, seed, kScale);
+  return t;
+}
+
+Tensor WeightLoader::random(const std::string& full_name, const Shape& shape) {
+  Tensor t = random_on(full_name, shape, device_dtype(shape), device_);
   bytes_ += t.nbytes();
   return t;
 }
 
+Tensor WeightLoader::random_host(const std::string& full_name, const Shape& shape, DType dtype) {
+  return random_on(full_name, shape, dtype, Device::kCpu);
+}
+
+Tensor WeightLoader::get_host_f32(const std::string& full_name, const Shape& shape) {
+  if (dummy()) return random_host(full_name, shape, DType::kF32);
+  const TensorInfo& info = stored(full_name, shape, true);
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  copy_blocks({dense_block(ckpt_.data(full_name), info.dtype, out.numel())}, 0, out.numel(), out.raw(), DType::kF32);
+  return out;
+}
+
 Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
   STRATA_CHECK(!parts.empty(), "get_slices: no tensors");
-  std::vector<Tensor> pieces;
+  std::vector<CopyBlock> blocks;
   Shape total;
   for (const Slice& s : parts) {
     const std::string full_name = s.top ? s.name : prefix_ + s.name;
@@ -96,80 +169,30 @@ Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
       total[0] += shape[0];
     }
     if (dummy()) continue;
-    Tensor stored = raw(full_name, s.full);
-    const DType t = stored.dtype();
-    STRATA_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16, ckpt_.file_of(full_name),
-                 ": tensor '", full_name, "': dtype ", dtype_name(t),
-                 " needs a quantised loader (expected BF16, F16 or F32)");
-    if (s.dim == 0 || (s.begin == 0 && s.count == s.full[1])) {
-      pieces.push_back(stored.rows(s.begin, s.dim == 0 ? s.begin + s.count : s.full[0]).to_f32());
-    } else {
-      Tensor cols = Tensor::empty(shape, DType::kF32);
-      for (int64_t r = 0; r < s.full[0]; ++r) {
-        Tensor row = stored.rows(r, r + 1).to_f32();
-        std::memcpy(cols.data<float>() + r * s.count, row.data<float>() + s.begin, size_t(s.count) * sizeof(float));
-      }
-      pieces.push_back(cols);
+    const TensorInfo& info = stored(full_name, s.full, true);
+    const char* src = ckpt_.data(full_name);
+    const int64_t esz = int64_t(dtype_size(info.dtype));
+    if (s.dim == 0) {  // whole rows: one dense run
+      const int64_t row = shape_numel(Shape(s.full.begin() + 1, s.full.end()));
+      blocks.push_back(dense_block(src + s.begin * row * esz, info.dtype, s.count * row));
+    } else {  // columns [begin, begin + count) of every row
+      blocks.push_back({src + s.begin * esz, info.dtype, s.full[0], s.count, s.full[1]});
     }
   }
   if (dummy()) return random((parts[0].top ? "" : prefix_) + parts[0].name, total);
-  Tensor out = Tensor::empty(total, DType::kF32);
-  char* dst = static_cast<char*>(out.raw());
-  for (const Tensor& piece : pieces) {
-    std::memcpy(dst, piece.raw(), piece.nbytes());
-    dst += piece.nbytes();
-  }
-  return to_device(out);
+  return assemble(total, blocks);
 }
 
 Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_count,
                      const std::vector<std::pair<int64_t, int64_t>>& rows, std::pair<int64_t, int64_t> cols,
                      const std::string& what) {
-  STRATA_CHECK(stored.ndim() == 2 || stored.ndim() == 3, what, ": experts ", stored.describe(), " are not [E, R, C]");
-  const Tensor t = stored.ndim() == 2 ? stored.reshape({1, stored.dim(0), stored.dim(1)}) : stored;
-  const int64_t e = t.dim(0), r = t.dim(1), c = t.dim(2);
-  const auto [col_begin, col_count] = cols;
-  STRATA_CHECK(expert_begin >= 0 && expert_count > 0 && expert_begin + expert_count <= e && col_begin >= 0 &&
-                   col_count > 0 && col_begin + col_count <= c,
-               what, ": shard of experts [", expert_begin, ", ", expert_begin + expert_count, ") columns [",
-               col_begin, ", ", col_begin + col_count, ") does not fit ", t.describe());
+  STRATA_CHECK(stored.device() == Device::kCpu, what, ": experts ", stored.describe(), " are not on the CPU");
+  const std::vector<CopyBlock> blocks = expert_blocks(static_cast<const char*>(stored.raw()), stored.dtype(),
+                                                      stored.shape(), expert_begin, expert_count, rows, cols, what);
   int64_t out_rows = 0;
-  for (const auto& [b, n] : rows) {
-    STRATA_CHECK(b >= 0 && n > 0 && b + n <= r, what, ": rows [", b, ", ", b + n, ") do not fit ", t.describe());
-    out_rows += n;
-  }
-  Tensor out = Tensor::empty({expert_count, out_rows, col_count}, DType::kF32);
-  const Tensor flat = t.reshape({e * r, c});
-  float* dst = out.data<float>();
-  for (int64_t j = expert_begin; j < expert_begin + expert_count; ++j) {
-    for (const auto& [b, n] : rows) {
-      if (col_count == c) {  // whole rows: one conversion
-        const Tensor block = flat.rows(j * r + b, j * r + b + n).to_f32();
-        std::memcpy(dst, block.data<float>(), block.nbytes());
-        dst += n * c;
-        continue;
-      }
-      for (int64_t i = j * r + b; i < j * r + b + n; ++i) {
-        const Tensor row = flat.rows(i, i + 1).to_f32();
-        std::memcpy(dst, row.data<float>() + col_begin, size_t(col_count) * sizeof(float));
-        dst += col_count;
-      }
-    }
-  }
-  return out;
-}
-
-Tensor concat_rows(const std::vector<Tensor>& parts) {
-  int64_t rows = 0;
-  for (const Tensor& p : parts) rows += p.dim(0);
-  Shape shape = parts.at(0).shape();
-  shape[0] = rows;
-  Tensor out = Tensor::empty(shape, DType::kF32);
-  char* dst = static_cast<char*>(out.raw());
-  for (const Tensor& p : parts) {
-    std::memcpy(dst, p.raw(), p.nbytes());
-    dst += p.nbytes();
-  }
+  for (const auto& r : rows) out_rows += r.second;
+  Tensor out = Tensor::empty({expert_count, out_rows, cols.second}, DType::kF32);
+  copy_blocks(blocks, 0, out.numel(), out.raw(), DType::kF32);
   return out;
 }
 
@@ -183,18 +206,24 @@ WeightLoader::RoutedExperts WeightLoader::get_routed_experts(const std::string& 
     r.down = get_expert_slices(p + "experts.down_proj", {e, h, full_inter}, experts, {{0, h}}, inter);
     return r;
   }
-  std::vector<Tensor> gate_up, down;
+  std::vector<CopyBlock> gate_up, down;
   for (int64_t j = 0; j < e; ++j) {
     const std::string q = prefix_ + p + cat("experts.", j, ".");
-    const Tensor g = raw(q + "gate_proj.weight", {full_inter, h}), u = raw(q + "up_proj.weight", {full_inter, h}),
-                 d = raw(q + "down_proj.weight", {h, full_inter});
+    const std::string gn = q + "gate_proj.weight", un = q + "up_proj.weight", dn = q + "down_proj.weight";
+    const TensorInfo &g = stored(gn, {full_inter, h}, true), &u = stored(un, {full_inter, h}, true),
+                     &d = stored(dn, {h, full_inter}, true);
     if (j < experts.begin || j >= experts.begin + experts.count) continue;  // another rank's: checked and marked only
-    gate_up.push_back(slice_experts(g, 0, 1, {{inter.begin, inter.count}}, {0, h}, q + "gate_proj.weight"));
-    gate_up.push_back(slice_experts(u, 0, 1, {{inter.begin, inter.count}}, {0, h}, q + "up_proj.weight"));
-    down.push_back(slice_experts(d, 0, 1, {{0, h}}, {inter.begin, inter.count}, q + "down_proj.weight"));
+    for (const auto& [name, info] : {std::pair{&gn, &g}, std::pair{&un, &u}}) {
+      const std::vector<CopyBlock> b =
+          expert_blocks(ckpt_.data(*name), info->dtype, info->shape, 0, 1, {{inter.begin, inter.count}}, {0, h}, *name);
+      gate_up.insert(gate_up.end(), b.begin(), b.end());
+    }
+    const std::vector<CopyBlock> b =
+        expert_blocks(ckpt_.data(dn), d.dtype, d.shape, 0, 1, {{0, h}}, {inter.begin, inter.count}, dn);
+    down.insert(down.end(), b.begin(), b.end());
   }
-  r.gate_up = to_device(concat_rows(gate_up).reshape({experts.count, 2 * inter.count, h}));
-  r.down = to_device(concat_rows(down).reshape({experts.count, h, inter.count}));
+  r.gate_up = assemble({experts.count, 2 * inter.count, h}, gate_up);
+  r.down = assemble({experts.count, h, inter.count}, down);
   return r;
 }
 
@@ -209,12 +238,10 @@ Tensor WeightLoader::get_expert_slices(const std::string& name, const Shape& ful
     out_rows += r.count;
   }
   if (dummy()) return random(full_name, {experts.count, out_rows, cols.count});
-  Tensor stored = raw(full_name, full);
-  const DType t = stored.dtype();
-  STRATA_CHECK(t == DType::kF32 || t == DType::kBF16 || t == DType::kF16, ckpt_.file_of(full_name), ": tensor '",
-               full_name, "': dtype ", dtype_name(t), " needs a quantised loader (expected BF16, F16 or F32)");
-  return to_device(slice_experts(stored, experts.begin, experts.count, row_ranges, {cols.begin, cols.count},
-                                 ckpt_.file_of(full_name) + ": tensor '" + full_name + "'"));
+  const TensorInfo& info = stored(full_name, full, true);
+  return assemble({experts.count, out_rows, cols.count},
+                  expert_blocks(ckpt_.data(full_name), info.dtype, full, experts.begin, experts.count, row_ranges,
+                                {cols.begin, cols.count}, ckpt_.file_of(full_name) + ": tensor '" + full_name + "'"));
 }
 
 std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ignored) const {

@@ -2,13 +2,16 @@
 // expected shapes checked, converted to the compute dtype of the target device.
 #pragma once
 
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "strata/core/block_copy.h"
 #include "strata/core/tensor.h"
 #include "strata/io/checkpoint.h"
+#include "strata/io/load_progress.h"
 
 namespace strata {
 
@@ -20,15 +23,21 @@ Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_
                      const std::vector<std::pair<int64_t, int64_t>>& rows, std::pair<int64_t, int64_t> cols,
                      const std::string& what);
 
-// Concatenates CPU float32 tensors along dimension 0.
-Tensor concat_rows(const std::vector<Tensor>& parts);
-
+// Every weight is made in one pass from the mapped checkpoint to its destination: the stored
+// bytes of the tensor, slice, concatenation or expert stack are described as blocks
+// (core/block_copy.h) and written, converted on the way, by all CPU cores into the CPU tensor,
+// or on CUDA through pinned staging buffers straight into the device tensor, converted there
+// (ops/cuda/weight_upload.h). Device uploads are asynchronous until finish().
 class WeightLoader {
  public:
   // `prefix` is where the language model's weights live: "model." for the *ForCausalLM
   // checkpoints, "model.language_model." for the multimodal wrappers (detected by
-  // detect_prefix).
-  WeightLoader(const Checkpoint& ckpt, std::string prefix, Device device);
+  // detect_prefix). `report_progress`: the load's progress line on stderr (io/load_progress.h;
+  // tensor-parallel ranks other than 0 pass false).
+  WeightLoader(const Checkpoint& ckpt, std::string prefix, Device device, bool report_progress = true);
+  ~WeightLoader();
+  WeightLoader(const WeightLoader&) = delete;
+  WeightLoader& operator=(const WeightLoader&) = delete;
 
   static std::string detect_prefix(const Checkpoint& ckpt);
 
@@ -43,10 +52,10 @@ class WeightLoader {
   Tensor get_top(const std::string& full_name, const Shape& shape);
   // As stored (any dtype, CPU view), checked against `shape`; marks it used.
   Tensor raw(const std::string& full_name, const Shape& shape);
-  // Moves a CPU float32 tensor to the device's compute dtype: F32 on the CPU; on CUDA, BF16 for
-  // tensors of rank >= 2 (the matrices, embeddings, conv kernels) and F32 for vectors (norm
-  // weights, A_log, dt_bias: small, and read once per row).
-  Tensor to_device(const Tensor& cpu_f32) const;
+  // Moves a CPU float32 tensor to the device's compute dtype: F32 on the CPU (the tensor itself);
+  // on CUDA, BF16 for tensors of rank >= 2 (the matrices, embeddings, conv kernels) and F32 for
+  // vectors (norm weights, A_log, dt_bias: small, and read once per row).
+  Tensor to_device(const Tensor& cpu_f32);
   // A tensor-parallel rank's shard: of each prefix + name tensor (top: the full name) of `full`
   // shape, the slice [begin, begin + count) along dimension `dim` (0, or 1 of a matrix), the
   // slices concatenated along dimension 0, on the device. Only the slice is converted. Also
@@ -77,24 +86,44 @@ class WeightLoader {
     Tensor gate_up, down;
   };
   RoutedExperts get_routed_experts(const std::string& p, const Shape& gate_up_shape, Range experts, Range inter);
-  // True for a config-only checkpoint (--load-format dummy): get() and get_slices() then return
-  // seeded uniform random values of the requested shapes, generated on the device.
+  // True for a config-only checkpoint (--load-format dummy): get(), get_slices(),
+  // get_expert_slices(), get_routed_experts() and get_host_f32() then return seeded uniform random
+  // values of the requested shapes (random()), and raw() refuses.
   bool dummy() const { return ckpt_.weightless(); }
+  // The dummy weight `full_name` of `shape`: uniform random values seeded by the name, on the
+  // device in its compute dtype (random_host: in host memory as `dtype`, for what a real load
+  // keeps in the host mapping, such as Qwen4-Exp's n-gram tables).
+  Tensor random(const std::string& full_name, const Shape& shape);
+  Tensor random_host(const std::string& full_name, const Shape& shape, DType dtype);
+  // A top-level float tensor as CPU float32 whatever the device (for weights reworked on the host
+  // before they go to the device); random under dummy().
+  Tensor get_host_f32(const std::string& full_name, const Shape& shape);
 
   // Tensors of the checkpoint never read, minus the prefixes recognised as not ours
   // (e.g. "model.visual.", "mtp."). A non-empty result is an error for strict loading.
   std::vector<std::string> unused(const std::vector<std::string>& ignored_prefixes) const;
   size_t bytes_loaded() const { return bytes_; }
+  // Waits for the device uploads queued so far (throws Error on a failed one), frees their
+  // staging buffers and prints the closing progress line. The families call it once every
+  // weight is read; the destructor waits too (ignoring errors) when a load fails half-way.
+  void finish();
 
  private:
   DType device_dtype(const Shape& shape) const;
-  Tensor random(const std::string& name, const Shape& shape);
+  Tensor random_on(const std::string& full_name, const Shape& shape, DType dtype, Device device);
+  // Checks the stored tensor against `shape` (and, with `float_only`, a BF16/F16/F32 dtype) and
+  // marks it used.
+  const TensorInfo& stored(const std::string& full_name, const Shape& shape, bool float_only);
+  // A new tensor of `shape` in the device's compute dtype holding the blocks' elements.
+  Tensor assemble(const Shape& shape, const std::vector<CopyBlock>& blocks);
 
   const Checkpoint& ckpt_;
   std::string prefix_;
   Device device_;
   std::set<std::string> used_;
   size_t bytes_ = 0;
+  LoadProgress progress_;
+  std::unique_ptr<BlockWriter> writer_;  // made at the first write
 };
 
 }  // namespace strata
