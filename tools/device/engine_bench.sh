@@ -38,6 +38,7 @@ for b in ${batches//,/ }; do engine "b$b-greedy" "$b" --temperature 0; done
 engine b256-sampled 256 --temperature 1 --top-p 0.9 --top-k 50
 # Every prompt prefilled in the first step, so that the decode steps all run the whole batch.
 for b in ${batches//,/ }; do
-  engine "b$b-aligned-greedy" "$b" --temperature 0 --max-num-batched-tokens $((b * 1024))
+  engine "b$b-aligned-greedy" "$b" --temperature 0 --max-num-batched-tokens $((b * 1024)) --gpu-memory-utilization 0.5
 done
-engine b256-aligned-sampled 256 --temperature 1 --top-p 0.9 --top-k 50 --max-num-batched-tokens 262144
+engine b256-aligned-sampled 256 --temperature 1 --top-p 0.9 --top-k 50 --max-num-batched-tokens 262144 \
+  --gpu-memory-utilization 0.5

@@ -3,7 +3,8 @@
 // Every request arrives at once (vLLM's `bench throughput`); eos is ignored so each produces
 // exactly --output-len tokens. Prints throughput, time to first token (TTFT) and time per
 // output token after the first (TPOT), mean and percentiles. --roofline runs the GPU roofline
-// benchmark instead (bench_roofline.h).
+// benchmark instead (bench_roofline.h); `strata bench serve` is the load generator for an
+// OpenAI-compatible server (bench_serve.h).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <random>
 
 #include "strata/cli/bench_roofline.h"
+#include "strata/cli/bench_serve.h"
 #include "strata/cli/command.h"
 #include "strata/cli/engine_options.h"
 #include "strata/core/error.h"
@@ -43,20 +45,24 @@ Summary summarize(std::vector<double> v) {
 }
 
 int run(int argc, char** argv) {
+  if (argc > 1 && !std::strcmp(argv[1], "serve")) return run_bench_serve(argc - 1, argv + 1);
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--roofline")) return run_roofline_bench(argc, argv);
   }
-  CLI::App app{"Offline throughput benchmark on random prompts", "strata bench"};
+  CLI::App app{"Offline throughput benchmark on random prompts (strata bench serve --help: load a server)", "strata bench"};
   EngineOptions eo;
   int num_prompts = 32, input_len = 128, output_len = 32;
   uint64_t seed = 0;
-  double temperature = 1.0;
+  double temperature = 1.0, top_p = 1.0;
+  int top_k = 0;
   add_engine_options(app, eo);
   app.add_option("--num-prompts", num_prompts, "requests (default 32)");
   app.add_option("--input-len", input_len, "prompt tokens per request (default 128)");
   app.add_option("--output-len", output_len, "generated tokens per request (default 32)");
   app.add_option("--seed", seed, "seed of the random prompts and of sampling (default 0)");
   app.add_option("--temperature", temperature, "sampling temperature (default 1; 0: greedy)");
+  app.add_option("--top-p", top_p, "top-p (default 1: off)");
+  app.add_option("--top-k", top_k, "top-k (default 0: off)");
   bool roofline = false;  // handled above, listed for --help
   app.add_flag("--roofline", roofline, "run the GPU roofline benchmark (needs the CUDA backend)");
   CLI11_PARSE(app, argc, argv);
@@ -69,6 +75,8 @@ int run(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   SamplingParams params;
   params.temperature = temperature;
+  params.top_p = top_p;
+  params.top_k = top_k;
   params.max_tokens = output_len;
   params.ignore_eos = true;
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(num_prompts));
@@ -84,8 +92,21 @@ int run(int argc, char** argv) {
   }
   std::vector<double> ttft, tpot;
   int64_t generated = 0;
+  // Steps that computed no prompt token (decode only): the engine's time per step, host work
+  // included, to set beside the forward's (`bench --roofline`) at the same batch.
+  double decode_time = 0;
+  int64_t decode_steps = 0, decode_seqs = 0;
   while (engine.has_unfinished()) {
-    for (const RequestOutput& o : engine.step()) {
+    const EngineStats before = engine.stats();
+    const double s0 = engine.now();
+    const std::vector<RequestOutput> outs = engine.step();
+    const EngineStats after = engine.stats();
+    if (after.computed_prompt_tokens == before.computed_prompt_tokens && before.running > 0) {
+      decode_time += engine.now() - s0;
+      ++decode_steps;
+      decode_seqs += before.running;
+    }
+    for (const RequestOutput& o : outs) {
       for (const CompletionOutput& c : o.outputs) generated += int64_t(c.token_ids.size());
       if (!o.finished) continue;
       const RequestMetrics& m = o.metrics;
@@ -104,6 +125,11 @@ int run(int argc, char** argv) {
               double(generated) / elapsed);
   std::printf("TTFT ms: mean %.2f, p50 %.2f, p99 %.2f\n", a.mean * 1e3, a.p50 * 1e3, a.p99 * 1e3);
   std::printf("TPOT ms: mean %.3f, p50 %.3f, p99 %.3f\n", b.mean * 1e3, b.p50 * 1e3, b.p99 * 1e3);
+  if (decode_steps > 0) {
+    std::printf("decode-only steps: %lld, mean %.3f ms a step, %.1f sequences a step on average\n",
+                (long long)decode_steps, decode_time / double(decode_steps) * 1e3,
+                double(decode_seqs) / double(decode_steps));
+  }
   std::printf("engine: %lld steps, %lld tokens computed, %lld prefix-cache hit tokens, "
               "%lld preemptions\n",
               (long long)st.steps, (long long)st.computed_tokens, (long long)st.prefix_hits,
@@ -111,7 +137,7 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-const bool kRegistered = register_command({"bench", "offline throughput benchmark", run});
+const bool kRegistered = register_command({"bench", "offline throughput benchmark (bench serve: load a server)", run});
 
 }  // namespace
 }  // namespace strata::cli

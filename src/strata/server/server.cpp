@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <random>
 
+#include <sys/socket.h>
+
 #include "strata/core/error.h"
 #include "strata/server/server_state.h"
 
@@ -215,6 +217,14 @@ void ApiServer::Impl::routes() {
 
 int ApiServer::bind() {
   Impl& m = *impl_;
+  // httplib listens with a backlog of 5 (compiled into Debian's library): a burst of clients
+  // connecting at once would overflow it and see resets. Keep the listening socket and widen
+  // its queue after the bind (Linux lets listen() change the backlog of a listening socket).
+  int listen_fd = -1;
+  m.http.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = int(sock);
+  });
   if (m.st.options.port == 0) {
     m.port = m.http.bind_to_any_port(m.st.options.host);
   } else if (m.http.bind_to_port(m.st.options.host, m.st.options.port)) {
@@ -222,6 +232,7 @@ int ApiServer::bind() {
   }
   STRATA_CHECK(m.port > 0, "strata serve: cannot listen on ", m.st.options.host, ":", m.st.options.port,
                " (address in use or not local?)");
+  if (listen_fd >= 0) ::listen(listen_fd, 4096);
   return m.port;
 }
 
