@@ -106,5 +106,16 @@ TEST(DefaultModel, TokenizerGivesTheReferencePromptIds) {
   EXPECT_EQ(ids, ref.prompt);
 }
 
+// tests/cuda/default_model_prompts.json, the CUDA comparison's prompts, holds their text and the
+// tokenizer's ids (the GPU machine cannot run the tokenizer: it has no ICU).
+TEST(DefaultModel, CudaComparisonPromptIdsAreTheTokenizers) {
+  const Tokenizer tok = Tokenizer::load(default_dir());
+  const nlohmann::json j = read_json_file(std::string(STRATA_SOURCE_DIR) + "/tests/cuda/default_model_prompts.json");
+  ASSERT_EQ(j.at("prompts").size(), 32u);
+  for (const auto& p : j.at("prompts")) {
+    EXPECT_EQ(tok.encode(p.at("text").get<std::string>()), p.at("ids").get<std::vector<int32_t>>()) << p.at("text");
+  }
+}
+
 }  // namespace
 }  // namespace strata::testing

@@ -250,6 +250,29 @@ TEST_F(BenchServe, ShareGptFile) {
   EXPECT_EQ(j["total_output_tokens"], 10 + 6);
 }
 
+TEST_F(BenchServe, BurstOfRequestsAtOnceAllComplete) {
+  // 256 requests at once (request rate inf, no --max-concurrency): one thread and one connection
+  // each, all connecting together. httplib's listen backlog of 5 used to reset part of such a
+  // burst ("the connection closed or failed before the whole response"); serve widens it.
+  const std::string file = temp("burst.json");
+  const CliRun r = run_cli("bench serve " + target() + " --num-prompts 256 --random-input-len 8 "
+                           "--random-output-len 2 --ignore-eos --seed 3 --result-file " + file);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = read_json(file);
+  std::string first_error;
+  for (const json& e : j["errors"]) {
+    if (!e.get<std::string>().empty()) {
+      first_error = e.get<std::string>();
+      break;
+    }
+  }
+  EXPECT_EQ(j["failed"], 0) << "the first error: " << first_error;
+  EXPECT_EQ(j["completed"], 256);
+  EXPECT_EQ(j["total_output_tokens"], 256 * 2);
+  EXPECT_EQ(j["request_rate"], "inf");
+  EXPECT_EQ(j["config"]["max_concurrency"], nullptr);
+}
+
 TEST_F(BenchServe, BadInputIsAClearError) {
   struct Case {
     std::string args, message;
