@@ -18,31 +18,12 @@
 #include "strata/cli/bench_serve.h"
 #include "strata/cli/command.h"
 #include "strata/cli/engine_options.h"
+#include "strata/cli/latency_stats.h"
 #include "strata/core/error.h"
 #include "strata/engine/engine.h"
 
 namespace strata::cli {
 namespace {
-
-struct Summary {
-  double mean = 0, p50 = 0, p99 = 0;
-};
-
-// Nearest-rank percentiles.
-Summary summarize(std::vector<double> v) {
-  Summary s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  for (double x : v) s.mean += x;
-  s.mean /= double(v.size());
-  auto pct = [&](double p) {
-    const size_t rank = size_t(std::ceil(p / 100.0 * double(v.size())));
-    return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-  };
-  s.p50 = pct(50);
-  s.p99 = pct(99);
-  return s;
-}
 
 int run(int argc, char** argv) {
   if (argc > 1 && !std::strcmp(argv[1], "serve")) return run_bench_serve(argc - 1, argv + 1);
@@ -116,15 +97,15 @@ int run(int argc, char** argv) {
   }
   const double elapsed = engine.now() - t0;
   const EngineStats st = engine.stats();
-  const Summary a = summarize(ttft), b = summarize(tpot);
+  const LatencyStats a = latency_stats(ttft), b = latency_stats(tpot);
   const double prompt_tokens = double(num_prompts) * input_len;
   std::printf("requests %d, input %d, output %d tokens each; %.3f s\n", num_prompts, input_len,
               output_len, elapsed);
   std::printf("throughput: %.2f requests/s, %.1f total tokens/s, %.1f output tokens/s\n",
               num_prompts / elapsed, (prompt_tokens + double(generated)) / elapsed,
               double(generated) / elapsed);
-  std::printf("TTFT ms: mean %.2f, p50 %.2f, p99 %.2f\n", a.mean * 1e3, a.p50 * 1e3, a.p99 * 1e3);
-  std::printf("TPOT ms: mean %.3f, p50 %.3f, p99 %.3f\n", b.mean * 1e3, b.p50 * 1e3, b.p99 * 1e3);
+  std::printf("TTFT ms: mean %.2f, p50 %.2f, p99 %.2f\n", a.mean * 1e3, a.median * 1e3, a.p99 * 1e3);
+  std::printf("TPOT ms: mean %.3f, p50 %.3f, p99 %.3f\n", b.mean * 1e3, b.median * 1e3, b.p99 * 1e3);
   if (decode_steps > 0) {
     std::printf("decode-only steps: %lld, mean %.3f ms a step, %.1f sequences a step on average\n",
                 (long long)decode_steps, decode_time / double(decode_steps) * 1e3,

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "strata/cli/bench_serve.h"
+#include "strata/cli/latency_stats.h"
 #include "strata/core/error.h"
 
 namespace strata::cli {
@@ -455,30 +456,6 @@ RequestResult send_request(const Options& o, const Target& t, const std::string&
 
 // ---- the run and its report ----
 
-struct Stats {
-  double mean = 0, median = 0, std = 0, p90 = 0, p99 = 0;
-};
-
-// Linear interpolation between the closest ranks (numpy.percentile's default); zeros when empty.
-Stats stats_of(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  for (double x : v) s.mean += x;
-  s.mean /= double(v.size());
-  for (double x : v) s.std += (x - s.mean) * (x - s.mean);
-  s.std = std::sqrt(s.std / double(v.size()));
-  auto pct = [&](double p) {
-    const double rank = p / 100.0 * double(v.size() - 1);
-    const size_t lo = size_t(rank), hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (rank - double(lo)) * (v[hi] - v[lo]);
-  };
-  s.median = pct(50);
-  s.p90 = pct(90);
-  s.p99 = pct(99);
-  return s;
-}
-
 void print_row(const char* label, const std::string& value) { std::printf("%-40s %s\n", label, value.c_str()); }
 std::string fmt(double x, int digits = 2) {
   char buf[64];
@@ -546,7 +523,7 @@ struct Metric {
   const char* key;    // of the result file: mean_KEY_ms, ...
   const char* name;   // of the table
   const char* title;
-  Stats ms;
+  LatencyStats ms;
 };
 
 // The numbers of a run: totals and statistics over the completed requests, per-request lists
@@ -585,10 +562,10 @@ Report summarize(const std::vector<BenchRequest>& requests, const LoadRun& run) 
     for (double g : r.itl) itl.push_back(g * 1e3);
   }
   rep.failed = int(run.results.size()) - rep.completed;
-  rep.metrics = {{"ttft", "TTFT", "Time to First Token", stats_of(ttft)},
-                 {"tpot", "TPOT", "Time per Output Token (excl. 1st token)", stats_of(tpot)},
-                 {"itl", "ITL", "Inter-token Latency", stats_of(itl)},
-                 {"e2el", "E2EL", "End-to-end Latency", stats_of(e2e)}};
+  rep.metrics = {{"ttft", "TTFT", "Time to First Token", latency_stats(ttft)},
+                 {"tpot", "TPOT", "Time per Output Token (excl. 1st token)", latency_stats(tpot)},
+                 {"itl", "ITL", "Inter-token Latency", latency_stats(itl)},
+                 {"e2el", "E2EL", "End-to-end Latency", latency_stats(e2e)}};
   rep.per_request = {{"input_lens", input_lens}, {"output_lens", output_lens}, {"ttfts", ttfts},
                      {"e2els", e2els},           {"itls", itls},               {"errors", errors}};
   return rep;
