@@ -247,6 +247,8 @@ TEST(CudaDense, ArgmaxAndSampling) {
   logits.data<float>()[2 * v + 4321] = 50.f;
   logits.data<float>()[3 * v + 7] = 40.f;
   logits.data<float>()[3 * v + 9] = 40.f;  // tie: the lower index wins
+  logits.data<float>()[4 * v + 100] = NAN;  // skipped, as on the CPU
+  logits.data<float>()[5 * v] = NAN;        // at index 0 it wins on the CPU: 0 on both
   Tensor glogits = to_gpu(logits, DType::kF32);
   Tensor ids = Tensor::empty({n}, DType::kI32), gids = Tensor::empty({n}, DType::kI32, Device::kCuda);
   ops::argmax(logits, ids);
@@ -254,6 +256,7 @@ TEST(CudaDense, ArgmaxAndSampling) {
   Tensor back = gids.to(Device::kCpu);
   for (int i = 0; i < n; ++i) EXPECT_EQ(back.data<int32_t>()[i], ids.data<int32_t>()[i]) << i;
   EXPECT_EQ(ids.data<int32_t>()[3], 7);
+  EXPECT_EQ(ids.data<int32_t>()[5], 0);
   {
     // A vocabulary the size of Qwen3.5's (spread over many blocks, the last one short), with a
     // tie between two blocks' maxima and a maximum in the last element.

@@ -221,7 +221,7 @@ struct LogitAdjust {
 
 // One draw. The processed logits x are the logits row after its adjustments. Greedy: the arg
 // max of x, the lowest id winning a tie. Else z = x * inv_temperature and e = exp(z - max z);
-// the kept set is the tokens with e >= min_p, x >= the top_k-th largest x (ties at the cut
+// the kept set is the tokens with e >= min_p, z >= the top_k-th largest z (ties at the cut
 // kept; top_k 0: off) and, when top_p < 1, p >= tau with tau the largest kept value whose kept
 // tokens with p >= tau hold at least top_p of the kept mass; the draw is the first kept token,
 // in id order, at which the running kept mass exceeds uniform * (kept mass).
@@ -261,7 +261,8 @@ struct SampledTokens {
   }
 };
 
-// The draws of `batch` from logits [R, V] F32 (left unchanged). On CUDA only the results
+// The draws of `batch` from logits [R, V] F32 (left unchanged). NaN logits are outside the
+// contract (the arg max skips them on both devices; a draw's result may differ). On CUDA only the results
 // above are copied back (through pinned memory); the CPU computes in double.
 void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out);
 // The checks of sample_tokens (rows, ranges and ids within logits' shape), naming the field.

@@ -42,16 +42,21 @@ __device__ __forceinline__ int block_argmax(float best, int bi, float* redv, int
   return redi[0];
 }
 
+// The CPU's arg max over NaNs: a NaN is skipped, except that one at index 0 wins (the CPU keeps
+// index 0 when no later value compares greater).
 __device__ int row_argmax(const float* l, int64_t v, float* redv, int* redi) {
   float best = -INFINITY;
   int bi = INT_MAX;
   for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
-    if (bi == INT_MAX || l[i] > best) {  // ascending i: the lower index keeps a tie
-      best = l[i];
+    const float li = l[i];
+    if (li != li) continue;
+    if (bi == INT_MAX || li > best) {  // ascending i: the lower index keeps a tie
+      best = li;
       bi = int(i);
     }
   }
-  return block_argmax(best, bi, redv, redi);
+  const int t = block_argmax(best, bi, redv, redi);
+  return t == INT_MAX || l[0] != l[0] ? 0 : t;
 }
 
 // Greedy decode reads a whole vocabulary row (~1 MB at 248k): stage 1 spreads a row over
@@ -69,8 +74,10 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_part_kernel(const float
   float best = -INFINITY;
   int bi = INT_MAX;
   for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    if (bi == INT_MAX || l[i] > best) {  // ascending i: the lower index keeps a tie
-      best = l[i];
+    const float li = l[i];
+    if (li != li) continue;  // NaN: as row_argmax
+    if (bi == INT_MAX || li > best) {  // ascending i: the lower index keeps a tie
+      best = li;
       bi = int(i);
     }
   }
@@ -81,7 +88,8 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_part_kernel(const float
   }
 }
 
-__global__ void argmax_final_kernel(const float* part_v, const int* part_i, int32_t* ids) {
+__global__ void argmax_final_kernel(const float* part_v, const int* part_i, const float* logits, int64_t v,
+                                    int32_t* ids) {
   pdl_begin();
   const int lane = threadIdx.x;
   float best = -INFINITY;
@@ -104,7 +112,10 @@ __global__ void argmax_final_kernel(const float* part_v, const int* part_i, int3
       bi = oi;
     }
   }
-  if (lane == 0) ids[blockIdx.x] = bi;
+  if (lane == 0) {
+    const float first = logits[int64_t(blockIdx.x) * v];
+    ids[blockIdx.x] = bi == INT_MAX || first != first ? 0 : bi;
+  }
 }
 
 constexpr int kWarps = kThreads / 32;
@@ -113,9 +124,9 @@ constexpr int kList = 2048;           // a draw's candidates (top-k / min-p surv
 constexpr float kMassScale = 1099511627776.f;  // 2^40: fixed-point masses (e <= 1)
 using u64 = unsigned long long;
 
-// Larger float, larger key (NaN aside).
+// Larger float, larger key (NaN aside; a NaN logit is outside sample_tokens' contract).
 __device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  const uint32_t u = __float_as_uint(f == 0.f ? 0.f : f);  // -0 and +0 are one value, as on the CPU
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
@@ -712,9 +723,15 @@ struct PinnedBuffer {
   size_t cap = 0;
   void* get(size_t bytes) {
     if (bytes > cap) {
-      if (p) STRATA_CUDA_CHECK(cudaFreeHost(p));
-      cap = std::max(bytes, 2 * cap);
-      STRATA_CUDA_CHECK(cudaHostAlloc(&p, cap, cudaHostAllocDefault));
+      const size_t want = std::max(bytes, 2 * cap);
+      if (p) {
+        void* old = p;
+        p = nullptr;
+        cap = 0;
+        STRATA_CUDA_CHECK(cudaFreeHost(old));
+      }
+      STRATA_CUDA_CHECK(cudaHostAlloc(&p, want, cudaHostAllocDefault));
+      cap = want;
     }
     return p;
   }
@@ -747,7 +764,7 @@ void argmax(const Tensor& logits, const Tensor& ids) {
       logits.data<float>(), logits.dim(1), part_v.data<float>(), part_i.data<int32_t>());
   check_launch("argmax_part");
   launch_pdl(argmax_final_kernel, unsigned(n), 32, 0, part_v.data<float>(), part_i.data<int32_t>(),
-                                                       ids.data<int32_t>());
+             logits.data<float>(), logits.dim(1), ids.data<int32_t>());
   check_launch("argmax");
 }
 
@@ -794,6 +811,7 @@ void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens
                reinterpret_cast<float*>(d + n),
                d + 2 * n,
                reinterpret_cast<float*>(d + 2 * n + n * kMaxTopLogprobs)};
+  STRATA_CUDA_CHECK(cudaMemsetAsync(d, 0, words * 4, stream()));  // slots not asked for read 0, as on the CPU
   launch_pdl(sample_tokens_kernel, unsigned(n), kThreads, 0, a);
   check_launch("sample_tokens");
   auto* h = static_cast<int32_t*>(pinned.get(words * 4));
