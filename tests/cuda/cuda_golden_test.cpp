@@ -59,44 +59,13 @@ ErrorProfile error_profile(const Tensor& got, const Tensor& ref) {
 // The greedy and graph tests' scale: what bf16 typically leaves at one position.
 double bf16_tolerance(const Fixture& f) { return kMedianTolerance * reference_scale(f.logits); }
 
-// One sequence through `model` in `mode` (as sequence_logits), the logits copied to the host.
-Tensor gpu_sequence_logits(Model& model, const std::vector<int32_t>& ids, size_t chunk) {
-  const int block = 16;
-  const int pages = int((ids.size() + block - 1) / block);
-  Caches caches = Caches::allocate(model.info().cache, pages, block, 1, model.device());
-  const int64_t vocab = model.info().vocab_size;
-  Tensor out = Tensor::empty({int64_t(ids.size()), vocab}, DType::kF32);
-  for (size_t start = 0; start < ids.size(); start += chunk) {
-    const size_t n = std::min(chunk, ids.size() - start);
-    ForwardBatch b;
-    SeqInBatch s;
-    s.q_start = 0;
-    s.q_len = int32_t(n);
-    s.ctx_len = int32_t(start);
-    s.state_slot = 0;
-    for (int p = 0; p < pages; ++p) s.block_table.push_back(p);
-    b.seqs.push_back(s);
-    for (size_t i = 0; i < n; ++i) {
-      b.token_ids.push_back(ids[start + i]);
-      b.positions.push_back(int32_t(start + i));
-      b.logit_rows.push_back(int32_t(i));
-    }
-    Tensor logits;
-    model.forward(b, caches, logits);
-    Tensor host = logits.to(Device::kCpu);
-    std::memcpy(out.data<float>() + start * vocab, host.raw(), host.nbytes());
-  }
-  return out;
-}
-
 // Every mode's CUDA logits against HF's: rms and median per-position max error bounds.
 void expect_logits_match_hf(const std::string& name) {
   Fixture f = load_fixture(name);
   auto model = load_model(f.dir, Device::kCuda);
   const double scale = reference_scale(f.logits);
-  for (const auto& [mode, chunk] : std::vector<std::pair<std::string, size_t>>{
-           {"full", f.prompt.size()}, {"stepwise", 1}, {"chunked:7", 7}, {"chunked:64", 64}}) {
-    Tensor logits = gpu_sequence_logits(*model, f.prompt, chunk);
+  for (const std::string mode : {"full", "stepwise", "chunked:7", "chunked:64"}) {
+    Tensor logits = sequence_logits(*model, f.prompt, mode);
     const ErrorProfile e = error_profile(logits, f.logits);
     std::printf("  cuda %s %-10s max|d| = %.4g, rms %.4g (tolerance %.4g), median per-position max %.4g "
                 "(tolerance %.4g)\n", name.c_str(), mode.c_str(), e.max, e.rms, kRmsTolerance * scale,
@@ -125,7 +94,7 @@ void expect_greedy_matches_cpu(const std::string& name) {
   }
   // The GPU's logits at the same positions, given the CPU's tokens (teacher forcing).
   std::vector<int32_t> ids(seq.begin(), seq.end() - 1);
-  Tensor gl = gpu_sequence_logits(*gpu, ids, 1);
+  Tensor gl = sequence_logits(*gpu, ids, "stepwise");
   double worst = 0;
   for (size_t i = 0; i < f.greedy.size(); ++i) {
     const float* g = gl.data<float>() + (f.prompt.size() - 1 + i) * vocab;
@@ -229,7 +198,7 @@ TEST_P(CudaGolden, DummyWeightsLoadOnBothDevices) {
   auto gpu = load_model(f.dir, LoadOptions{Device::kCuda, LoadFormat::kDummy, {}});
   const std::vector<int32_t> ids(f.prompt.begin(), f.prompt.begin() + std::min<size_t>(12, f.prompt.size()));
   Tensor c = sequence_logits(*cpu, ids, "full");
-  Tensor g = gpu_sequence_logits(*gpu, ids, ids.size());
+  Tensor g = sequence_logits(*gpu, ids, "full");
   double scale = 1;
   for (int64_t i = 0; i < c.numel(); ++i) scale = std::max(scale, double(std::fabs(c.data<float>()[i])));
   // The CPU keeps the random values in fp32, the GPU rounds them to bf16.
