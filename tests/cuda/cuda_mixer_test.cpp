@@ -5,6 +5,7 @@
 // decode step, MoE routing and experts (GEMV and grouped-GEMM paths).
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../unit/batch_test_util.h"
 #include "cuda_test_util.h"
@@ -101,13 +102,15 @@ TEST(CudaMixer, GdnGates) {
 // not a multiple of 32.
 constexpr std::pair<int64_t, int64_t> kGdnHeadDims[] = {{16, 16}, {16, 24}, {128, 128}, {128, 24}};
 
-// 2 key heads of dk, ratio value heads of dv per key head.
-void check_delta_rule(int64_t dk, int64_t dv, int64_t ratio, ops::GdnAlgorithm algorithm) {
-  std::mt19937 rng(int(dk * 7 + dv * 3 + ratio) + 100 * int(algorithm));
+// hk key heads of dk, ratio value heads of dv per key head; by default spans of one to three
+// 64-token chunks, from an empty state and from a cached one.
+void check_delta_rule(int64_t dk, int64_t dv, int64_t ratio, ops::GdnAlgorithm algorithm, int64_t hk = 2,
+                      const std::vector<int32_t>& q_lens = {70, 1, 5, 130, 150},
+                      const std::vector<int32_t>& ctx = {0, 3, 9, 0, 37}) {
+  std::mt19937 rng(int(dk * 7 + dv * 3 + ratio + hk) + 100 * int(algorithm));
   int blocks = 0;
-  // Spans of one to three 64-token chunks, from an empty state and from a cached one.
-  ForwardBatch batch = make_batch({70, 1, 5, 130, 150}, {0, 3, 9, 0, 37}, 16, &blocks);
-  const int64_t t = batch.num_tokens(), slots = int64_t(batch.seqs.size()), hk = 2, hv = hk * ratio;
+  ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
+  const int64_t t = batch.num_tokens(), slots = int64_t(batch.seqs.size()), hv = hk * ratio;
   Tensor q = rand_bf16_values({t, hk, dk}, rng), k = rand_bf16_values({t, hk, dk}, rng), v = rand_bf16_values({t, hv, dv}, rng);
   Tensor g = negative_gates({t, hv}, rng), beta = unit_interval({t, hv}, rng);
   Tensor state = rand_bf16_values({slots, hv, dk, dv}, rng, 0.1f),
@@ -119,7 +122,11 @@ void check_delta_rule(int64_t dk, int64_t dv, int64_t ratio, ops::GdnAlgorithm a
   const char* name = algorithm == ops::GdnAlgorithm::kChunked ? "chunked" : "recurrent";
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol)
       << name << " dk " << dk << " dv " << dv << " ratio " << ratio;
-  EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-4)
+  // The tensor-core chunked path (128 x 128 heads) multiplies in TF32 (a 10-bit mantissa, fp32
+  // sums): its state is good to 1e-3 of max(1, |state|) (measured 5.6e-4 on the H200), the fp32
+  // kernels to 1e-4; both far inside the bf16 outputs' 2e-2.
+  const double state_tol = algorithm == ops::GdnAlgorithm::kChunked && dk == 128 && dv == 128 ? 1e-3 : 1e-4;
+  EXPECT_LE(rel_err(to_host_f32(gstate), state), state_tol)
       << name << " state, dk " << dk << " dv " << dv << " ratio " << ratio;
 }
 
@@ -131,6 +138,14 @@ TEST(CudaMixer, GatedDeltaRuleChunkedAndRecurrent) {
       check_delta_rule(dk, dv, ratio, ops::GdnAlgorithm::kRecurrent);
     }
   }
+}
+
+// The Qwen3.5 / Qwen3-Next shape (16 key heads, 32 value heads of 128 x 128), on the tensor-core
+// path: a 2048-token span from an empty state, a 300-token one (a partial last chunk) after a
+// cached prefix, and a single token.
+TEST(CudaMixer, GatedDeltaRuleChunkedAtProductionShape) {
+  STRATA_REQUIRE_GPU();
+  check_delta_rule(128, 128, 2, ops::GdnAlgorithm::kChunked, 16, {2048, 300, 1}, {0, 700, 5});
 }
 
 TEST(CudaMixer, FusedGdnDecodeStep) {

@@ -16,10 +16,10 @@
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kChunk = 64;
+constexpr int kChunk = kGdnChunk;
 constexpr int kLdA = kChunk + 1;
 
-__host__ __device__ inline int64_t ws_floats(int dk, int dv) { return int64_t(kChunk) * (3 * dk + dv) + kChunk * kChunk + 4; }
+__host__ __device__ inline int64_t ws_floats(int dk, int dv) { return gdn_ws_floats(dk, dv); }
 
 size_t prep_smem(int dk, int dv) {
   return sizeof(float) * (2 * size_t(kChunk) * (dk + 1) + 2 * kChunk + 2 * size_t(kChunk) * kLdA +
@@ -242,6 +242,13 @@ void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const int32_t* d_chunks = device_ints(chunks, &keep_chunks);
   const int32_t* d_info = device_ints(seqinfo, &keep_info);
   Tensor ws = scratch({int64_t(num_chunks) * hv * ws_floats(dk, dv)}, DType::kF32);
+  if (gdn_chunked_tc_fits(dk, dv)) {
+    gdn_chunked_tc(static_cast<const bf16*>(q.raw()), static_cast<const bf16*>(k.raw()),
+                   static_cast<const bf16*>(v.raw()), g.data<float>(), beta.data<float>(), state.data<float>(), db,
+                   d_chunks, num_chunks, d_info, int(seqs.size()), hk, hv, ws.data<float>(),
+                   static_cast<bf16*>(out.raw()));
+    return;
+  }
   static int prep_limit = 48 << 10, scan_limit = 48 << 10;
   const size_t prep_bytes = prep_smem(dk, dv);
   set_smem(reinterpret_cast<const void*>(gdn_chunk_prep_kernel), prep_bytes, &prep_limit);
