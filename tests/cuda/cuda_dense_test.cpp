@@ -152,12 +152,14 @@ TEST(CudaDense, AddsGatesAndSiluMul) {
 TEST(CudaDense, Norms) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(6);
-  // 2048: the register-cached path; 10000: wider than the block's registers hold.
+  // Up to 256: rows of 4 to 32 lanes, several a block (37 rows: a partial last block); 2048: the
+  // register-cached path; 10000: wider than the block's registers hold.
+  const int64_t rows = 37;
   for (int64_t d : {16, 24, 32, 64, 128, 2048, 10000}) {
-    Tensor x = rand_bf16_values({5, d}, rng), y = rand_bf16_values({5, d}, rng), z = rand_bf16_values({5, d}, rng);
+    Tensor x = rand_bf16_values({rows, d}, rng), y = rand_bf16_values({rows, d}, rng), z = rand_bf16_values({rows, d}, rng);
     Tensor w = rand_bf16_values({d}, rng, 0.1f);
     for (bool zc : {false, true}) {
-      Tensor ref = Tensor::empty({5, d}, DType::kF32), got = Tensor::empty({5, d}, DType::kBF16, Device::kCuda);
+      Tensor ref = Tensor::empty({rows, d}, DType::kF32), got = Tensor::empty({rows, d}, DType::kBF16, Device::kCuda);
       ops::rms_norm(x, w, 1e-6f, zc, ref);
       ops::rms_norm(to_gpu(x), to_gpu(w, DType::kF32), 1e-6f, zc, got);
       EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << d;
@@ -167,7 +169,7 @@ TEST(CudaDense, Norms) {
       EXPECT_LE(rel_err(to_host_f32(inplace), ref), kBf16Tol) << d;
     }
     Tensor h = x.to(Device::kCpu), hg = to_gpu(x);
-    Tensor ref = Tensor::empty({5, d}, DType::kF32), got = Tensor::empty({5, d}, DType::kBF16, Device::kCuda);
+    Tensor ref = Tensor::empty({rows, d}, DType::kF32), got = Tensor::empty({rows, d}, DType::kBF16, Device::kCuda);
     ops::add_rms_norm(h, y, w, 1e-6f, true, ref);
     ops::add_rms_norm(hg, to_gpu(y), to_gpu(w, DType::kF32), 1e-6f, true, got);
     EXPECT_LE(rel_err(to_host_f32(hg), h), kBf16Tol) << d;

@@ -70,19 +70,28 @@ TEST(CudaMixer, PagedAttentionDecodeAndPrefill) {
   }
 }
 
-TEST(CudaMixer, CausalConv1d) {
-  STRATA_REQUIRE_GPU();
-  std::mt19937 rng(11);
+void check_conv1d(int64_t c, int64_t kw, const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx) {
+  std::mt19937 rng(int(11 + c + kw));
   int blocks = 0;
-  ForwardBatch batch = make_batch({7, 1, 2}, {0, 5, 9}, 16, &blocks);
-  const int64_t t = batch.num_tokens(), c = 40, kw = 4;
+  ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
+  const int64_t t = batch.num_tokens(), seqs = int64_t(q_lens.size());
   Tensor x = rand_bf16_values({t, c}, rng), w = rand_bf16_values({c, kw}, rng, 0.5f);
-  Tensor state = rand_bf16_values({3, kw - 1, c}, rng), gstate = to_gpu(state);
+  Tensor state = rand_bf16_values({seqs, kw - 1, c}, rng), gstate = to_gpu(state);
   Tensor ref = Tensor::empty({t, c}, DType::kF32), got = Tensor::empty({t, c}, DType::kBF16, Device::kCuda);
   ops::causal_conv1d(x, w, state, batch, ref);
   ops::causal_conv1d(to_gpu(x), to_gpu(w), gstate, batch, got);
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
-  EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-6);
+  const std::string at = std::to_string(t) + " tokens, " + std::to_string(c) + " channels, width " + std::to_string(kw);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
+  EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-6) << at;
+}
+
+TEST(CudaMixer, CausalConv1d) {
+  STRATA_REQUIRE_GPU();
+  check_conv1d(40, 4, {7, 1, 2}, {0, 5, 9});  // token runs that cross sequences, vector path
+  check_conv1d(36, 4, {7, 1, 2}, {0, 5, 9});  // channels not a multiple of 8: the scalar path
+  check_conv1d(40, 3, {7, 1, 2}, {0, 5, 9});  // another width: the scalar path
+  // The Qwen3.5 conv dim, a 2048-token span, one after a cached prefix, a single token.
+  check_conv1d(8192, 4, {2048, 301, 1}, {0, 700, 5});
 }
 
 TEST(CudaMixer, GdnGates) {
@@ -255,6 +264,14 @@ TEST(CudaMixer, MoeRoutingAndExperts) {
   check_moe_shared(3, 16, 4, 256, 64, 64);     // fused
   check_moe_shared(2, 16, 4, 256, 64, 1024);   // fused, several passes over the shared expert
   check_moe_shared(40, 16, 4, 256, 64, 128);   // grouped, then the shared expert
+}
+
+// The Qwen3.5-35B-A3B expert shape (hidden 2048, intermediate 512, top 8): 128-row tiles (16
+// experts, 128 rows each on average), and 64-row tiles over all 256 experts with the shared expert.
+TEST(CudaMixer, MoeGroupedAtProductionShape) {
+  STRATA_REQUIRE_GPU();
+  check_moe(256, 16, 8, 2048, 512);
+  check_moe_shared(160, 256, 8, 2048, 512, 512);
 }
 
 }  // namespace

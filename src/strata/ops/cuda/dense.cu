@@ -152,13 +152,16 @@ __global__ void rms_norm_kernel(void* x, bool x32, const void* resid, bool r32, 
 
 // The all-bf16 case with d a multiple of 8 (every norm of the Qwen3.5 forward): a thread's 8
 // elements are one 16-byte load of x (and of the residual, z), its weights load before pdl_wait.
-template <bool W32>
+// L = 0: a block a row; L = 4..32: rows of at most 8 L elements (GDN's per-head norms), each on L
+// lanes of a warp, a block of 256 threads taking 256 / L rows.
+template <bool W32, int L>
 __global__ void rms_norm_bf16x8_kernel(bf16* x, const bf16* resid, const void* w, const bf16* z, bf16* out,
-                                       int64_t d, float eps, bool zero_centered) {
+                                       int64_t d, int64_t rows, float eps, bool zero_centered) {
   pdl_trigger();
   __shared__ float red[32];
-  const int64_t c = int64_t(threadIdx.x) * 8, base = int64_t(blockIdx.x) * d + c;
-  const bool in = c < d;
+  const int64_t row = L ? int64_t(blockIdx.x) * (blockDim.x / L) + threadIdx.x / L : blockIdx.x;
+  const int64_t c = int64_t(L ? threadIdx.x % L : threadIdx.x) * 8, base = row * d + c;
+  const bool in = c < d && row < rows;
   float wf[8], v[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) wf[e] = v[e] = 0.f;
@@ -189,7 +192,13 @@ __global__ void rms_norm_bf16x8_kernel(bf16* x, const bf16* resid, const void* w
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
   }
-  const float inv = rsqrtf(block_sum(ss, red) / float(d) + eps);
+  if (L) {
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  } else {
+    ss = block_sum(ss, red);
+  }
+  const float inv = rsqrtf(ss / float(d) + eps);
   if (!in) return;
   float o[8], zf[8];
   if (z) unpack8(*reinterpret_cast<const uint4*>(z + base), zf);
@@ -417,14 +426,22 @@ void launch_norm(const Tensor& x, const Tensor* resid, const Tensor& w, const Te
     const auto* rp = resid ? static_cast<const bf16*>(resid->raw()) : nullptr;
     const auto* zp = z ? static_cast<const bf16*>(z->raw()) : nullptr;
     auto* op = static_cast<bf16*>(out.raw());
-    if (is_f32(w)) {
-      launch_pdl(rms_norm_bf16x8_kernel<true>, unsigned(rows), threads, 0, xp, rp, w.raw(), zp, op, d, eps,
-                 zero_centered);
-    } else {
-      launch_pdl(rms_norm_bf16x8_kernel<false>, unsigned(rows), threads, 0, xp, rp, w.raw(), zp, op, d, eps,
-                 zero_centered);
+    const bool w32 = is_f32(w);
+    auto go = [&](auto kernel, unsigned blocks, unsigned block) {
+      launch_pdl(kernel, blocks, block, 0, xp, rp, w.raw(), zp, op, d, rows, eps, zero_centered);
+    };
+    if (d <= 8 * 32) {  // a row on L lanes (L a power of two), 256 / L rows a block
+      const int lanes = d <= 32 ? 4 : d <= 64 ? 8 : d <= 128 ? 16 : 32;
+      const unsigned blocks = unsigned((rows * lanes + 255) / 256);
+      switch (lanes) {
+        case 4: return w32 ? go(rms_norm_bf16x8_kernel<true, 4>, blocks, 256) : go(rms_norm_bf16x8_kernel<false, 4>, blocks, 256);
+        case 8: return w32 ? go(rms_norm_bf16x8_kernel<true, 8>, blocks, 256) : go(rms_norm_bf16x8_kernel<false, 8>, blocks, 256);
+        case 16: return w32 ? go(rms_norm_bf16x8_kernel<true, 16>, blocks, 256) : go(rms_norm_bf16x8_kernel<false, 16>, blocks, 256);
+        default: return w32 ? go(rms_norm_bf16x8_kernel<true, 32>, blocks, 256) : go(rms_norm_bf16x8_kernel<false, 32>, blocks, 256);
+      }
     }
-    return;
+    return w32 ? go(rms_norm_bf16x8_kernel<true, 0>, unsigned(rows), threads)
+               : go(rms_norm_bf16x8_kernel<false, 0>, unsigned(rows), threads);
   }
   launch_pdl(rms_norm_kernel, unsigned(rows), norm_threads(d), 0, x.raw(), is_f32(x), resid ? resid->raw() : nullptr,
              resid && is_f32(*resid), w.raw(), is_f32(w), z ? z->raw() : nullptr, z && is_f32(*z), out.raw(),

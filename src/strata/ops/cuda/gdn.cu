@@ -43,6 +43,70 @@ __global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, 
   stf(out, o32, int64_t(t) * c_dim + c, silu_f(acc));
 }
 
+// The prefill form for bf16 x and out and width KW: each thread owns 8 channels (one 16-byte
+// vector) over a run of kConvRun tokens, with the window in registers, so every input is read
+// once. A run may cross into another sequence; the window is refilled there (from the conv state
+// or zeros before the span's start).
+constexpr int kConvRun = 16;
+
+template <int KW>
+__global__ void __launch_bounds__(256) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
+                                                         const void* cs, bool cs32, DeviceBatch b, bf16* out,
+                                                         int64_t c_dim, int tokens) {
+  constexpr int kHist = KW - 1;
+  pdl_begin();
+  const int64_t c = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
+  if (c >= c_dim) return;
+  float wt[8][KW];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+#pragma unroll
+    for (int j = 0; j < KW; ++j) wt[e][j] = ldf(w, w32, (c + e) * KW + j);
+  }
+  float win[kHist > 0 ? kHist : 1][8];  // win[j]: the input j + 1 tokens back
+  int seq = -1;
+  const int t0 = blockIdx.x * kConvRun, t1 = min(tokens, t0 + kConvRun);
+  for (int t = t0; t < t1; ++t) {
+    const int s = b.token_seq[t], qs = b.q_start[s];
+    if (s != seq) {  // the window of token t's predecessors in its own sequence
+      seq = s;
+      const int slot = b.slot[s], i = t - qs;
+      const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
+#pragma unroll
+      for (int j = 0; j < kHist; ++j) {
+        const int src = i - 1 - j;
+        if (src >= 0) {
+          unpack8(__ldg(reinterpret_cast<const uint4*>(x + int64_t(qs + src) * c_dim + c)), win[j]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            win[j][e] = has_state ? ldf(cs, cs32, (int64_t(slot) * kHist + kHist + src) * c_dim + c + e) : 0.f;
+          }
+        }
+      }
+    }
+    float cur[8], o[8];
+    unpack8(__ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * c_dim + c)), cur);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float acc = wt[e][kHist] * cur[e];
+#pragma unroll
+      for (int j = 0; j < kHist; ++j) acc += wt[e][kHist - 1 - j] * win[j][e];
+      o[e] = silu_f(acc);
+    }
+    *reinterpret_cast<uint4*>(out + int64_t(t) * c_dim + c) = pack8(o);
+#pragma unroll
+    for (int j = kHist - 1; j > 0; --j) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) win[j][e] = win[j - 1][e];
+    }
+    if (kHist > 0) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) win[0][e] = cur[e];
+    }
+  }
+}
+
 // After conv1d: the state keeps the last kw - 1 inputs of the window [state; x]. Row r takes
 // window row q_len + r >= r, so ascending rows read the old state before overwriting it (any kw).
 __global__ void conv_state_kernel(const void* x, bool x32, void* cs, bool cs32, DeviceBatch b, int64_t c_dim,
@@ -374,9 +438,14 @@ void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, c
   if (t == 0) return;
   const DeviceBatch& db = device_batch(batch);
   const unsigned cb = blocks_for(c, 256);
-  launch_pdl(conv1d_kernel, dim3(unsigned(t), cb), 256, 0, x.raw(), is_f32(x), w.raw(), is_f32(w),
-                                                             conv_state.raw(), is_f32(conv_state), db, out.raw(),
-                                                             is_f32(out), c, int(kw));
+  if (kw == 4 && c % 8 == 0 && !is_f32(x) && !is_f32(out) && aligned16(x.raw()) && aligned16(out.raw())) {
+    launch_pdl(conv1d_run_kernel<4>, dim3(unsigned((t + kConvRun - 1) / kConvRun), blocks_for(c / 8, 256)), 256, 0,
+               static_cast<const bf16*>(x.raw()), w.raw(), is_f32(w), conv_state.raw(), is_f32(conv_state), db,
+               static_cast<bf16*>(out.raw()), c, int(t));
+  } else {
+    launch_pdl(conv1d_kernel, dim3(unsigned(t), cb), 256, 0, x.raw(), is_f32(x), w.raw(), is_f32(w),
+               conv_state.raw(), is_f32(conv_state), db, out.raw(), is_f32(out), c, int(kw));
+  }
   check_launch("conv1d");
   launch_pdl(conv_state_kernel, dim3(unsigned(db.num_seqs), cb), 256, 0, 
       x.raw(), is_f32(x), conv_state.raw(), is_f32(conv_state), db, c, int(kw));

@@ -458,7 +458,8 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
     check_launch("moe_down_combine");
     return true;
   }
-  const int64_t max_tiles = (pairs + kMoeBm - 1) / kMoeBm + ne;
+  const int bm = moe_tile_rows(pairs, ne);
+  const int64_t max_tiles = (pairs + bm - 1) / bm + ne;
   // One int32 workspace: counts, offsets, cursor [E]; tiles 3 x max_tiles + 1; perm, pair_pos.
   Tensor iws = scratch({3 * ne + 3 * max_tiles + 1 + 2 * pairs}, DType::kI32);
   int32_t* counts = iws.data<int32_t>();
@@ -471,15 +472,15 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   const unsigned pgrid = std::min<unsigned>(blocks_for(pairs, 256), unsigned(sm_count() * 8));
   launch_pdl(count_kernel, pgrid, 256, 0, ids.data<int32_t>(), pairs, counts);
   check_launch("moe_count");
-  launch_pdl(schedule_kernel, 1, 1024, 0, counts, int(ne), kMoeBm, offsets, cursor, tiles);
+  launch_pdl(schedule_kernel, 1, 1024, 0, counts, int(ne), bm, offsets, cursor, tiles);
   check_launch("moe_schedule");
   launch_pdl(permute_kernel, pgrid, 256, 0, ids.data<int32_t>(), pairs, int(k), offsets, cursor, perm_token,
                                               pair_pos);
   check_launch("moe_permute");
   Tensor act = scratch({pairs, inter}, DType::kBF16);
   Tensor y = scratch({pairs, h}, DType::kBF16);
-  moe_grouped_gemm(xp, perm_token, gp, tiles, unsigned(max_tiles), h, inter, true, static_cast<bf16*>(act.raw()));
-  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dp, tiles, unsigned(max_tiles), inter, h, false,
+  moe_grouped_gemm(xp, perm_token, gp, tiles, bm, unsigned(max_tiles), h, inter, true, static_cast<bf16*>(act.raw()));
+  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dp, tiles, bm, unsigned(max_tiles), inter, h, false,
                    static_cast<bf16*>(y.raw()));
   launch_pdl(unpermute_kernel, unsigned(t), 256, 0, static_cast<const bf16*>(y.raw()), pair_pos,
                                                       weights.data<float>(), int(k), h,

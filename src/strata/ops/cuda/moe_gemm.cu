@@ -1,15 +1,17 @@
-// CUDA: the grouped expert GEMM. Each block takes one tile of up to 64 permuted rows of one
-// expert and 64 output columns, streams K in steps of 32 through two cp.async stages, and
-// multiplies with bf16 WMMA (fp32 accumulate); four warps own 16 rows each. For gate_up the 64
-// columns are 32 gate and the matching 32 up rows of the weight, so SiLU-mul fits the epilogue.
+// CUDA: the grouped expert GEMM. Each block takes one tile of up to BM (64 or 128) permuted rows
+// of one expert and 128 weight rows, streams K in steps of 32 through a 4-stage cp.async ring, and
+// multiplies with bf16 mma.sync m16n8k16 (fp32 accumulators in registers, operands by ldmatrix
+// from rows padded to 40 elements, which keeps every ldmatrix free of bank conflicts). Eight
+// warps split the tile 2 (rows) x 4 (columns). For gate_up the 128 weight rows are 64 gate rows
+// and the matching 64 up rows, and each warp holds a gate column and its up column in the same
+// registers, so SiLU-mul is the epilogue. The grid's x is the column block, so the blocks of one
+// row tile run together and read its rows (the gathered tokens) once from memory.
 #include "strata/ops/cuda/moe_gemm.cuh"
-
-#include <mma.h>
 
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kBn = 64, kBk = 32, kLd = kBk + 8, kLdC = kBn + 4;
+constexpr int kBn = 128, kBk = 32, kLd = kBk + 8, kStages = 4, kThreads = 256;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -17,100 +19,184 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
-template <bool kGateUp>
-__global__ void __launch_bounds__(128) grouped_gemm_kernel(const bf16* __restrict__ a, const int32_t* gather,
-                                                           const bf16* __restrict__ w, MoeTiles tiles, int64_t k,
-                                                           int64_t n, bf16* out) {
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// d += a b, one m16n8k16 tile (bf16 in, fp32 accumulate).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int BM>
+constexpr size_t smem_bytes() {
+  return size_t(kStages) * (BM + kBn) * kLd * sizeof(bf16);
+}
+
+// gate_up: out[p, c] = silu(g) * u over act columns c of block y (64 of them), n = intermediate;
+// down: out[p, c] over output columns c of block y (128 of them), n = hidden.
+template <int BM, bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* __restrict__ a,
+                                                                   const int32_t* gather,
+                                                                   const bf16* __restrict__ w, MoeTiles tiles,
+                                                                   int64_t k, int64_t n, bf16* out) {
+  constexpr int kWm = BM / 2, kMt = kWm / 16;  // a warp's rows and 16-row tiles
   pdl_begin();
-  using namespace nvcuda;
-  __shared__ __align__(128) bf16 as[2][kMoeBm * kLd];
-  __shared__ __align__(128) bf16 bs[2][kBn * kLd];
-  __shared__ __align__(128) float cs[kMoeBm * kLdC];
-  const int tile = blockIdx.x;
+  extern __shared__ __align__(128) bf16 smem[];
+  bf16* as = smem;                          // [stage][BM][kLd]
+  bf16* bs = smem + kStages * BM * kLd;     // [stage][kBn][kLd]
+  const int tile = blockIdx.y;
   if (tile >= *tiles.count) return;
   const int64_t e = tiles.expert[tile];
   const int row0 = tiles.row0[tile], rows = tiles.rows[tile];
-  const int nt = blockIdx.y, tid = threadIdx.x, warp = tid >> 5;
+  const int nb = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3;
   const bf16* we = w + e * (kGateUp ? 2 * n : n) * k;
 
-  // Each thread moves two 16-byte vectors of A and two of B per stage.
-  const bf16* a_src[2];
-  const bf16* b_src[2];
-  bool a_ok[2];
-  int s_off[2];
-  for (int i = 0; i < 2; ++i) {
-    const int v = tid + i * 128, r = v / 4, c = v % 4;
-    s_off[i] = r * kLd + c * 8;
+  // Each thread moves BM / 64 16-byte vectors of A and two of B per stage (4 vectors a row).
+  constexpr int kAv = BM * 4 / kThreads, kBv = kBn * 4 / kThreads;
+  const bf16* a_src[kAv];
+  bool a_ok[kAv];
+  const bf16* b_src[kBv];
+  bool b_ok[kBv];
+#pragma unroll
+  for (int i = 0; i < kAv; ++i) {
+    const int v = tid + i * kThreads, r = v / 4, c = v % 4;
     a_ok[i] = r < rows;
     const int64_t arow = a_ok[i] ? (kGateUp ? gather[row0 + r] : row0 + r) : 0;
     a_src[i] = a + arow * k + c * 8;
-    const int64_t wrow = kGateUp ? (r < 32 ? nt * 32 + r : n + nt * 32 + (r - 32)) : int64_t(nt) * 64 + r;
+  }
+#pragma unroll
+  for (int i = 0; i < kBv; ++i) {
+    const int v = tid + i * kThreads, r = v / 4, c = v % 4;
+    // gate_up: rows 0..63 gate rows 64 nb.., rows 64..127 the matching up rows (at n + ...).
+    const int64_t col = kGateUp ? int64_t(nb) * 64 + (r & 63) : int64_t(nb) * kBn + r;
+    b_ok[i] = col < n;
+    const int64_t wrow = !b_ok[i] ? 0 : kGateUp && r >= 64 ? n + col : col;
     b_src[i] = we + wrow * k + c * 8;
   }
   auto load = [&](int stage, int64_t k0) {
+    bf16* sa = as + stage * BM * kLd;
+    bf16* sb = bs + stage * kBn * kLd;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      cp_async16(&as[stage][s_off[i]], a_src[i] + k0, a_ok[i]);
-      cp_async16(&bs[stage][s_off[i]], b_src[i] + k0, true);
+    for (int i = 0; i < kAv; ++i) {
+      const int v = tid + i * kThreads;
+      cp_async16(sa + (v / 4) * kLd + (v % 4) * 8, a_src[i] + k0, a_ok[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kBv; ++i) {
+      const int v = tid + i * kThreads;
+      cp_async16(sb + (v / 4) * kLd + (v % 4) * 8, b_src[i] + k0, b_ok[i]);
     }
   };
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4];
+
+  // B rows of this warp's two column pairs (two 8-column tiles each).
+  int brow[2];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[j], 0.f);
-  load(0, 0);
-  cp_commit();
-  int cur = 0;
-  for (int64_t k0 = 0; k0 < k; k0 += kBk) {
-    if (k0 + kBk < k) load(cur ^ 1, k0 + kBk);
+  for (int p = 0; p < 2; ++p) brow[p] = kGateUp ? p * 64 + wn * 16 : wn * 32 + p * 16;
+  float acc[kMt][4][4] = {};
+  const int kb_count = int(k / kBk);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < kb_count) load(s, int64_t(s) * kBk);
     cp_commit();
-    cp_wait_one();
+  }
+  // ldmatrix lane addressing: A x4 = rows lane % 16, k half lane / 16; B x4 = rows lane % 8 plus
+  // 8 (lane / 16), k half (lane / 8) % 2.
+  const int a_r = lane & 15, a_c = (lane >> 4) * 8;
+  const int b_r = (lane & 7) + ((lane >> 4) << 3), b_c = ((lane >> 3) & 1) * 8;
+  for (int kb = 0; kb < kb_count; ++kb) {
+    cp_wait<kStages - 2>();
     __syncthreads();
+    const int next = kb + kStages - 1;
+    if (next < kb_count) load(next % kStages, int64_t(next) * kBk);
+    cp_commit();
+    const bf16* sa = as + (kb % kStages) * BM * kLd + (wm * kWm) * kLd;
+    const bf16* sb = bs + (kb % kStages) * kBn * kLd;
 #pragma unroll
-    for (int kk = 0; kk < kBk / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
-      wmma::load_matrix_sync(fa, &as[cur][warp * 16 * kLd + kk * 16], kLd);
+    for (int kk = 0; kk < kBk; kk += 16) {
+      uint32_t af[kMt][4], bf[2][4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
-        wmma::load_matrix_sync(fb, &bs[cur][j * 16 * kLd + kk * 16], kLd);
-        wmma::mma_sync(acc[j], fa, fb, acc[j]);
+      for (int mt = 0; mt < kMt; ++mt) ldmatrix_x4(af[mt], sa + (mt * 16 + a_r) * kLd + kk + a_c);
+#pragma unroll
+      for (int p = 0; p < 2; ++p) ldmatrix_x4(bf[p], sb + (brow[p] + b_r) * kLd + kk + b_c);
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_bf16(acc[mt][j], af[mt], bf[j >> 1][(j & 1) * 2], bf[j >> 1][(j & 1) * 2 + 1]);
       }
     }
-    __syncthreads();
-    cur ^= 1;
   }
+  cp_wait<0>();
+  // Epilogue from registers: accumulator (mt, j) holds rows g and g + 8 of its 16, columns 2t and
+  // 2t + 1 of its 8.
+  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    wmma::store_matrix_sync(&cs[warp * 16 * kLdC + j * 16], acc[j], kLdC, wmma::mem_row_major);
-  }
-  __syncthreads();
-  if (kGateUp) {
-    for (int idx = tid; idx < kMoeBm * 32; idx += 128) {
-      const int r = idx / 32, c = idx % 32;
-      if (r < rows) {
-        const float g = cs[r * kLdC + c], u = cs[r * kLdC + 32 + c];
-        out[int64_t(row0 + r) * n + nt * 32 + c] = f2bf(silu_f(g) * u);
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = wm * kWm + mt * 16 + g + half * 8;
+      if (r >= rows) continue;
+      bf16* orow = out + int64_t(row0 + r) * n;
+      if (kGateUp) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {  // tiles j (gate) and j + 2 (up) share their columns
+          const int64_t c = int64_t(nb) * 64 + wn * 16 + j * 8 + 2 * t;
+          if (c >= n) continue;
+          const float g0 = acc[mt][j][2 * half], g1 = acc[mt][j][2 * half + 1];
+          const float u0 = acc[mt][j + 2][2 * half], u1 = acc[mt][j + 2][2 * half + 1];
+          *reinterpret_cast<__nv_bfloat162*>(orow + c) = __floats2bfloat162_rn(silu_f(g0) * u0, silu_f(g1) * u1);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int64_t c = int64_t(nb) * kBn + wn * 32 + j * 8 + 2 * t;
+          if (c >= n) continue;
+          *reinterpret_cast<__nv_bfloat162*>(orow + c) =
+              __floats2bfloat162_rn(acc[mt][j][2 * half], acc[mt][j][2 * half + 1]);
+        }
       }
-    }
-  } else {
-    for (int idx = tid; idx < kMoeBm * kBn; idx += 128) {
-      const int r = idx / kBn, c = idx % kBn;
-      if (r < rows) out[int64_t(row0 + r) * n + nt * kBn + c] = f2bf(cs[r * kLdC + c]);
     }
   }
 }
 
+template <int BM, bool kGateUp>
+void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, unsigned max_tiles,
+            int64_t k, int64_t n, bf16* out) {
+  static const bool kAttr = [] {
+    STRATA_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<BM, kGateUp>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<BM>())));
+    return true;
+  }();
+  (void)kAttr;
+  const unsigned col_blocks = unsigned(kGateUp ? (n + 63) / 64 : (n + kBn - 1) / kBn);
+  launch_pdl(grouped_gemm_kernel<BM, kGateUp>, dim3(col_blocks, max_tiles), kThreads, smem_bytes<BM>(), a, gather,
+             w, tiles, k, n, out);
+}
+
 }  // namespace
 
-void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+int moe_tile_rows(int64_t pairs, int64_t experts) { return pairs >= 96 * experts ? 128 : 64; }
+
+void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
                       unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out) {
-  if (gate_up) {
-    launch_pdl(grouped_gemm_kernel<true>, dim3(max_tiles, unsigned(n / 32)), 128, 0, a, gather, w, tiles, k, n, out);
+  if (bm == 128) {
+    gate_up ? launch<128, true>(a, gather, w, tiles, max_tiles, k, n, out)
+            : launch<128, false>(a, gather, w, tiles, max_tiles, k, n, out);
   } else {
-    launch_pdl(grouped_gemm_kernel<false>, dim3(max_tiles, unsigned(n / kBn)), 128, 0, a, gather, w, tiles, k, n,
-                                                                                        out);
+    gate_up ? launch<64, true>(a, gather, w, tiles, max_tiles, k, n, out)
+            : launch<64, false>(a, gather, w, tiles, max_tiles, k, n, out);
   }
   check_launch(gate_up ? "moe_grouped_gemm_gate_up" : "moe_grouped_gemm_down");
 }

@@ -8,8 +8,6 @@
 
 namespace strata::ops::cuda {
 
-constexpr int kMoeBm = 64;  // permuted rows per tile
-
 // The device-side tile schedule: tile i covers permuted rows [row0[i], row0[i] + rows[i]) of
 // expert expert[i]; *count tiles are valid.
 struct MoeTiles {
@@ -19,15 +17,21 @@ struct MoeTiles {
   int32_t* count;
 };
 
-// Shapes the tiles handle: K a multiple of 32 (hidden and intermediate), hidden a multiple of 64.
+// Shapes the tiles handle: K a multiple of 32 (hidden and intermediate); partial column blocks
+// are masked.
 inline bool moe_gemm_supported(int64_t hidden, int64_t inter) {
-  return hidden % 64 == 0 && inter % 32 == 0;
+  return hidden % 32 == 0 && inter % 32 == 0;
 }
+
+// Permuted rows a tile (64 or 128) for this many (token, expert) pairs over this many experts:
+// 128 once the average expert has enough rows to fill most of one.
+int moe_tile_rows(int64_t pairs, int64_t experts);
 
 // gate_up: out[p, :n] = silu(g) * u with (g; u) = w[e] [2n, k] · a[gather[p]] (a [T, k]);
 // else:    out[p, :n] = w[e] [n, k] · a[p] (a [P, k]).
-// Launches max_tiles x (n / 32 or n / 64) blocks; those past *tiles.count exit at once.
-void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+// Tiles of bm (moe_tile_rows) rows; launches (n / 64 or n / 128) x max_tiles blocks, those past
+// *tiles.count exit at once.
+void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
                       unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out);
 
 }  // namespace strata::ops::cuda
