@@ -122,6 +122,13 @@ TEST(CudaDense, EmbeddingGatherAndColumns) {
   ops::split_columns(ref, parts_ref);
   ops::split_columns(got, parts_got);
   for (int i = 0; i < 2; ++i) EXPECT_EQ(rel_err(to_host_f32(parts_got[i]), parts_ref[i]), 0.0) << i;
+  // All bf16, widths multiples of 8: the vector path.
+  std::vector<Tensor> vec_ref = {Tensor::empty({5, 8}, DType::kF32), Tensor::empty({5, 16}, DType::kF32)};
+  std::vector<Tensor> vec_got = {Tensor::empty({5, 8}, DType::kBF16, Device::kCuda),
+                                 Tensor::empty({5, 16}, DType::kBF16, Device::kCuda)};
+  ops::split_columns(ref, vec_ref);
+  ops::split_columns(got, vec_got);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(rel_err(to_host_f32(vec_got[i]), vec_ref[i]), 0.0) << "bf16 " << i;
 }
 
 TEST(CudaDense, AddsGatesAndSiluMul) {
@@ -134,10 +141,12 @@ TEST(CudaDense, AddsGatesAndSiluMul) {
   ops::add(to_gpu(a), to_gpu(b), got);
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
   for (const Tensor* g : {&gate_full, &gate_row}) {
-    Tensor x = a.to(Device::kCpu), xg = to_gpu(a);
-    ops::mul_sigmoid(x, *g);
-    ops::mul_sigmoid(xg, to_gpu(*g));
-    EXPECT_LE(rel_err(to_host_f32(xg), x), kBf16Tol);
+    for (DType gd : {DType::kBF16, DType::kF32}) {  // an F32 element-wise gate takes the scalar path
+      Tensor x = a.to(Device::kCpu), xg = to_gpu(a);
+      ops::mul_sigmoid(x, *g);
+      ops::mul_sigmoid(xg, to_gpu(*g, gd));
+      EXPECT_LE(rel_err(to_host_f32(xg), x), kBf16Tol);
+    }
   }
   Tensor y = b.to(Device::kCpu), yg = to_gpu(b);
   ops::add_sigmoid_gated(y, a, gate_row);

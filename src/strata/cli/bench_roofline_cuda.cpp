@@ -405,7 +405,7 @@ int run(int argc, char** argv) {
   for (int32_t len : prompts) {
     STRATA_CHECK(len > 0, "--prefill: lengths must be positive");
     try {
-      rows.push_back(prefill_row(*model, dims, len, block_size, rng, vocab, breakdown && len == prompts.back(),
+      rows.push_back(prefill_row(*model, dims, len, block_size, rng, vocab, breakdown,
                                  &breakdowns));
     } catch (const Error& e) {
       // One size that does not fit must not lose the others' results.

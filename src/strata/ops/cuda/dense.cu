@@ -72,6 +72,44 @@ __global__ void gate_kernel(void* y, bool y32, const void* x, bool x32, const vo
   }
 }
 
+// The same over 8 bf16 at a time (x, y and an element-wise gate bf16, d a multiple of 8): one
+// division a vector, not an element.
+__global__ void gate_bf16x8_kernel(bf16* y, const bf16* x, const void* gate, bool g32, int64_t n8, int64_t d8,
+                                   bool per_row, bool add_to) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    float yv[8], xv[8], gv[8];
+    unpack8(reinterpret_cast<const uint4*>(y)[i], yv);
+    if (add_to) unpack8(reinterpret_cast<const uint4*>(x)[i], xv);
+    if (per_row) {
+      const float sg = sigmoid_f(ldf(gate, g32, i / d8));
+#pragma unroll
+      for (int e = 0; e < 8; ++e) gv[e] = sg;
+    } else {
+      unpack8(reinterpret_cast<const uint4*>(gate)[i], gv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) gv[e] = sigmoid_f(gv[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) yv[e] = add_to ? yv[e] + xv[e] * gv[e] : yv[e] * gv[e];
+    reinterpret_cast<uint4*>(y)[i] = pack8(yv);
+  }
+}
+
+// split_columns over 8 bf16 at a time (x and every output bf16, every width a multiple of 8).
+__global__ void split_columns_bf16x8_kernel(const bf16* x, int64_t rows, int64_t c8, SplitOuts o) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * c8;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / c8, col = (i % c8) * 8;
+    int s = 0;
+    while (col >= o.start[s + 1]) ++s;
+    const int64_t w = o.start[s + 1] - o.start[s];
+    *reinterpret_cast<uint4*>(static_cast<bf16*>(o.ptr[s]) + r * w + (col - o.start[s])) =
+        reinterpret_cast<const uint4*>(x)[i];
+  }
+}
+
 __global__ void silu_mul_kernel(const void* gu, bool g32, void* out, bool o32, int64_t rows, int64_t inter) {
   pdl_begin();
   const int64_t n = rows * inter;
@@ -340,6 +378,14 @@ void split_columns(const Tensor& x, const std::vector<Tensor>& outs) {
   o.start[o.n] = col;
   STRATA_CHECK(col == c, "split_columns: outputs cover ", col, " of ", c, " columns");
   if (rows == 0) return;
+  bool vec = !is_f32(x) && aligned16(x.raw()) && c % 8 == 0;
+  for (int i = 0; i < o.n; ++i) vec = vec && !o.f32[i] && aligned16(o.ptr[i]) && o.start[i] % 8 == 0;
+  if (vec) {
+    launch_pdl(split_columns_bf16x8_kernel, grid_for(rows * c / 8), 256, 0, static_cast<const bf16*>(x.raw()), rows,
+               c / 8, o);
+    check_launch("split_columns");
+    return;
+  }
   launch_pdl(split_columns_kernel, grid_for(rows * c), 256, 0, x.raw(), is_f32(x), rows, c, o);
   check_launch("split_columns");
 }
@@ -370,6 +416,19 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_launch("add");
 }
 
+namespace {
+
+// gate_bf16x8_kernel's case: y (and x) bf16 and aligned, rows a multiple of 8 wide, the gate per
+// row (any float dtype) or bf16 per element.
+bool gate_vectorizes(const Tensor& y, const Tensor* x, const Tensor& gate, bool per_row) {
+  const int64_t d = y.ndim() ? y.dim(-1) : 0;
+  bool ok = d % 8 == 0 && !is_f32(y) && aligned16(y.raw()) && (per_row || (!is_f32(gate) && aligned16(gate.raw())));
+  if (x) ok = ok && !is_f32(*x) && aligned16(x->raw());
+  return ok;
+}
+
+}  // namespace
+
 void mul_sigmoid(const Tensor& x, const Tensor& gate) {
   OpTimer timer_("mul_sigmoid");
   expect_float(x, "mul_sigmoid", "x");
@@ -378,9 +437,14 @@ void mul_sigmoid(const Tensor& x, const Tensor& gate) {
   STRATA_CHECK(x.numel() == gate.numel() || gate.numel() == rows, "mul_sigmoid: gate ", gate.describe(),
                " does not fit x ", x.describe());
   if (!x.numel()) return;
-  launch_pdl(gate_kernel, grid_for(x.numel()), 256, 0, x.raw(), is_f32(x), nullptr, false, gate.raw(),
-                                                         is_f32(gate), x.numel(), d,
-                                                         gate.numel() != x.numel(), false);
+  const bool per_row = gate.numel() != x.numel();
+  if (gate_vectorizes(x, nullptr, gate, per_row)) {
+    launch_pdl(gate_bf16x8_kernel, grid_for(x.numel() / 8), 256, 0, static_cast<bf16*>(x.raw()), nullptr,
+               gate.raw(), is_f32(gate), x.numel() / 8, d / 8, per_row, false);
+  } else {
+    launch_pdl(gate_kernel, grid_for(x.numel()), 256, 0, x.raw(), is_f32(x), nullptr, false, gate.raw(), is_f32(gate),
+               x.numel(), d, per_row, false);
+  }
   check_launch("mul_sigmoid");
 }
 
@@ -393,8 +457,13 @@ void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate) {
   STRATA_CHECK(y.numel() == x.numel() && gate.numel() == rows, "add_sigmoid_gated: y ", y.describe(),
                ", x ", x.describe(), ", gate ", gate.describe());
   if (!x.numel()) return;
-  launch_pdl(gate_kernel, grid_for(x.numel()), 256, 0, y.raw(), is_f32(y), x.raw(), is_f32(x), gate.raw(),
-                                                         is_f32(gate), x.numel(), d, true, true);
+  if (gate_vectorizes(y, &x, gate, true)) {
+    launch_pdl(gate_bf16x8_kernel, grid_for(x.numel() / 8), 256, 0, static_cast<bf16*>(y.raw()),
+               static_cast<const bf16*>(x.raw()), gate.raw(), is_f32(gate), x.numel() / 8, d / 8, true, true);
+  } else {
+    launch_pdl(gate_kernel, grid_for(x.numel()), 256, 0, y.raw(), is_f32(y), x.raw(), is_f32(x), gate.raw(),
+               is_f32(gate), x.numel(), d, true, true);
+  }
   check_launch("add_sigmoid_gated");
 }
 

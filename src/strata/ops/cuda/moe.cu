@@ -362,17 +362,22 @@ __global__ void permute_kernel(const int32_t* ids, int64_t pairs, int top_k, con
   }
 }
 
+// out[t] = sum_j w[t, j] y[pos(t, j)], 8 columns a thread (h_dim is a multiple of 32, so of 8).
 __global__ void unpermute_kernel(const bf16* y, const int32_t* pair_pos, const float* weights, int top_k,
                                  int64_t h_dim, bf16* out) {
   pdl_begin();
   const int t = blockIdx.x;
-  for (int64_t h = threadIdx.x; h < h_dim; h += blockDim.x) {
-    float total = 0.f;
+  for (int64_t h = int64_t(threadIdx.x) * 8; h < h_dim; h += int64_t(blockDim.x) * 8) {
+    float total[8] = {};
     for (int j = 0; j < top_k; ++j) {
       const int pair = t * top_k + j;
-      total += weights[pair] * bf2f(y[int64_t(pair_pos[pair]) * h_dim + h]);
+      float v[8];
+      unpack8(*reinterpret_cast<const uint4*>(y + int64_t(pair_pos[pair]) * h_dim + h), v);
+      const float wj = weights[pair];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) total[e] += wj * v[e];
     }
-    out[int64_t(t) * h_dim + h] = f2bf(total);
+    *reinterpret_cast<uint4*>(out + int64_t(t) * h_dim + h) = pack8(total);
   }
 }
 

@@ -1,7 +1,7 @@
 // CUDA: the grouped expert GEMM. Each block takes one tile of up to BM (64 or 128) permuted rows
-// of one expert and 128 weight rows, streams K in steps of 32 through a 4-stage cp.async ring, and
+// of one expert and 128 weight rows, streams K in steps of 64 through a 3-stage cp.async ring, and
 // multiplies with bf16 mma.sync m16n8k16 (fp32 accumulators in registers, operands by ldmatrix
-// from rows padded to 40 elements, which keeps every ldmatrix free of bank conflicts). Eight
+// from rows padded to 72 elements, which keeps every ldmatrix free of bank conflicts). Eight
 // warps split the tile 2 (rows) x 4 (columns). For gate_up the 128 weight rows are 64 gate rows
 // and the matching 64 up rows, and each warp holds a gate column and its up column in the same
 // registers, so SiLU-mul is the epilogue. The grid's x is the column block, so the blocks of one
@@ -11,7 +11,7 @@
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kBn = 128, kBk = 32, kLd = kBk + 8, kStages = 4, kThreads = 256;
+constexpr int kBn = 128, kBk = 64, kLd = kBk + 8, kStages = 3, kThreads = 256;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -64,22 +64,23 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
   const int wm = warp >> 2, wn = warp & 3;
   const bf16* we = w + e * (kGateUp ? 2 * n : n) * k;
 
-  // Each thread moves BM / 64 16-byte vectors of A and two of B per stage (4 vectors a row).
-  constexpr int kAv = BM * 4 / kThreads, kBv = kBn * 4 / kThreads;
+  // Each thread moves BM / 32 16-byte vectors of A and four of B per stage (8 vectors a row);
+  // vectors past K (a K of 32 mod 64) are zero-filled.
+  constexpr int kVr = kBk / 8, kAv = BM * kVr / kThreads, kBv = kBn * kVr / kThreads;
   const bf16* a_src[kAv];
   bool a_ok[kAv];
   const bf16* b_src[kBv];
   bool b_ok[kBv];
 #pragma unroll
   for (int i = 0; i < kAv; ++i) {
-    const int v = tid + i * kThreads, r = v / 4, c = v % 4;
+    const int v = tid + i * kThreads, r = v / kVr, c = v % kVr;
     a_ok[i] = r < rows;
     const int64_t arow = a_ok[i] ? (kGateUp ? gather[row0 + r] : row0 + r) : 0;
     a_src[i] = a + arow * k + c * 8;
   }
 #pragma unroll
   for (int i = 0; i < kBv; ++i) {
-    const int v = tid + i * kThreads, r = v / 4, c = v % 4;
+    const int v = tid + i * kThreads, r = v / kVr, c = v % kVr;
     // gate_up: rows 0..63 gate rows 64 nb.., rows 64..127 the matching up rows (at n + ...).
     const int64_t col = kGateUp ? int64_t(nb) * 64 + (r & 63) : int64_t(nb) * kBn + r;
     b_ok[i] = col < n;
@@ -92,12 +93,12 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
 #pragma unroll
     for (int i = 0; i < kAv; ++i) {
       const int v = tid + i * kThreads;
-      cp_async16(sa + (v / 4) * kLd + (v % 4) * 8, a_src[i] + k0, a_ok[i]);
+      cp_async16(sa + (v / kVr) * kLd + (v % kVr) * 8, a_src[i] + k0, a_ok[i] && k0 + (v % kVr) * 8 < k);
     }
 #pragma unroll
     for (int i = 0; i < kBv; ++i) {
       const int v = tid + i * kThreads;
-      cp_async16(sb + (v / 4) * kLd + (v % 4) * 8, b_src[i] + k0, b_ok[i]);
+      cp_async16(sb + (v / kVr) * kLd + (v % kVr) * 8, b_src[i] + k0, b_ok[i] && k0 + (v % kVr) * 8 < k);
     }
   };
 
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
 #pragma unroll
   for (int p = 0; p < 2; ++p) brow[p] = kGateUp ? p * 64 + wn * 16 : wn * 32 + p * 16;
   float acc[kMt][4][4] = {};
-  const int kb_count = int(k / kBk);
+  const int kb_count = int((k + kBk - 1) / kBk);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < kb_count) load(s, int64_t(s) * kBk);
