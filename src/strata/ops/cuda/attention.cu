@@ -385,7 +385,8 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restric
 // heads that share one kv head (GQA packing: the block's K/V tiles, loaded once, serve all of
 // them; hpb is 2 when the group allows). Warp w owns rows 16w..16w+15, all of one head. The keys
 // stream through shared memory in tiles of kFaBk, two stages of cp.async (tile i + 1 loads while
-// tile i is computed), gathered from the paged cache row by row. Per tile a warp computes
+// tile i is computed), gathered from the paged cache row by row with the page ids read one tile
+// earlier still (a load that waits on the block table stalls the warp). Per tile a warp computes
 // S = Q K^T with mma.sync m16n8k16 (bf16 in, fp32 accumulate; K fragments by ldmatrix, Q's from
 // registers at D = 128 and from shared memory at D = 256, where registers are short), an online
 // softmax on the S fragment in registers (exp2, the scale times log2 e folded into one FMA), and
@@ -476,19 +477,40 @@ __global__ void __launch_bounds__(kFaWarps * 32, 1)
     const bool ok = qi < qlen;
     cp_async16(q_sm + (r * kLd + c * 8) * 2, q + (ok ? (int64_t(qstart + qi) * hq + h) * D + c * 8 : 0), ok);
   }
-  auto load_kv = [&](int kt, int stage) {
-    const int c = tid % kChunks;
-    for (int r = tid / kChunks; r < kFaBk; r += kFaWarps * 32 / kChunks) {
-      const int j = kt + r;
-      const int page = j < kv_end ? bt[j / bs] : -1;
-      const int64_t off = page >= 0 ? ((int64_t(page) * bs + j % bs) * hkv + kvh) * D + c * 8 : 0;
+  // Page ids are read a tile ahead of the rows that need them: lane l of every warp looks up keys
+  // kt + l and kt + l + 32 (pg, rem: page id and row in the page; -1 past kv_end) of the tile after
+  // the one being loaded, and a tile's loads take each row's cache slot from its lane by a
+  // shuffle, so no load waits on the block table.
+  static_assert(kFaBk == 64 && 32 % (kFaWarps * 32 / kChunks) == 0, "two keys a lane; passes split 32");
+  constexpr int kRowStep = kFaWarps * 32 / kChunks;  // rows the block loads side by side
+  int pg[2], rem[2];
+  auto fetch_pages = [&](int kt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = kt + lane + 32 * e, pi = j / bs;
+      rem[e] = j - pi * bs;
+      pg[e] = j < kv_end ? __ldg(bt + pi) : -1;
+    }
+  };
+  auto load_kv = [&](int stage) {
+    int slot[2];  // cache rows of keys kt + lane, kt + lane + 32
+#pragma unroll
+    for (int e = 0; e < 2; ++e) slot[e] = pg[e] < 0 ? -1 : pg[e] * bs + rem[e];
+    const int c = tid % kChunks, rb = tid / kChunks;
+#pragma unroll
+    for (int i = 0; i < kFaBk / kRowStep; ++i) {
+      const int r = rb + i * kRowStep;
+      const int sl = __shfl_sync(0xffffffffu, slot[i * kRowStep / 32], r & 31);
+      const int64_t off = sl >= 0 ? (int64_t(sl) * hkv + kvh) * D + c * 8 : 0;
       const uint32_t dst = stage * kStage + (r * kLd + c * 8) * 2;
-      cp_async16(k_sm + dst, kc + off, page >= 0);
-      cp_async16(v_sm + dst, vc + off, page >= 0);
+      cp_async16(k_sm + dst, kc + off, sl >= 0);
+      cp_async16(v_sm + dst, vc + off, sl >= 0);
     }
     cp_commit();
   };
-  load_kv(0, 0);
+  fetch_pages(0);
+  load_kv(0);
+  fetch_pages(kFaBk);
 
   // This warp's 16 rows: head h, queries qw..qw+15 (positions ctx + qw ...). Lane l holds rows
   // g = l / 4 and g + 8 of the accumulators, columns 2t, 2t + 1 (t = l % 4) of each 8-column block.
@@ -512,7 +534,10 @@ __global__ void __launch_bounds__(kFaWarps * 32, 1)
     const int kt = it * kFaBk, stage = it & 1;
     cp_wait_all();
     __syncthreads();  // tile `it` landed for every thread; every warp is done with tile it - 1's stage
-    if (it + 1 < n_tiles) load_kv(kt + kFaBk, stage ^ 1);
+    if (it + 1 < n_tiles) {
+      load_kv(stage ^ 1);
+      fetch_pages(kt + 2 * kFaBk);
+    }
     if constexpr (kQRegs) {
       if (it == 0) {
 #pragma unroll
@@ -552,8 +577,10 @@ __global__ void __launch_bounds__(kFaWarps * 32, 1)
         }
       }
     }
-    // Online softmax: the new row maxima over the quad's lanes, the old sums and O rescaled.
+    // Online softmax: the new row maxima over the quad's lanes, the old sums and O rescaled
+    // (skipped while no row's maximum of the warp grew).
     float corr[2];
+    bool grew = false;
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       float mx = m[rr];
@@ -563,6 +590,7 @@ __global__ void __launch_bounds__(kFaWarps * 32, 1)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base = mx == -INFINITY ? 0.f : mx * scale_log2;  // a row with no key yet stays at 0
       corr[rr] = fast_exp2(m[rr] * scale_log2 - base);
+      grew |= mx != m[rr];
       m[rr] = mx;
       float sum = 0.f;
 #pragma unroll
@@ -573,10 +601,12 @@ __global__ void __launch_bounds__(kFaWarps * 32, 1)
       }
       l[rr] = l[rr] * corr[rr] + sum;
     }
+    if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= corr[0], o[n][1] *= corr[0];
-      o[n][2] *= corr[1], o[n][3] *= corr[1];
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= corr[0], o[n][1] *= corr[0];
+        o[n][2] *= corr[1], o[n][3] *= corr[1];
+      }
     }
     // O += P V: S's accumulator blocks 2kk and 2kk + 1 are P's A fragment for keys 16kk..16kk+15.
 #pragma unroll
