@@ -23,15 +23,22 @@
 namespace strata::testing {
 namespace {
 
-// bf16 through every layer. A bound on the largest error cannot hold: in a bf16 forward of
-// these random models a few positions are far off HF's fp32 logits (a GDN head whose output
-// nearly cancels before its scale-free gated norm; a router top-k choice that flips on a
-// fp32 logit gap of 0.005-0.05). A CPU emulation of the CUDA path's bf16 stores (every op on
-// the CPU ops, each bf16 output rounded) reproduced the H200's max errors to 2-3 digits
-// (qwen3_5 1.37, qwen3_next 6.60, qwen3_5_moe 1.51 in full mode) and gave, over the fixtures
-// and modes, rms error <= 0.27 and a median per-position max error <= 0.19, with reference
-// std 3.1-3.3. So the bounds are on those two: both in units of max(1, std(reference)).
-constexpr double kRmsTolerance = 0.12, kMedianTolerance = 0.1;
+// bf16 through every layer. In a bf16 forward of these random models a few positions are far
+// off HF's fp32 logits (a GDN head whose output nearly cancels before its scale-free gated norm;
+// a router top-k choice that flips on a fp32 logit gap of 0.005-0.05). A CPU emulation of the
+// CUDA path's bf16 stores (every op on the CPU ops, each bf16 output rounded) reproduced the
+// H200's max errors to 2-3 digits (qwen3_5 1.37, qwen3_next 6.60, qwen3_5_moe 1.51 in full mode)
+// and gave, over the fixtures and modes, rms error <= 0.27 and a median per-position max error
+// <= 0.19, with reference std 3.1-3.3. So the tight bounds are on those two, and the bound on
+// the largest error is loose but still there: the worst measured on the H200 (qwen3_next,
+// 6.65 = 2.1 x its std) plus 40%, which a wrong kernel (errors of the logits' own size) breaks.
+// All in units of max(1, std(reference)).
+constexpr double kRmsTolerance = 0.12, kMedianTolerance = 0.1, kMaxTolerance = 3.0;
+
+// The greedy check's fixed margin, in the same unit: positions whose CPU top-2 margin exceeds it
+// must agree. It is above twice the largest GPU-CPU logit difference measured on any fixture
+// (qwen3_5_moe: 2 x 0.87 = 0.54 of its std), and it does not widen when the GPU's error grows.
+constexpr double kGreedyMargin = 0.6;
 
 struct ErrorProfile {
   double max = 0, rms = 0, median_position_max = 0;
@@ -67,16 +74,17 @@ void expect_logits_match_hf(const std::string& name) {
   for (const std::string mode : {"full", "stepwise", "chunked:7", "chunked:64"}) {
     Tensor logits = sequence_logits(*model, f.prompt, mode);
     const ErrorProfile e = error_profile(logits, f.logits);
-    std::printf("  cuda %s %-10s max|d| = %.4g, rms %.4g (tolerance %.4g), median per-position max %.4g "
-                "(tolerance %.4g)\n", name.c_str(), mode.c_str(), e.max, e.rms, kRmsTolerance * scale,
-                e.median_position_max, kMedianTolerance * scale);
+    std::printf("  cuda %s %-10s max|d| = %.4g (tolerance %.4g), rms %.4g (tolerance %.4g), median per-position "
+                "max %.4g (tolerance %.4g)\n", name.c_str(), mode.c_str(), e.max, kMaxTolerance * scale, e.rms,
+                kRmsTolerance * scale, e.median_position_max, kMedianTolerance * scale);
+    EXPECT_LE(e.max, kMaxTolerance * scale) << name << " mode " << mode;
     EXPECT_LE(e.rms, kRmsTolerance * scale) << name << " mode " << mode;
     EXPECT_LE(e.median_position_max, kMedianTolerance * scale) << name << " mode " << mode;
   }
 }
 
 // Greedy decoding on the CPU; the GPU's argmax at the same positions (teacher forcing) must
-// agree wherever the CPU's top-2 margin is above twice the largest GPU-CPU logit difference.
+// agree wherever the CPU's top-2 margin is above kGreedyMargin.
 void expect_greedy_matches_cpu(const std::string& name) {
   Fixture f = load_fixture(name);
   auto cpu = load_model(f.dir);
@@ -101,18 +109,19 @@ void expect_greedy_matches_cpu(const std::string& name) {
     const float* r = ref.data<float>() + i * vocab;
     for (int64_t j = 0; j < vocab; ++j) worst = std::max(worst, double(std::fabs(g[j] - r[j])));
   }
+  const double margin = kGreedyMargin * reference_scale(f.logits);
   int compared = 0;
   for (size_t i = 0; i < f.greedy.size(); ++i) {
     const float* g = gl.data<float>() + (f.prompt.size() - 1 + i) * vocab;
     const float* r = ref.data<float>() + i * vocab;
     std::vector<float> sorted(r, r + vocab);
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    if (sorted[0] - sorted[1] <= 2 * worst) continue;  // too close to call at bf16 precision
+    if (sorted[0] - sorted[1] <= margin) continue;  // too close to call at bf16 precision
     ++compared;
     EXPECT_EQ(int32_t(std::max_element(g, g + vocab) - g), seq[f.prompt.size() + i]) << "step " << i;
   }
-  std::printf("  cuda %s greedy: %d of %zu steps had a top-2 margin above 2 x %.4g and were compared\n",
-              name.c_str(), compared, f.greedy.size(), worst);
+  std::printf("  cuda %s greedy: %d of %zu steps had a top-2 margin above %.4g and were compared (largest "
+              "GPU-CPU logit difference %.4g)\n", name.c_str(), compared, f.greedy.size(), margin, worst);
   EXPECT_GT(compared, 0);
 }
 

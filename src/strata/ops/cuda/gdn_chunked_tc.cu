@@ -33,6 +33,8 @@ __device__ __forceinline__ uint32_t tf32(float x) {
   return r;
 }
 
+__device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(tf32(x)); }
+
 // d += a b for one m16n8k8 tile (PTX fragment layouts: g = lane / 4, t = lane % 4; a0..a3 at
 // (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); b0, b1 at (k t, n g), (k t + 4, n g); d0..d3 at
 // (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)).
@@ -51,13 +53,13 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* p, int ld,
   a[2] = tf32(p[(m0 + g) * ld + k0 + t + 4]);
   a[3] = tf32(p[(m0 + g + 8) * ld + k0 + t + 4]);
 }
-// A = M^T for a row-major M: A(r, c) = p[c * ld + r].
-__device__ __forceinline__ void load_a_t(uint32_t (&a)[4], const float* p, int ld, int m0, int k0) {
+// A = M^T for a row-major M already rounded to TF32: A(r, c) = p[c * ld + r].
+__device__ __forceinline__ void load_a_t_rounded(uint32_t (&a)[4], const float* p, int ld, int m0, int k0) {
   const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  a[0] = tf32(p[(k0 + t) * ld + m0 + g]);
-  a[1] = tf32(p[(k0 + t) * ld + m0 + g + 8]);
-  a[2] = tf32(p[(k0 + t + 4) * ld + m0 + g]);
-  a[3] = tf32(p[(k0 + t + 4) * ld + m0 + g + 8]);
+  a[0] = __float_as_uint(p[(k0 + t) * ld + m0 + g]);
+  a[1] = __float_as_uint(p[(k0 + t) * ld + m0 + g + 8]);
+  a[2] = __float_as_uint(p[(k0 + t + 4) * ld + m0 + g]);
+  a[3] = __float_as_uint(p[(k0 + t + 4) * ld + m0 + g + 8]);
 }
 // B (k rows k0.., n cols n0..) of a row-major K x N matrix p[k * ld + n].
 __device__ __forceinline__ void load_b(uint32_t (&b)[2], const float* p, int ld, int k0, int n0) {
@@ -78,15 +80,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void cp_wait2() { asm volatile("cp.async.wait_group 2;" ::: "memory"); }
-
-// rows x width floats from a dense global matrix (row stride gld) to shared memory (stride ld).
-__device__ __forceinline__ void copy_rows(float* dst, int ld, const float* src, int gld, int rows, int width) {
-  const int vecs = width / 4;
-  for (int i = threadIdx.x; i < rows * vecs; i += blockDim.x) {
-    const int r = i / vecs, c = (i % vecs) * 4;
-    cp_async16(dst + r * ld + c, src + int64_t(r) * gld + c);
-  }
-}
 
 // ---- prep ----
 
@@ -161,8 +154,11 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
     const float eq = expf(cum[r]), ek = r < n ? expf(last - cum[r]) : 0.f;
     const float* qr = qs + r * kLd4 + c;
     const float* kr = ks + r * kLd4 + c;
-    reinterpret_cast<float4*>(o_qe)[i] = make_float4(qr[0] * eq, qr[1] * eq, qr[2] * eq, qr[3] * eq);
-    reinterpret_cast<float4*>(o_kd)[i] = make_float4(kr[0] * ek, kr[1] * ek, kr[2] * ek, kr[3] * ek);
+    // Rounded to TF32 here, once: the scan multiplies them as they are (see its comment).
+    reinterpret_cast<float4*>(o_qe)[i] = make_float4(round_tf32(qr[0] * eq), round_tf32(qr[1] * eq),
+                                                     round_tf32(qr[2] * eq), round_tf32(qr[3] * eq));
+    reinterpret_cast<float4*>(o_kd)[i] = make_float4(round_tf32(kr[0] * ek), round_tf32(kr[1] * ek),
+                                                     round_tf32(kr[2] * ek), round_tf32(kr[3] * ek));
   }
   if (tid == 0) o_kd[kC * kD] = expf(last);
   // K K^T and Q K^T: warp w takes rows 16 (w / 2).. and columns 32 (w % 2)..; tiles wholly
@@ -193,7 +189,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
         const bool live = r < n && c <= r;
         const float decay = live ? expf(cum[r] - cum[c]) : 0.f;
         tm[r * kLdC + c] = c < r ? bet[r] * kk[j][e] * decay : 0.f;
-        o_attn[r * kC + c] = live ? qk[j][e] * decay : 0.f;
+        o_attn[r * kC + c] = live ? round_tf32(qk[j][e] * decay) : 0.f;
       }
     }
   }
@@ -258,13 +254,39 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
       const int r = m0 + gq, c = n0 + 8 * j + 2 * tq;
       *reinterpret_cast<float2*>(o_u + r * kD + c) = make_float2(u[j][0], u[j][1]);
       *reinterpret_cast<float2*>(o_u + (r + 8) * kD + c) = make_float2(u[j][2], u[j][3]);
-      *reinterpret_cast<float2*>(o_w + r * kD + c) = make_float2(w[j][0], w[j][1]);
-      *reinterpret_cast<float2*>(o_w + (r + 8) * kD + c) = make_float2(w[j][2], w[j][3]);
+      *reinterpret_cast<float2*>(o_w + r * kD + c) = make_float2(round_tf32(w[j][0]), round_tf32(w[j][1]));
+      *reinterpret_cast<float2*>(o_w + (r + 8) * kD + c) = make_float2(round_tf32(w[j][2]), round_tf32(w[j][3]));
     }
   }
 }
 
 // ---- scan ----
+
+// Every operand the scan multiplies is stored already rounded to TF32 (prep rounds W, q e^cum,
+// k e^(last - cum) and attn as it writes them; the scan rounds its shared copies of the state and
+// of vnew), so fragments load by ldmatrix with no conversion; the state itself stays fp32 in
+// registers. ldmatrix (.b16) moves 8 rows of 16 bytes, four fp32 each: thread l gets row l / 4,
+// word l % 4, which is the tf32 fragment layout.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const float* p) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+// A (rows m0.., cols k0..) of a row-major matrix with row stride ld (4 mod 32).
+__device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const float* p, int ld, int m0, int k0) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3;
+  ldsm_x4(a, p + (m0 + (lane & 7) + (mi & 1) * 8) * ld + k0 + (mi >> 1) * 4);
+}
+// B for column tiles n0 and n0 + 8 at k0.., from B^T stored row-major (p[n * ld + k]):
+// b[0], b[1] for tile n0, b[2], b[3] for tile n0 + 8.
+__device__ __forceinline__ void ldsm_b2(uint32_t (&b)[4], const float* p, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3;
+  ldsm_x4(b, p + (n0 + (lane & 7) + (mi >> 1) * 8) * ld + k0 + (mi & 1) * 4);
+}
+
+constexpr int kLdT = kD + 4;  // the state's transpose [kBv][kD]
+constexpr int kLdVt = kC + 4; // vnew's transpose [kBv][kC]
 
 struct ScanSmem {
   static constexpr int kW = 0;
@@ -272,10 +294,20 @@ struct ScanSmem {
   static constexpr int kKd = kQe + kC * kLd4;
   static constexpr int kAttn = kKd + kC * kLd8;
   static constexpr int kU = kAttn + kC * kLdC;
-  static constexpr int kVn = kU + kC * kLdV;
-  static constexpr int kS = kVn + kC * kLdV;
-  static constexpr size_t kBytes = sizeof(float) * (kS + kD * kLdV);
+  static constexpr int kVt = kU + kC * kLdV;
+  static constexpr int kSt = kVt + kBv * kLdVt;
+  static constexpr size_t kBytes = sizeof(float) * (kSt + kBv * kLdT);
 };
+
+// rows x W floats from a dense global matrix (row stride gld) to shared memory (stride ld).
+template <int W>
+__device__ __forceinline__ void copy_rows_w(float* dst, int ld, const float* src, int gld) {
+  constexpr int kVecs = W / 4;
+  for (int i = threadIdx.x; i < kC * kVecs; i += blockDim.x) {
+    const int r = i / kVecs, c = (i % kVecs) * 4;
+    cp_async16(dst + r * ld + c, src + int64_t(r) * gld + c);
+  }
+}
 
 __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, const int32_t* seqinfo,
                                                              const int32_t* chunks, float* state, DeviceBatch b,
@@ -287,8 +319,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
   float* ws_kd = sm + ScanSmem::kKd;
   float* ws_at = sm + ScanSmem::kAttn;
   float* ws_u = sm + ScanSmem::kU;
-  float* vn = sm + ScanSmem::kVn;
-  float* ss = sm + ScanSmem::kS;
+  float* vt = sm + ScanSmem::kVt;  // vnew^T, tf32-rounded
+  float* st_t = sm + ScanSmem::kSt;  // S^T, tf32-rounded
 
   const int e = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kBv, tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
@@ -307,30 +339,26 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
     for (int x = 0; x < 4; ++x) {
       const int r = sr + (x >> 1) * 8, c = 8 * j + 2 * tq + (x & 1);
       st[j][x] = has_state ? gst[int64_t(r) * kD + c] : 0.f;
-      ss[r * kLdV + c] = st[j][x];
+      st_t[c * kLdT + r] = round_tf32(st[j][x]);
     }
   }
+  auto base_of = [&](int ci) { return ws + (int64_t(first + ci) * hv + h) * per; };
   auto load_wu = [&](int ci) {
     if (ci < count) {
-      const float* base = ws + (int64_t(first + ci) * hv + h) * per;
-      copy_rows(ws_w, kLd4, base, kD, kC, kD);
-      copy_rows(ws_u, kLdV, base + kC * kD + col0, kD, kC, kBv);
+      copy_rows_w<kD>(ws_w, kLd4, base_of(ci), kD);
+      copy_rows_w<kBv>(ws_u, kLdV, base_of(ci) + kC * kD + col0, kD);
     }
     cp_commit();
   };
   auto load_qa = [&](int ci) {
     if (ci < count) {
-      const float* base = ws + (int64_t(first + ci) * hv + h) * per;
-      copy_rows(ws_at, kLdC, base + 2 * kC * kD, kC, kC, kC);
-      copy_rows(ws_qe, kLd4, base + 2 * kC * kD + kC * kC, kD, kC, kD);
+      copy_rows_w<kC>(ws_at, kLdC, base_of(ci) + 2 * kC * kD, kC);
+      copy_rows_w<kD>(ws_qe, kLd4, base_of(ci) + 2 * kC * kD + kC * kC, kD);
     }
     cp_commit();
   };
   auto load_kd = [&](int ci) {
-    if (ci < count) {
-      const float* base = ws + (int64_t(first + ci) * hv + h) * per;
-      copy_rows(ws_kd, kLd8, base + 3 * kC * kD + kC * kC, kD, kC, kD);
-    }
+    if (ci < count) copy_rows_w<kD>(ws_kd, kLd8, base_of(ci) + 3 * kC * kD + kC * kC, kD);
     cp_commit();
   };
   load_wu(0);
@@ -349,21 +377,18 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
       float acc[2][4] = {};
 #pragma unroll 4
       for (int k0 = 0; k0 < kD; k0 += 8) {
-        uint32_t a[4];
-        load_a(a, ws_w, kLd4, m0, k0);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          uint32_t bb[2];
-          load_b(bb, ss, kLdV, k0, n0 + 8 * j);
-          mma(acc[j], a, bb);
-        }
+        uint32_t a[4], bb[4];
+        ldsm_a(a, ws_w, kLd4, m0, k0);
+        ldsm_b2(bb, st_t, kLdT, n0, k0);
+        mma(acc[0], a, {bb[0], bb[1]});
+        mma(acc[1], a, {bb[2], bb[3]});
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           const int r = m0 + gq + (x >> 1) * 8, c = n0 + 8 * j + 2 * tq + (x & 1);
-          vn[r * kLdV + c] = ws_u[r * kLdV + c] - acc[j][x];
+          vt[c * kLdVt + r] = round_tf32(ws_u[r * kLdV + c] - acc[j][x]);
         }
       }
     }
@@ -376,24 +401,18 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
       float acc[2][4] = {};
 #pragma unroll 4
       for (int k0 = 0; k0 < kD; k0 += 8) {
-        uint32_t a[4];
-        load_a(a, ws_qe, kLd4, m0, k0);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          uint32_t bb[2];
-          load_b(bb, ss, kLdV, k0, n0 + 8 * j);
-          mma(acc[j], a, bb);
-        }
+        uint32_t a[4], bb[4];
+        ldsm_a(a, ws_qe, kLd4, m0, k0);
+        ldsm_b2(bb, st_t, kLdT, n0, k0);
+        mma(acc[0], a, {bb[0], bb[1]});
+        mma(acc[1], a, {bb[2], bb[3]});
       }
       for (int k0 = 0; k0 < m0 + 16; k0 += 8) {
-        uint32_t a[4];
-        load_a(a, ws_at, kLdC, m0, k0);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          uint32_t bb[2];
-          load_b(bb, vn, kLdV, k0, n0 + 8 * j);
-          mma(acc[j], a, bb);
-        }
+        uint32_t a[4], bb[4];
+        ldsm_a(a, ws_at, kLdC, m0, k0);
+        ldsm_b2(bb, vt, kLdVt, n0, k0);
+        mma(acc[0], a, {bb[0], bb[1]});
+        mma(acc[1], a, {bb[2], bb[3]});
       }
       const int64_t t0 = int64_t(b.q_start[s]) + c0;
 #pragma unroll
@@ -420,19 +439,19 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
     }
 #pragma unroll 2
     for (int k0 = 0; k0 < kC; k0 += 8) {
-      uint32_t a[4];
-      load_a_t(a, ws_kd, kLd8, 16 * warp, k0);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t bb[2];
-        load_b(bb, vn, kLdV, k0, 8 * j);
-        mma(st[j], a, bb);
-      }
+      uint32_t a[4], b01[4], b23[4];
+      load_a_t_rounded(a, ws_kd, kLd8, 16 * warp, k0);
+      ldsm_b2(b01, vt, kLdVt, 0, k0);
+      ldsm_b2(b23, vt, kLdVt, 16, k0);
+      mma(st[0], a, {b01[0], b01[1]});
+      mma(st[1], a, {b01[2], b01[3]});
+      mma(st[2], a, {b23[0], b23[1]});
+      mma(st[3], a, {b23[2], b23[3]});
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int x = 0; x < 4; ++x) ss[(sr + (x >> 1) * 8) * kLdV + 8 * j + 2 * tq + (x & 1)] = st[j][x];
+      for (int x = 0; x < 4; ++x) st_t[(8 * j + 2 * tq + (x & 1)) * kLdT + sr + (x >> 1) * 8] = round_tf32(st[j][x]);
     }
     __syncthreads();
     load_kd(ci + 1);
