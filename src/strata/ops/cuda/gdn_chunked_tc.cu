@@ -285,6 +285,20 @@ __device__ __forceinline__ void ldsm_b2(uint32_t (&b)[4], const float* p, int ld
   ldsm_x4(b, p + (n0 + (lane & 7) + (mi >> 1) * 8) * ld + k0 + (mi & 1) * 4);
 }
 
+// acc += A[m0.., :k_end] B[:k_end, n0..n0 + 16] for one warp (two 8-column tiles): A row-major
+// (stride lda), B stored transposed (stride ldb), both TF32-rounded.
+__device__ __forceinline__ void mma_16x16(float (&acc)[2][4], const float* a_s, int lda, const float* bt_s, int ldb,
+                                          int m0, int n0, int k_end) {
+#pragma unroll 4
+  for (int k0 = 0; k0 < k_end; k0 += 8) {
+    uint32_t a[4], bb[4];
+    ldsm_a(a, a_s, lda, m0, k0);
+    ldsm_b2(bb, bt_s, ldb, n0, k0);
+    mma(acc[0], a, {bb[0], bb[1]});
+    mma(acc[1], a, {bb[2], bb[3]});
+  }
+}
+
 constexpr int kLdT = kD + 4;  // the state's transpose [kBv][kD]
 constexpr int kLdVt = kC + 4; // vnew's transpose [kBv][kC]
 
@@ -375,14 +389,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
     // 1. vnew = U - W S.
     {
       float acc[2][4] = {};
-#pragma unroll 4
-      for (int k0 = 0; k0 < kD; k0 += 8) {
-        uint32_t a[4], bb[4];
-        ldsm_a(a, ws_w, kLd4, m0, k0);
-        ldsm_b2(bb, st_t, kLdT, n0, k0);
-        mma(acc[0], a, {bb[0], bb[1]});
-        mma(acc[1], a, {bb[2], bb[3]});
-      }
+      mma_16x16(acc, ws_w, kLd4, st_t, kLdT, m0, n0, kD);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
 #pragma unroll
@@ -399,21 +406,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
     // 2. out = (q e^cum) S + attn vnew (attn is lower triangular: k < m0 + 16).
     {
       float acc[2][4] = {};
-#pragma unroll 4
-      for (int k0 = 0; k0 < kD; k0 += 8) {
-        uint32_t a[4], bb[4];
-        ldsm_a(a, ws_qe, kLd4, m0, k0);
-        ldsm_b2(bb, st_t, kLdT, n0, k0);
-        mma(acc[0], a, {bb[0], bb[1]});
-        mma(acc[1], a, {bb[2], bb[3]});
-      }
-      for (int k0 = 0; k0 < m0 + 16; k0 += 8) {
-        uint32_t a[4], bb[4];
-        ldsm_a(a, ws_at, kLdC, m0, k0);
-        ldsm_b2(bb, vt, kLdVt, n0, k0);
-        mma(acc[0], a, {bb[0], bb[1]});
-        mma(acc[1], a, {bb[2], bb[3]});
-      }
+      mma_16x16(acc, ws_qe, kLd4, st_t, kLdT, m0, n0, kD);
+      mma_16x16(acc, ws_at, kLdC, vt, kLdVt, m0, n0, m0 + 16);
       const int64_t t0 = int64_t(b.q_start[s]) + c0;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
