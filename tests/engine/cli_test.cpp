@@ -9,6 +9,8 @@
 #include <fstream>
 #include <memory>
 
+#include <sys/wait.h>
+
 #include "engine_test_util.h"
 #include "strata/io/config.h"
 #include "strata/io/npy.h"
@@ -205,6 +207,33 @@ TEST(EngineCli, InfoPrintsTheMemoryPlanPerLayerType) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
   EXPECT_NE(run_cli("info --model /nonexistent").status, 0);
+}
+
+// A bad config.json value (issue 20): `info --load`, generate and logits name the file and the
+// field and exit 1, where a zero head count in text_config used to kill them with SIGFPE.
+TEST(EngineCli, BadConfigValueIsNamedNotACrash) {
+  namespace fs = std::filesystem;
+  const std::string src = engine_fixture_dir("qwen3_5_moe_tiny");
+  const std::string dir = ::testing::TempDir() + "strata_cli_bad_config";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(src)) {
+    if (entry.path().filename() != "config.json") fs::create_symlink(entry.path(), fs::path(dir) / entry.path().filename());
+  }
+  nlohmann::json cfg = read_json_file(src + "/config.json");
+  cfg["text_config"]["num_key_value_heads"] = 0;
+  std::ofstream(dir + "/config.json") << cfg.dump(1);
+  for (const std::string& cmd : {"info --load --model " + dir, "generate --model " + dir + " --ids 5,6 --max-tokens 2",
+                                 "generate --load-format dummy --model " + dir + " --ids 5,6 --max-tokens 2",
+                                 "logits --model " + dir + " --ids 5 --out " + dir + "/out.npy"}) {
+    const CliRun r = run_cli(cmd);
+    ASSERT_TRUE(WIFEXITED(r.status)) << cmd << ": killed by a signal\n" << r.out;
+    EXPECT_EQ(WEXITSTATUS(r.status), 1) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find(dir + "/config.json: field 'text_config.num_key_value_heads': must be positive (got 0)"),
+              std::string::npos)
+        << cmd << ": " << r.out;
+  }
+  fs::remove_all(dir);
 }
 
 // --load-format dummy on every engine command and logits: a folder holding only config.json runs

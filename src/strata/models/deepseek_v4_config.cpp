@@ -5,6 +5,7 @@
 
 #include "strata/core/error.h"
 #include "strata/io/config.h"
+#include "strata/io/config_checks.h"
 
 namespace strata {
 namespace {
@@ -23,7 +24,7 @@ struct RopeParams {
 // Reads a rope_parameters / rope_scaling dictionary; `type` or `rope_type` names its kind.
 void read_rope_dict(const ConfigView& v, RopeParams& p) {
   p.type = v.get_string("rope_type", v.get_string("type", p.type));
-  p.theta = v.get_float("rope_theta", p.theta);
+  p.theta = require_positive_float(v, "rope_theta", v.get_float("rope_theta", p.theta));
   p.partial = v.get_float("partial_rotary_factor", p.partial);
   p.factor = v.get_float("factor", p.factor);
   // HF: `beta_fast or 32`, so 0 means the default too.
@@ -93,8 +94,9 @@ ops::TailRope make_tail_rope(const RopeParams& p, int64_t head_dim, int64_t max_
 }
 
 void parse_rope(const ConfigView& v, DeepseekV4Config& c, double partial) {
-  const double main_theta = v.get_float("rope_theta", 10000.0);
-  const double compress_theta = v.get_float("compress_rope_theta", 160000.0);
+  const double main_theta = require_positive_float(v, "rope_theta", v.get_float("rope_theta", 10000.0));
+  const double compress_theta =
+      require_positive_float(v, "compress_rope_theta", v.get_float("compress_rope_theta", 160000.0));
   RopeParams main, compress;
   bool truncate = true;
   ConfigView where = v;
@@ -198,7 +200,7 @@ void parse_layer_types(const ConfigView& v, DeepseekV4Config& c) {
       c.mlp.push_back(t == "hash_moe" ? Dsv4Mlp::kHash : Dsv4Mlp::kLearned);
     }
   } else {
-    const int64_t hashed = v.get_int("num_hash_layers", 3);
+    const int64_t hashed = require_non_negative(v, "num_hash_layers", v.get_int("num_hash_layers", 3));
     for (int64_t i = 0; i < n; ++i) c.mlp.push_back(i < hashed ? Dsv4Mlp::kHash : Dsv4Mlp::kLearned);
   }
 }
@@ -218,10 +220,7 @@ DeepseekV4Config parse_deepseek_v4_config(const nlohmann::json& root, const std:
   const ConfigView v = ConfigView::text_config(root, origin);
   DeepseekV4Config c;
   c.origin = origin;
-  auto positive = [&](const char* key, int64_t value) {
-    if (value <= 0) v.fail_field(key, cat("must be positive, got ", value));
-    return value;
-  };
+  auto positive = [&](const char* key, int64_t value) { return require_positive(v, key, value); };
   c.vocab = positive("vocab_size", v.get_int("vocab_size", 129280));
   c.hidden = positive("hidden_size", v.get_int("hidden_size", 4096));
   c.layers = positive("num_hidden_layers", v.get_int("num_hidden_layers", 43));
@@ -237,19 +236,17 @@ DeepseekV4Config parse_deepseek_v4_config(const nlohmann::json& root, const std:
     v.fail_field("o_groups", cat(c.o_groups, " groups do not divide ", c.heads, " heads x ", c.head_dim));
   }
   c.experts = positive("n_routed_experts", v.get_int("n_routed_experts", 256));
-  c.top_k = positive("num_experts_per_tok", v.get_int("num_experts_per_tok", 6));
-  if (c.top_k > c.experts) v.fail_field("num_experts_per_tok", "exceeds n_routed_experts");
+  c.top_k = require_in_range(v, "num_experts_per_tok", v.get_int("num_experts_per_tok", 6), 1, c.experts,
+                             "n_routed_experts");
   c.moe_inter = positive("moe_intermediate_size", v.get_int("moe_intermediate_size", 2048));
-  c.shared_experts = v.get_int("n_shared_experts", 1);
-  if (c.shared_experts < 0) v.fail_field("n_shared_experts", "must not be negative");
+  c.shared_experts = require_non_negative(v, "n_shared_experts", v.get_int("n_shared_experts", 1));
   const std::string scoring = v.get_string("scoring_func", "sqrtsoftplus");
   if (scoring != "sqrtsoftplus") {
     v.fail_field("scoring_func", "only 'sqrtsoftplus' routing is supported, got '" + scoring + "'");
   }
-  c.routed_scaling = v.get_float("routed_scaling_factor", 1.5);
-  c.swiglu_limit = v.get_float("swiglu_limit", 10.0);
-  if (!(c.swiglu_limit > 0)) v.fail_field("swiglu_limit", "must be positive");
-  c.rms_eps = v.get_float("rms_norm_eps", 1e-6);
+  c.routed_scaling = require_positive_float(v, "routed_scaling_factor", v.get_float("routed_scaling_factor", 1.5));
+  c.swiglu_limit = require_positive_float(v, "swiglu_limit", v.get_float("swiglu_limit", 10.0));
+  c.rms_eps = require_positive_float(v, "rms_norm_eps", v.get_float("rms_norm_eps", 1e-6));
   c.window = positive("sliding_window", v.get_int("sliding_window", 128));
   if (v.has("compress_rates")) {
     const ConfigView rates = v.child("compress_rates");
@@ -265,10 +262,11 @@ DeepseekV4Config parse_deepseek_v4_config(const nlohmann::json& root, const std:
   c.index_topk = positive("index_topk", v.get_int("index_topk", 512));
   c.hc_mult = positive("hc_mult", v.get_int("hc_mult", 4));
   c.hc_iters = positive("hc_sinkhorn_iters", v.get_int("hc_sinkhorn_iters", 20));
-  c.hc_eps = v.get_float("hc_eps", 1e-6);
-  c.max_pos = v.get_int("max_position_embeddings", 1048576);
-  c.eos = v.get_int_or_list("eos_token_id");
-  c.bos = v.has("bos_token_id") ? v.get_int("bos_token_id") : -1;
+  c.hc_eps = require_positive_float(v, "hc_eps", v.get_float("hc_eps", 1e-6));
+  c.max_pos = positive("max_position_embeddings", v.get_int("max_position_embeddings", 1048576));
+  const SpecialTokenIds ids = read_special_token_ids(v, v, c.vocab);
+  c.eos = ids.eos;
+  c.bos = ids.bos;
   c.tie_embeddings = v.get_bool("tie_word_embeddings", false);
   // HF: partial_rotary_factor, else qk_rope_head_dim / head_dim, else 64 / 512.
   double partial = 64.0 / 512.0;

@@ -9,6 +9,7 @@
 #include "strata/core/error.h"
 #include "strata/dist/rank_split.h"
 #include "strata/io/config.h"
+#include "strata/io/config_checks.h"
 #include "strata/models/weights.h"
 #include "strata/ops/ops.h"
 
@@ -57,6 +58,8 @@ RopeSpec make_rope(const ConfigView& text, int64_t head_dim) {
     }
   }
   if (type != "default") text.fail_field("rope_parameters.rope_type", "only 'default' is supported, got '" + type + "'");
+  const bool nested_theta = text.has("rope_parameters") && text.child("rope_parameters").has("rope_theta");
+  require_positive_float(text, nested_theta ? "rope_parameters.rope_theta" : "rope_theta", theta);
   spec.rotary_dim = int(double(head_dim) * partial);
   if (spec.rotary_dim % 2 || spec.rotary_dim <= 0 || spec.rotary_dim > head_dim) {
     text.fail_field("partial_rotary_factor", "gives a rotary dimension of " + std::to_string(spec.rotary_dim));
@@ -69,46 +72,52 @@ RopeSpec make_rope(const ConfigView& text, int64_t head_dim) {
   return spec;
 }
 
+// Every field the family reads, checked once here: sizes positive, head counts divisible,
+// top-k within the experts, token ids within the vocabulary, eps and rope_theta finite and > 0.
 Qwen35Config parse_config(const nlohmann::json& root, const std::string& origin) {
   ConfigView text = ConfigView::text_config(root, origin);
   ConfigView top(&root, origin);
+  auto positive = [&](const char* key) { return require_positive(text, key, text.get_int(key)); };
   Qwen35Config c;
   c.model_type = text.get_string("model_type", top.get_string("model_type", ""));
-  c.vocab = text.get_int("vocab_size");
-  c.hidden = text.get_int("hidden_size");
-  c.layers = text.get_int("num_hidden_layers");
-  c.heads = text.get_int("num_attention_heads");
-  c.kv_heads = text.get_int("num_key_value_heads");
-  c.head_dim = text.get_int("head_dim", c.hidden / c.heads);
-  c.inter = text.get_int("intermediate_size", 0);
-  c.lin_k_heads = text.get_int("linear_num_key_heads");
-  c.lin_v_heads = text.get_int("linear_num_value_heads");
-  c.lin_k_dim = text.get_int("linear_key_head_dim");
-  c.lin_v_dim = text.get_int("linear_value_head_dim");
-  c.conv_kernel = text.get_int("linear_conv_kernel_dim");
-  c.experts = text.get_int("num_experts", 0);
+  c.vocab = positive("vocab_size");
+  c.hidden = positive("hidden_size");
+  c.layers = positive("num_hidden_layers");
+  c.heads = positive("num_attention_heads");
+  c.kv_heads = positive("num_key_value_heads");
+  require_divisible(text, "num_attention_heads", c.heads, "num_key_value_heads", c.kv_heads);
+  c.head_dim = require_positive(text, "head_dim", text.get_int("head_dim", c.hidden / c.heads));
+  c.inter = require_non_negative(text, "intermediate_size", text.get_int("intermediate_size", 0));
+  c.lin_k_heads = positive("linear_num_key_heads");
+  c.lin_v_heads = positive("linear_num_value_heads");
+  require_divisible(text, "linear_num_value_heads", c.lin_v_heads, "linear_num_key_heads", c.lin_k_heads);
+  c.lin_k_dim = positive("linear_key_head_dim");
+  c.lin_v_dim = positive("linear_value_head_dim");
+  c.conv_kernel = positive("linear_conv_kernel_dim");
+  c.experts = require_non_negative(text, "num_experts", text.get_int("num_experts", 0));
   if (c.experts > 0) {
-    c.top_k = text.get_int("num_experts_per_tok");
-    c.moe_inter = text.get_int("moe_intermediate_size");
-    c.shared_inter = text.get_int("shared_expert_intermediate_size", 0);
-    c.sparse_step = text.get_int("decoder_sparse_step", 1);
+    c.top_k = require_in_range(text, "num_experts_per_tok", text.get_int("num_experts_per_tok"), 1, c.experts,
+                               "num_experts");
+    c.moe_inter = positive("moe_intermediate_size");
+    c.shared_inter = require_non_negative(text, "shared_expert_intermediate_size",
+                                          text.get_int("shared_expert_intermediate_size", 0));
+    c.sparse_step = require_positive(text, "decoder_sparse_step", text.get_int("decoder_sparse_step", 1));
     // Qwen3.5-MoE always renormalises the top-k weights; Qwen3-Next has the flag.
     c.norm_topk = text.get_bool("norm_topk_prob", true);
     if (text.has("mlp_only_layers")) c.mlp_only_layers = text.get_int_list("mlp_only_layers");
   }
-  c.eps = text.get_float("rms_norm_eps", 1e-6);
+  c.eps = require_positive_float(text, "rms_norm_eps", text.get_float("rms_norm_eps", 1e-6));
   c.tie_embeddings = text.get_bool("tie_word_embeddings", top.get_bool("tie_word_embeddings", false));
   if (top.has("tie_word_embeddings")) c.tie_embeddings = top.get_bool("tie_word_embeddings", false);
-  c.max_pos = text.get_int("max_position_embeddings", 32768);
-  c.eos = text.get_int_or_list("eos_token_id");
-  if (c.eos.empty()) c.eos = top.get_int_or_list("eos_token_id");
-  c.bos = text.has("bos_token_id") && !text.json().at("bos_token_id").is_null()
-              ? text.get_int("bos_token_id") : -1;
+  c.max_pos = require_positive(text, "max_position_embeddings", text.get_int("max_position_embeddings", 32768));
+  const SpecialTokenIds ids = read_special_token_ids(text, top, c.vocab);
+  c.eos = ids.eos;
+  c.bos = ids.bos;
   if (text.has("layer_types")) {
     c.layer_types = text.get_string_list("layer_types");
   } else {
     // HF's default: every full_attention_interval-th layer is full attention.
-    int64_t every = text.get_int("full_attention_interval", 4);
+    int64_t every = require_positive(text, "full_attention_interval", text.get_int("full_attention_interval", 4));
     for (int64_t i = 0; i < c.layers; ++i) {
       c.layer_types.push_back((i + 1) % every == 0 ? "full_attention" : "linear_attention");
     }
@@ -119,8 +128,11 @@ Qwen35Config parse_config(const nlohmann::json& root, const std::string& origin)
   for (const std::string& t : c.layer_types) {
     if (t != "full_attention" && t != "linear_attention") text.fail_field("layer_types", "unknown layer type '" + t + "'");
   }
-  if (c.heads % c.kv_heads) text.fail_field("num_key_value_heads", "must divide num_attention_heads");
-  if (c.lin_v_heads % c.lin_k_heads) text.fail_field("linear_num_key_heads", "must divide linear_num_value_heads");
+  for (int64_t i = 0; i < c.layers; ++i) {
+    if (!c.is_moe_layer(i) && c.inter == 0) {
+      text.fail_field("intermediate_size", cat("must be positive: layer ", i, " has a dense MLP"));
+    }
+  }
   c.rope = make_rope(text, c.head_dim);
   return c;
 }

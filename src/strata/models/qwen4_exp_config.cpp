@@ -7,6 +7,7 @@
 #include "strata/core/error.h"
 #include "strata/dist/rank_split.h"
 #include "strata/io/config.h"
+#include "strata/io/config_checks.h"
 
 namespace strata {
 namespace {
@@ -30,6 +31,8 @@ ops::RopeSpec parse_rope(const ConfigView& text, int64_t head_dim) {
   if (type != "default") {
     text.fail_field("rope_parameters.rope_type", "only 'default' is supported, got '" + type + "'");
   }
+  const bool nested_theta = text.has("rope_parameters") && text.child("rope_parameters").has("rope_theta");
+  require_positive_float(text, nested_theta ? "rope_parameters.rope_theta" : "rope_theta", theta);
   spec.rotary_dim = int(double(head_dim) * partial);
   if (spec.rotary_dim <= 0 || spec.rotary_dim % 2 || spec.rotary_dim > head_dim) {
     text.fail_field("rope_parameters.partial_rotary_factor",
@@ -71,20 +74,24 @@ Qwen4ExpConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::str
   ConfigView top(&root, origin);
   Qwen4ExpConfig c;
   c.model_type = text.get_string("model_type", top.get_string("model_type", ""));
-  c.vocab = text.get_int("vocab_size");
-  c.hidden = text.get_int("hidden_size");
-  c.layers = text.get_int("num_hidden_layers");
+  // Sizes are checked as they are read (positive), the relations between them below.
+  auto positive = [&](const char* key, int64_t fallback) {
+    return require_positive(text, key, text.get_int(key, fallback));
+  };
+  c.vocab = require_positive(text, "vocab_size", text.get_int("vocab_size"));
+  c.hidden = require_positive(text, "hidden_size", text.get_int("hidden_size"));
+  c.layers = require_positive(text, "num_hidden_layers", text.get_int("num_hidden_layers"));
   // The rest falls back to Qwen4ExpTextConfig's defaults, as HF does.
-  c.heads = text.get_int("num_attention_heads", 16);
-  c.kv_heads = text.get_int("num_key_value_heads", 2);
-  c.head_dim = text.get_int("head_dim", 256);
-  c.eps = text.get_float("rms_norm_eps", 1e-6);
-  c.max_pos = text.get_int("max_position_embeddings", 32768);
+  c.heads = positive("num_attention_heads", 16);
+  c.kv_heads = positive("num_key_value_heads", 2);
+  c.head_dim = positive("head_dim", 256);
+  c.eps = require_positive_float(text, "rms_norm_eps", text.get_float("rms_norm_eps", 1e-6));
+  c.max_pos = positive("max_position_embeddings", 32768);
   c.tie_embeddings = text.get_bool("tie_word_embeddings", false);
   if (top.has("tie_word_embeddings")) c.tie_embeddings = top.get_bool("tie_word_embeddings");
-  c.eos = text.get_int_or_list("eos_token_id");
-  if (c.eos.empty()) c.eos = top.get_int_or_list("eos_token_id");
-  c.bos = text.has("bos_token_id") ? text.get_int("bos_token_id") : -1;
+  const SpecialTokenIds ids = read_special_token_ids(text, top, c.vocab);
+  c.eos = ids.eos;
+  c.bos = ids.bos;
 
   const std::string act = text.get_string("hidden_act", "silu");
   if (act != "silu") text.fail_field("hidden_act", "only 'silu' is supported, got '" + act + "'");
@@ -92,20 +99,21 @@ Qwen4ExpConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::str
                    ? parse_gate(text, "output_gate_type", text.get_string("output_gate_type"))
                    : parse_gate(text, "hidden_act", act);
 
-  c.lin_k_heads = text.get_int("linear_num_key_heads", 16);
-  c.lin_v_heads = text.get_int("linear_num_value_heads", 32);
-  c.lin_k_dim = text.get_int("linear_key_head_dim", 128);
-  c.lin_v_dim = text.get_int("linear_value_head_dim", 128);
-  c.conv_kernel = text.get_int("linear_conv_kernel_dim", 4);
+  c.lin_k_heads = positive("linear_num_key_heads", 16);
+  c.lin_v_heads = positive("linear_num_value_heads", 32);
+  c.lin_k_dim = positive("linear_key_head_dim", 128);
+  c.lin_v_dim = positive("linear_value_head_dim", 128);
+  c.conv_kernel = positive("linear_conv_kernel_dim", 4);
 
-  c.experts = text.get_int("num_experts", 512);
-  c.top_k = text.get_int("num_experts_per_tok", 10);
-  c.moe_inter = text.get_int("moe_intermediate_size", 512);
-  c.shared_inter = text.get_int("shared_expert_intermediate_size", 512);
+  c.experts = positive("num_experts", 512);
+  c.top_k = require_in_range(text, "num_experts_per_tok", text.get_int("num_experts_per_tok", 10), 1,
+                             c.experts, "num_experts");
+  c.moe_inter = positive("moe_intermediate_size", 512);
+  c.shared_inter = positive("shared_expert_intermediate_size", 512);
   c.norm_topk = text.get_bool("norm_topk_prob", true);
 
   c.hc = text.get_int("hc_count", 4);
-  c.hc_rank = text.get_int("hc_lowrank", 320);
+  c.hc_rank = positive("hc_lowrank", 320);
 
   if (text.has("ple_layer_ids")) {
     std::set<int64_t> ids;
@@ -143,26 +151,9 @@ Qwen4ExpConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::str
   }
 
   // Checks of HF's validate_architecture, plus the shapes the ops need.
-  if (c.vocab <= 0 || c.hidden <= 0 || c.layers <= 0) {
-    text.fail_field("hidden_size", "vocab_size, hidden_size and num_hidden_layers must be positive");
-  }
   if (c.hc <= 1) text.fail_field("hc_count", cat("must be > 1, got ", c.hc));
-  if (c.hc_rank <= 0) text.fail_field("hc_lowrank", "must be positive");
-  if (c.experts <= 0) text.fail_field("num_experts", "must be > 0");
-  if (c.top_k <= 0 || c.top_k > c.experts) {
-    text.fail_field("num_experts_per_tok", cat("must be in [1, ", c.experts, "], got ", c.top_k));
-  }
-  if (c.moe_inter <= 0 || c.shared_inter <= 0) {
-    text.fail_field("moe_intermediate_size",
-                    "moe_intermediate_size and shared_expert_intermediate_size must be > 0");
-  }
-  if (c.heads <= 0 || c.kv_heads <= 0 || c.heads % c.kv_heads) {
-    text.fail_field("num_key_value_heads", "must be positive and divide num_attention_heads");
-  }
-  if (c.lin_k_heads <= 0 || c.lin_v_heads % c.lin_k_heads) {
-    text.fail_field("linear_num_key_heads", "must be positive and divide linear_num_value_heads");
-  }
-  if (c.conv_kernel < 1) text.fail_field("linear_conv_kernel_dim", "must be positive");
+  require_divisible(text, "num_attention_heads", c.heads, "num_key_value_heads", c.kv_heads);
+  require_divisible(text, "linear_num_value_heads", c.lin_v_heads, "linear_num_key_heads", c.lin_k_heads);
   c.rope = parse_rope(text, c.head_dim);
 
   const bool has_qsa = std::count(c.linear.begin(), c.linear.end(), false) > 0;
@@ -206,9 +197,6 @@ Qwen4ExpConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::str
       }
     }
     if (c.eos.empty()) text.fail_field("eos_token_id", "must be set when PLE layers are enabled");
-    if (c.ple_eos() < 0 || c.ple_eos() >= c.vocab) {
-      text.fail_field("eos_token_id", cat(c.ple_eos(), " is outside the vocabulary"));
-    }
     if (c.ple_conv_kernel < 1) text.fail_field("ple_conv_kernel_size", "must be positive");
     if (c.ngram_vocab_base < 2 || c.ngram_vocab_divisor <= 0) {
       text.fail_field("ngram_vocab_size_base", "ngram_vocab_size_base (>= 2) and "
