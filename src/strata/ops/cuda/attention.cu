@@ -685,8 +685,7 @@ void launch_prefill_fa(const bf16* qp, const bf16* kp, const bf16* vp, const Dev
   const int32_t* d_tiles = device_ints(tiles, &keep);
   using L = FaSmem<D>;
   static const bool kAttr = [] {
-    STRATA_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_fa_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(L::kBytes)));
+    allow_shared_memory(reinterpret_cast<const void*>(attn_prefill_fa_kernel<D>), L::kBytes, "paged_attention");
     return true;
   }();
   (void)kAttr;
@@ -711,8 +710,7 @@ void launch_prefill_wmma(const bf16* qp, const bf16* kp, const bf16* vp, const D
   const int32_t* d_tiles = device_ints(tiles, &keep);
   using L = PrefillSmem<D>;
   static const bool kAttr = [] {
-    STRATA_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(L::kBytes)));
+    allow_shared_memory(reinterpret_cast<const void*>(attn_prefill_kernel<D>), L::kBytes, "paged_attention");
     return true;
   }();
   (void)kAttr;

@@ -19,8 +19,6 @@ namespace {
 constexpr int kChunk = kGdnChunk;
 constexpr int kLdA = kChunk + 1;
 
-__host__ __device__ inline int64_t ws_floats(int dk, int dv) { return gdn_ws_floats(dk, dv); }
-
 size_t prep_smem(int dk, int dv) {
   return sizeof(float) * (2 * size_t(kChunk) * (dk + 1) + 2 * kChunk + 2 * size_t(kChunk) * kLdA +
                           size_t(kChunk) * dv + size_t(kChunk) * dk);
@@ -62,20 +60,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const bf16* q, cons
   }
   if (tid < kChunk) bet[tid] = tid < n ? beta[(t0 + tid) * hv + h] : 0.f;
   __syncthreads();
-  const int lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
-  const float scale = 1.f / sqrtf(float(dk));
-  for (int i = warp; i < n; i += warps) {
-    float sq = 0.f, sk = 0.f;
-    for (int c = lane; c < dk; c += 32) {
-      sq += qn[i * ldk + c] * qn[i * ldk + c];
-      sk += kn[i * ldk + c] * kn[i * ldk + c];
-    }
-    const float iq = 1.f / sqrtf(warp_sum(sq) + 1e-6f), ik = 1.f / sqrtf(warp_sum(sk) + 1e-6f);
-    for (int c = lane; c < dk; c += 32) {
-      qn[i * ldk + c] = (qn[i * ldk + c] * iq) * scale;
-      kn[i * ldk + c] *= ik;
-    }
-  }
+  l2norm_qk_rows(qn, kn, ldk, dk, n, 1.f / sqrtf(float(dk)));
   if (tid == 0) {
     float acc = 0.f;
     for (int i = 0; i < kChunk; ++i) cum[i] = i < n ? (acc += g[(t0 + i) * hv + h]) : acc;
@@ -121,13 +106,13 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const bf16* q, cons
     }
   }
   __syncthreads();
-  float* out = ws + (int64_t(chunk) * hv + h) * ws_floats(dk, dv);
-  float* o_w = out;
-  float* o_u = o_w + kChunk * dk;
-  float* o_attn = o_u + kChunk * dv;
-  float* o_qe = o_attn + kChunk * kChunk;
-  float* o_kd = o_qe + kChunk * dk;
-  float* o_decay = o_kd + kChunk * dk;
+  const GdnWs lay(dk, dv);
+  float* o_w = ws + (int64_t(chunk) * hv + h) * lay.floats;
+  float* o_u = o_w + lay.u;
+  float* o_attn = o_w + lay.attn;
+  float* o_qe = o_w + lay.qe;
+  float* o_kd = o_w + lay.kd;
+  float* o_decay = o_w + lay.decay;
   const float last = cum[n - 1];
   for (int idx = tid; idx < kChunk * dk; idx += blockDim.x) {
     const int i = idx / dk, c = idx % dk;
@@ -161,17 +146,16 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const float* ws, co
   for (int idx = tid; idx < dk * cb; idx += blockDim.x) {
     st[idx] = has_state ? gst[int64_t(idx / cb) * dv + col0 + idx % cb] : 0.f;
   }
-  const int64_t per = ws_floats(dk, dv);
+  const GdnWs lay(dk, dv);
   for (int ci = 0; ci < count; ++ci) {
     const int chunk = first + ci;
     const int c0 = chunks[3 * chunk + 1], n = chunks[3 * chunk + 2];
-    const float* base = ws + (int64_t(chunk) * hv + h) * per;
-    const float* g_w = base;
-    const float* g_u = g_w + kChunk * dk;
-    const float* g_attn = g_u + kChunk * dv;
-    const float* g_qe = g_attn + kChunk * kChunk;
-    const float* g_kd = g_qe + kChunk * dk;
-    const float decay = g_kd[kChunk * dk];
+    const float* g_w = ws + (int64_t(chunk) * hv + h) * lay.floats;
+    const float* g_u = g_w + lay.u;
+    const float* g_attn = g_w + lay.attn;
+    const float* g_qe = g_w + lay.qe;
+    const float* g_kd = g_w + lay.kd;
+    const float decay = g_w[lay.decay];
     __syncthreads();
     for (int idx = tid; idx < n * dk; idx += blockDim.x) {
       wc[idx] = g_w[idx];
@@ -212,9 +196,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const float* ws, co
 
 void set_smem(const void* kernel, size_t bytes, int* current) {
   if (int(bytes) <= *current) return;
-  STRATA_CHECK(int(bytes) <= max_shared_memory(), "gated_delta_rule: head dims need ", bytes,
-               " bytes of shared memory, the GPU allows ", max_shared_memory());
-  STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  allow_shared_memory(kernel, bytes, "gated_delta_rule (these head dims)");
   *current = int(bytes);
 }
 
@@ -241,7 +223,7 @@ void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   Tensor keep_chunks, keep_info;
   const int32_t* d_chunks = device_ints(chunks, &keep_chunks);
   const int32_t* d_info = device_ints(seqinfo, &keep_info);
-  Tensor ws = scratch({int64_t(num_chunks) * hv * ws_floats(dk, dv)}, DType::kF32);
+  Tensor ws = scratch({int64_t(num_chunks) * hv * GdnWs(dk, dv).floats}, DType::kF32);
   if (gdn_chunked_tc_fits(dk, dv)) {
     gdn_chunked_tc(static_cast<const bf16*>(q.raw()), static_cast<const bf16*>(k.raw()),
                    static_cast<const bf16*>(v.raw()), g.data<float>(), beta.data<float>(), state.data<float>(), db,

@@ -26,6 +26,7 @@ constexpr int kLd4 = kD + 4;   // row-major A / transposed B, 128 wide
 constexpr int kLd8 = kD + 8;   // row-major B / transposed A, 128 wide
 constexpr int kLdC = kC + 4;   // row-major A, 64 wide (T, attn)
 constexpr int kLdV = kBv + 8;  // row-major B, 32 wide (S, Vn, U)
+constexpr GdnWs kLay(kD, kD);  // the workspace of one (chunk, value head)
 
 __device__ __forceinline__ uint32_t tf32(float x) {
   uint32_t r;
@@ -128,26 +129,13 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
     cum[2 * lane + 1] = x;
   }
   __syncthreads();
-  const float scale = rsqrtf(float(kD));
-  for (int i = warp; i < n; i += 8) {
-    float sq = 0.f, sk = 0.f;
-    for (int c = lane; c < kD; c += 32) {
-      sq += qs[i * kLd4 + c] * qs[i * kLd4 + c];
-      sk += ks[i * kLd4 + c] * ks[i * kLd4 + c];
-    }
-    const float iq = 1.f / sqrtf(warp_sum(sq) + 1e-6f), ik = 1.f / sqrtf(warp_sum(sk) + 1e-6f);
-    for (int c = lane; c < kD; c += 32) {
-      qs[i * kLd4 + c] = (qs[i * kLd4 + c] * iq) * scale;
-      ks[i * kLd4 + c] *= ik;
-    }
-  }
+  l2norm_qk_rows(qs, ks, kLd4, kD, n, rsqrtf(float(kD)));
   __syncthreads();
-  float* out = ws + (int64_t(chunk) * hv + h) * gdn_ws_floats(kD, kD);
-  float* o_w = out;
-  float* o_u = o_w + kC * kD;
-  float* o_attn = o_u + kC * kD;
-  float* o_qe = o_attn + kC * kC;
-  float* o_kd = o_qe + kC * kD;
+  float* o_w = ws + (int64_t(chunk) * hv + h) * kLay.floats;
+  float* o_u = o_w + kLay.u;
+  float* o_attn = o_w + kLay.attn;
+  float* o_qe = o_w + kLay.qe;
+  float* o_kd = o_w + kLay.kd;
   const float last = cum[n - 1];
   for (int i = tid; i < kC * kD / 4; i += blockDim.x) {
     const int r = i / (kD / 4), c = (i % (kD / 4)) * 4;
@@ -160,7 +148,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
     reinterpret_cast<float4*>(o_kd)[i] = make_float4(round_tf32(kr[0] * ek), round_tf32(kr[1] * ek),
                                                      round_tf32(kr[2] * ek), round_tf32(kr[3] * ek));
   }
-  if (tid == 0) o_kd[kC * kD] = expf(last);
+  if (tid == 0) o_w[kLay.decay] = expf(last);
   // K K^T and Q K^T: warp w takes rows 16 (w / 2).. and columns 32 (w % 2)..; tiles wholly
   // above the diagonal are zero.
   const int gq = lane >> 2, tq = lane & 3;
@@ -342,7 +330,6 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
   const int slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
   float* gst = slot >= 0 ? state + (int64_t(slot) * hv + h) * kD * kD + col0 : nullptr;  // padding: no slot
-  const int64_t per = gdn_ws_floats(kD, kD);
 
   // The state slice in step 3's accumulator layout: warp w has rows 16 w.., all 4 column tiles.
   float st[4][4];
@@ -356,23 +343,23 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
       st_t[c * kLdT + r] = round_tf32(st[j][x]);
     }
   }
-  auto base_of = [&](int ci) { return ws + (int64_t(first + ci) * hv + h) * per; };
+  auto base_of = [&](int ci) { return ws + (int64_t(first + ci) * hv + h) * kLay.floats; };
   auto load_wu = [&](int ci) {
     if (ci < count) {
       copy_rows_w<kD>(ws_w, kLd4, base_of(ci), kD);
-      copy_rows_w<kBv>(ws_u, kLdV, base_of(ci) + kC * kD + col0, kD);
+      copy_rows_w<kBv>(ws_u, kLdV, base_of(ci) + kLay.u + col0, kD);
     }
     cp_commit();
   };
   auto load_qa = [&](int ci) {
     if (ci < count) {
-      copy_rows_w<kC>(ws_at, kLdC, base_of(ci) + 2 * kC * kD, kC);
-      copy_rows_w<kD>(ws_qe, kLd4, base_of(ci) + 2 * kC * kD + kC * kC, kD);
+      copy_rows_w<kC>(ws_at, kLdC, base_of(ci) + kLay.attn, kC);
+      copy_rows_w<kD>(ws_qe, kLd4, base_of(ci) + kLay.qe, kD);
     }
     cp_commit();
   };
   auto load_kd = [&](int ci) {
-    if (ci < count) copy_rows_w<kD>(ws_kd, kLd8, base_of(ci) + 3 * kC * kD + kC * kC, kD);
+    if (ci < count) copy_rows_w<kD>(ws_kd, kLd8, base_of(ci) + kLay.kd, kD);
     cp_commit();
   };
   load_wu(0);
@@ -383,7 +370,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
   for (int ci = 0; ci < count; ++ci) {
     const int chunk = first + ci;
     const int c0 = chunks[3 * chunk + 1], n = chunks[3 * chunk + 2];
-    const float decay = ws[(int64_t(chunk) * hv + h) * per + 4 * kC * kD + kC * kC];  // e^last
+    const float decay = base_of(ci)[kLay.decay];  // e^last
     cp_wait2();
     __syncthreads();
     // 1. vnew = U - W S.
@@ -460,12 +447,6 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
   }
 }
 
-void allow_smem(const void* kernel, size_t bytes) {
-  STRATA_CHECK(int(bytes) <= max_shared_memory(), "gated_delta_rule: the tensor-core path needs ", bytes,
-               " bytes of shared memory, the GPU allows ", max_shared_memory());
-  STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 }  // namespace
 
 bool gdn_chunked_tc_fits(int dk, int dv) { return dk == kD && dv == kD; }
@@ -474,8 +455,8 @@ void gdn_chunked_tc(const bf16* q, const bf16* k, const bf16* v, const float* g,
                     const DeviceBatch& db, const int32_t* chunks, int num_chunks, const int32_t* seqinfo,
                     int num_seqs, int hk, int hv, float* ws, bf16* out) {
   static const bool kAttrs = [] {
-    allow_smem(reinterpret_cast<const void*>(gdn_prep_tc_kernel), kPrepSmem);
-    allow_smem(reinterpret_cast<const void*>(gdn_scan_tc_kernel), ScanSmem::kBytes);
+    allow_shared_memory(reinterpret_cast<const void*>(gdn_prep_tc_kernel), kPrepSmem, "gated_delta_rule (prep)");
+    allow_shared_memory(reinterpret_cast<const void*>(gdn_scan_tc_kernel), ScanSmem::kBytes, "gated_delta_rule (scan)");
     return true;
   }();
   (void)kAttrs;

@@ -14,10 +14,32 @@ namespace strata::ops::cuda {
 // Tokens a chunk, from each span's start.
 constexpr int kGdnChunk = 64;
 
-// Floats of one (chunk, value head) in the workspace between the two passes: W [64][dk],
+// One (chunk, value head) of the workspace between the two passes, offsets in floats: W [64][dk],
 // U [64][dv], attn [64][64], q e^cum [64][dk], k e^(last - cum) [64][dk], e^last, padding.
-__host__ __device__ inline int64_t gdn_ws_floats(int dk, int dv) {
-  return int64_t(kGdnChunk) * (3 * dk + dv) + kGdnChunk * kGdnChunk + 4;
+struct GdnWs {
+  int u, attn, qe, kd, decay;
+  int64_t floats;  // the whole part, 16-byte aligned
+  __host__ __device__ constexpr GdnWs(int dk, int dv)
+      : u(kGdnChunk * dk), attn(u + kGdnChunk * dv), qe(attn + kGdnChunk * kGdnChunk), kd(qe + kGdnChunk * dk),
+        decay(kd + kGdnChunk * dk), floats(decay + 4) {}
+};
+
+// Rows 0..n-1 of the chunk's q and k in shared memory (row stride ld, dk wide) l2-normalised in
+// place as HF's l2norm (eps 1e-6 inside the root), q also times `scale`; a warp a row.
+__device__ inline void l2norm_qk_rows(float* q, float* k, int ld, int dk, int n, float scale) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int i = warp; i < n; i += warps) {
+    float sq = 0.f, sk = 0.f;
+    for (int c = lane; c < dk; c += 32) {
+      sq += q[i * ld + c] * q[i * ld + c];
+      sk += k[i * ld + c] * k[i * ld + c];
+    }
+    const float iq = 1.f / sqrtf(warp_sum(sq) + 1e-6f), ik = 1.f / sqrtf(warp_sum(sk) + 1e-6f);
+    for (int c = lane; c < dk; c += 32) {
+      q[i * ld + c] = (q[i * ld + c] * iq) * scale;
+      k[i * ld + c] *= ik;
+    }
+  }
 }
 
 // The gated delta rule over the sequences `seqs` of the batch in chunks of 64 from each span's
@@ -25,10 +47,6 @@ __host__ __device__ inline int64_t gdn_ws_floats(int dk, int dv) {
 void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                  const Tensor& state, const ForwardBatch& batch, const DeviceBatch& db,
                  const std::vector<int32_t>& seqs, const Tensor& out);
-
-}  // namespace strata::ops::cuda
-
-namespace strata::ops::cuda {
 
 // The tensor-core passes (gdn_chunked_tc.cu), for the head dims where gdn_chunked_tc_fits: the
 // same chunk list (s, c0, n) and per-sequence list (s, first chunk, count) and the same

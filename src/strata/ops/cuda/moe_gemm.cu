@@ -176,8 +176,8 @@ template <int BM, bool kGateUp>
 void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, unsigned max_tiles,
             int64_t k, int64_t n, bf16* out) {
   static const bool kAttr = [] {
-    STRATA_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<BM, kGateUp>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<BM>())));
+    allow_shared_memory(reinterpret_cast<const void*>(grouped_gemm_kernel<BM, kGateUp>), smem_bytes<BM>(),
+                        "moe_grouped_gemm");
     return true;
   }();
   (void)kAttr;

@@ -357,6 +357,12 @@ cudaStream_t stream() { return backend().stream_; }
 int sm_count() { return backend().sms_; }
 int max_shared_memory() { return backend().smem_; }
 
+void allow_shared_memory(const void* kernel, size_t bytes, const char* op) {
+  STRATA_CHECK(bytes <= size_t(max_shared_memory()), op, ": needs ", bytes, " bytes of shared memory a block, the GPU "
+               "allows ", max_shared_memory());
+  STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 bool capturing() {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   STRATA_CUDA_CHECK(cudaStreamIsCapturing(backend().stream_, &status));

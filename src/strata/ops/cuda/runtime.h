@@ -25,6 +25,9 @@ cudaStream_t stream();
 int sm_count();
 // The most dynamic shared memory one block may opt into.
 int max_shared_memory();
+// Lets `kernel` take `bytes` of dynamic shared memory, after checking that the GPU allows that
+// many (the error names `op`).
+void allow_shared_memory(const void* kernel, size_t bytes, const char* op);
 // True while the calling thread's stream is being captured into a CUDA graph.
 bool capturing();
 
