@@ -97,7 +97,7 @@ TEST(ConfigValidation, ZeroHeadCountsAreRefused) {
 
 // qwen3_5_moe_tiny and qwen4_exp_vl_tiny nest the language model in text_config.
 TEST(ConfigValidation, ZeroHeadCountInTextConfigNamesTheNestedField) {
-  for (const std::string& f : {"qwen3_5_moe_tiny", "qwen4_exp_vl_tiny"}) {
+  for (const char* f : {"qwen3_5_moe_tiny", "qwen4_exp_vl_tiny"}) {
     expect_rejected(f, set("num_key_value_heads", 0), {"'text_config.num_key_value_heads'", "(got 0)"});
     expect_rejected(f, set("linear_num_key_heads", 0), {"'text_config.linear_num_key_heads'"});
   }
@@ -196,8 +196,8 @@ TEST(ConfigValidation, FamilySpecificFields) {
 
 // The fixtures themselves still load (the checks refuse nothing valid).
 TEST(ConfigValidation, FixturesStillLoad) {
-  for (const std::string& f : {"qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny", "qwen4_exp_tiny",
-                               "qwen4_exp_vl_tiny", "deepseek_v4_tiny", "deepseek_v4_quant", "deepseek_v4_topk_all"}) {
+  for (const char* f : {"qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny", "qwen4_exp_tiny",
+                        "qwen4_exp_vl_tiny", "deepseek_v4_tiny", "deepseek_v4_quant", "deepseek_v4_topk_all"}) {
     const EditedCheckpoint ckpt(f, [](Json&) {});
     EXPECT_NO_THROW(load_model(ckpt.dir())) << f;
   }
