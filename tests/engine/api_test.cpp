@@ -128,16 +128,6 @@ TEST(EngineApi, CompletionsShareThePromptPages) {
   expect_no_leak(*engine);
 }
 
-// Ids to text: "<id>" per token.
-class FakeDetokenizer : public Detokenizer {
- public:
-  std::string decode(const std::vector<int32_t>& ids) override {
-    std::string s;
-    for (int32_t id : ids) s += "<" + std::to_string(id) + ">";
-    return s;
-  }
-};
-
 TEST(EngineApi, StopRules) {
   const int64_t vocab = fixture_model(kModel)->info().vocab_size;
   std::mt19937_64 rng(33);

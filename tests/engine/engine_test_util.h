@@ -97,6 +97,16 @@ inline void expect_no_leak(Engine& engine) {
   EXPECT_EQ(s.cache.free_blocks, s.cache.num_blocks);
 }
 
+// Ids to text: "<id>" per token.
+class FakeDetokenizer : public Detokenizer {
+ public:
+  std::string decode(const std::vector<int32_t>& ids) override {
+    std::string s;
+    for (int32_t id : ids) s += "<" + std::to_string(id) + ">";
+    return s;
+  }
+};
+
 inline void expect_same_outputs(const RequestOutput& a, const RequestOutput& b, const std::string& what) {
   ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
   for (size_t j = 0; j < a.outputs.size(); ++j) {

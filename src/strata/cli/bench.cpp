@@ -111,10 +111,10 @@ int run(int argc, char** argv) {
                 (long long)decode_steps, decode_time / double(decode_steps) * 1e3,
                 double(decode_seqs) / double(decode_steps));
   }
-  std::printf("engine: %lld steps, %lld tokens computed, %lld prefix-cache hit tokens, "
-              "%lld preemptions\n",
-              (long long)st.steps, (long long)st.computed_tokens, (long long)st.prefix_hits,
-              (long long)st.preemptions);
+  std::printf("engine: %lld steps (%lld overlapped), %lld tokens computed, %lld prefix-cache hit tokens, "
+              "%lld preemptions, %lld draws dropped\n",
+              (long long)st.steps, (long long)st.overlapped_steps, (long long)st.computed_tokens,
+              (long long)st.prefix_hits, (long long)st.preemptions, (long long)st.dropped_draws);
   return 0;
 }
 

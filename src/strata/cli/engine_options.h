@@ -16,7 +16,7 @@ struct EngineOptions {
   int block_size = 16, max_num_seqs = 256, max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
   double gpu_memory_utilization = 0.9;
-  bool prefix_caching = true, enforce_eager = false;
+  bool prefix_caching = true, enforce_eager = false, async_scheduling = true;
   int prefix_state_interval = 64, prefix_state_slots = -1;
   int tensor_parallel_size = 1;
   bool enable_expert_parallel = false;
@@ -35,6 +35,7 @@ void check_parallel_options(int tensor_parallel_size, bool enable_expert_paralle
 // --model --device --load-format --kv-cache-memory --gpu-memory-utilization --block-size --max-num-seqs
 // --max-num-batched-tokens --max-model-len --enable-prefix-caching / --no-enable-prefix-caching
 // --prefix-state-interval --prefix-state-slots --logprobs-mode --enforce-eager
+// --async-scheduling / --no-async-scheduling
 // --tensor-parallel-size --enable-expert-parallel
 void add_engine_options(CLI::App& app, EngineOptions& o);
 EngineConfig engine_config(const EngineOptions& o);

@@ -26,6 +26,17 @@ void ForwardBatch::validate(int block_size, int num_blocks, int num_slots) const
   for (int32_t r : logit_rows) {
     STRATA_CHECK(r >= 0 && r < num_tokens(), "batch: logit row ", r, " out of range");
   }
+  validate_feed();
+}
+
+void ForwardBatch::validate_feed() const {
+  STRATA_CHECK(feed_rows.size() == feed_from.size() && (feed_rows.empty() || feed_ids.defined()),
+               "batch: ", feed_rows.size(), " fed rows, ", feed_from.size(), " sources");
+  for (size_t i = 0; i < feed_rows.size(); ++i) {
+    STRATA_CHECK(feed_rows[i] >= 0 && feed_rows[i] < num_tokens() && feed_from[i] >= 0 &&
+                     feed_from[i] < feed_ids.numel(),
+                 "batch: fed row ", feed_rows[i], " from draw ", feed_from[i], " out of range");
+  }
 }
 
 }  // namespace strata

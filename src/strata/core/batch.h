@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/core/tensor.h"
+
 namespace strata {
 
 // One sequence's part of a batch.
@@ -23,11 +25,18 @@ struct ForwardBatch {
   std::vector<int32_t> positions;  // [T], position of each token in its sequence
   std::vector<SeqInBatch> seqs;
   std::vector<int32_t> logit_rows;  // rows of the batch whose logits are wanted, in order
+  // Tokens the host does not know yet (the engine's overlapped scheduling): token_ids[feed_rows[i]]
+  // is a placeholder for feed_ids[feed_from[i]], a draw of the previous step (I32, on the model's
+  // device; ops.h's sample_tokens_begin). The CUDA upload copies them in on the device; the
+  // engine's model runner fills them in on the CPU.
+  std::vector<int32_t> feed_rows, feed_from;
+  Tensor feed_ids;
 
   int32_t num_tokens() const { return int32_t(token_ids.size()); }
   // Checks the batch is consistent (rows tile [0, T), pages cover every token, slots and
   // blocks in range); throws Error on a malformed batch.
   void validate(int block_size, int num_blocks, int num_slots) const;
+  void validate_feed() const;  // the feed's rows and draws are in range
 };
 
 }  // namespace strata

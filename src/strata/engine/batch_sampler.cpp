@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "strata/core/error.h"
+
 namespace strata {
 
 ops::LogitAdjust& BatchSampler::entry(int32_t id) {
@@ -21,7 +23,7 @@ void BatchSampler::add_adjustments(const Sequence& seq, ops::SampleSpec& spec) {
   spec.adjust_begin = int32_t(batch_.adjust.size());
   if (where_.empty()) where_.assign(size_t(vocab_), -1);
   for (const auto& [id, bias] : sp.logit_bias) entry(id).bias = float(bias);
-  if (seq.num_generated() < sp.min_tokens) {
+  if (seq.num_generated_drawn() < sp.min_tokens) {
     for (int32_t id : p.eos_ids) entry(id).mask = 1;
     for (int32_t id : sp.stop_token_ids) entry(id).mask = 1;
   }
@@ -39,24 +41,41 @@ void BatchSampler::add_adjustments(const Sequence& seq, ops::SampleSpec& spec) {
   }
 }
 
-std::vector<SampleResult> BatchSampler::sample(const Tensor& logits, const std::vector<SampleJob>& jobs) {
+bool BatchSampler::reads_tokens(const Sequence& seq) {
+  const ResolvedSampling& p = seq.request->sampling;
+  return p.repetition_penalty != 1.0 || p.params.frequency_penalty != 0.0 || p.params.presence_penalty != 0.0;
+}
+
+void BatchSampler::begin(const Tensor& logits, const std::vector<SampleJob>& jobs, int slot) {
+  Slot& sl = slots_.at(size_t(slot));
   batch_.rows.clear();
   batch_.adjust.clear();
   batch_.raw_logprobs = mode_ == LogprobsMode::kRaw;
+  std::vector<int32_t> num_top;
   for (const SampleJob& j : jobs) {
+    STRATA_CHECK(j.seq->pending_draws == 0 || !reads_tokens(*j.seq),
+                 "sampler: a penalised draw while the sequence's previous token is in flight");
     ops::SampleSpec s = sample_spec(j.seq->request->sampling);
     s.logits_row = j.logits_row;
     if (!s.greedy) s.uniform = uniform01f(j.seq->rng);
     add_adjustments(*j.seq, s);
     batch_.rows.push_back(s);
+    num_top.push_back(s.num_top_logprobs);
   }
-  std::vector<SampleResult> results(jobs.size());
-  if (jobs.empty()) return results;
-  ops::sample_tokens(logits, batch_, out_);
-  for (size_t r = 0; r < jobs.size(); ++r) {
+  sl.num_top.clear();
+  if (!jobs.empty()) ops::sample_tokens_begin(logits, batch_, sl.draws);
+  sl.num_top = std::move(num_top);
+}
+
+std::vector<SampleResult> BatchSampler::end(int slot) {
+  Slot& sl = slots_.at(size_t(slot));
+  if (sl.num_top.empty()) return {};
+  ops::sample_tokens_end(sl.draws, out_);
+  std::vector<SampleResult> results(sl.num_top.size());
+  for (size_t r = 0; r < results.size(); ++r) {
     SampleResult& res = results[r];
     res.token = out_.ids[r];
-    const int n = batch_.rows[r].num_top_logprobs;
+    const int n = sl.num_top[r];
     if (n < 0) continue;
     res.logprob = out_.logprobs[r];
     for (int k = 0; k < n && k < int(vocab_); ++k) {
@@ -65,6 +84,11 @@ std::vector<SampleResult> BatchSampler::sample(const Tensor& logits, const std::
     }
   }
   return results;
+}
+
+std::vector<SampleResult> BatchSampler::sample(const Tensor& logits, const std::vector<SampleJob>& jobs) {
+  begin(logits, jobs, 0);
+  return end(0);
 }
 
 }  // namespace strata

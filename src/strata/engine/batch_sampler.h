@@ -5,6 +5,7 @@
 // Sampler's (engine/sampler.h) bit for bit on the CPU; see docs/ENGINE.md for CUDA.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -27,7 +28,24 @@ class BatchSampler {
   // from each non-greedy job's sequence RNG.
   std::vector<SampleResult> sample(const Tensor& logits, const std::vector<SampleJob>& jobs);
 
+  // sample in two halves (overlapped scheduling): begin queues the draws in `slot` (0 or 1) and
+  // returns; end(slot) waits for them. A draw counts the sequence's pending draws as generated
+  // (min_tokens); its penalties read the tokens on the host, so a step whose draws use them must
+  // be ended before the next step's draws of the same sequences begin.
+  void begin(const Tensor& logits, const std::vector<SampleJob>& jobs, int slot);
+  std::vector<SampleResult> end(int slot);
+  // The device ids of slot's draws, in job order (ForwardBatch::feed_ids).
+  const Tensor& draw_ids(int slot) const { return slots_[size_t(slot)].draws.ids; }
+  bool in_flight(int slot) const { return slots_[size_t(slot)].draws.pending; }
+  // A sequence whose next draw needs its latest token on the host (repetition, presence or
+  // frequency penalties).
+  static bool reads_tokens(const Sequence& seq);
+
  private:
+  struct Slot {
+    ops::DrawsInFlight draws;
+    std::vector<int32_t> num_top;  // per draw: num_top_logprobs
+  };
   void add_adjustments(const Sequence& seq, ops::SampleSpec& spec);
   ops::LogitAdjust& entry(int32_t id);
 
@@ -35,6 +53,7 @@ class BatchSampler {
   LogprobsMode mode_;
   ops::SampleBatch batch_;
   ops::SampledTokens out_;
+  std::array<Slot, 2> slots_;
   std::vector<int32_t> where_;  // token id -> its entry in the row being built, or -1
 };
 

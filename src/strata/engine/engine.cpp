@@ -22,7 +22,21 @@ Engine::Engine(std::shared_ptr<Model> model, const EngineConfig& config, Generat
   init();
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // The device may still be drawing the last launched step; its buffers stay until it is done.
+  if (inflight_) {
+    try {
+      (void)sampler_->end(inflight_->slot);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+// On the CPU the runner fills the fed tokens in on the host; on CUDA the forward must read the
+// token ids on the device only, as the models that allow graphs do.
+bool Engine::overlap_possible() const {
+  return config_.async_scheduling && (model_->device() == Device::kCpu || model_->info().cuda_graphs);
+}
 
 void Engine::init() {
   start_ = std::chrono::steady_clock::now();
@@ -64,6 +78,7 @@ void Engine::init() {
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
   sampler_ = std::make_unique<BatchSampler>(info.vocab_size, config_.logprobs_mode);
   runner_ = std::make_unique<ModelRunner>(*model_, config_.enforce_eager);
+  overlap_ = overlap_possible();
 }
 
 void Engine::set_detokenizer(std::shared_ptr<Detokenizer> detokenizer) {
@@ -110,6 +125,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     seq->index = i;
     seq->tokens = prompt;
     seq->prompt_len = int32_t(prompt.size());
+    seq->token_limit = int32_t(std::min<int64_t>(int64_t(prompt.size()) + params.max_tokens, max_model_len_));
     if (params.seed) {
       std::seed_seq ss{uint32_t(*params.seed), uint32_t(*params.seed >> 32), uint32_t(i)};
       seq->rng.seed(ss);
@@ -276,63 +292,37 @@ void Engine::fork_children(Sequence& parent, int32_t logits_row, std::vector<Sam
 }
 
 std::vector<RequestOutput> Engine::step() {
-  std::vector<RequestOutput> out;
   drain_inbox();
-  const SchedulerOutput so = scheduler_->schedule();
-  if (!so.chunks.empty()) {
-    ForwardBatch batch;
-    batch.token_ids.reserve(size_t(so.num_tokens));
-    batch.positions.reserve(size_t(so.num_tokens));
-    for (const ScheduledChunk& c : so.chunks) {
-      SeqInBatch s;
-      s.q_start = batch.num_tokens();
-      s.q_len = c.q_len;
-      s.ctx_len = c.ctx_len;
-      s.block_table = c.seq->block_table;
-      s.state_slot = c.seq->state_slot;
-      for (int32_t i = 0; i < c.q_len; ++i) {
-        batch.token_ids.push_back(c.seq->tokens[size_t(c.ctx_len + i)]);
-        batch.positions.push_back(c.ctx_len + i);
-      }
-      if (c.samples) batch.logit_rows.push_back(s.q_start + s.q_len - 1);
-      batch.seqs.push_back(std::move(s));
+  if (inflight_ && (!overlap_ || inflight_->reads_tokens)) complete_step();
+  std::optional<StepInFlight> launched = launch_step();
+  if (inflight_) {
+    complete_step();  // the previous step's draws, while the device runs the new step
+    if (launched) ++stats_.overlapped_steps;
+  }
+  if (launched) {
+    // The fed tokens are on the host now, so the pages they fill can be hashed.
+    for (const ScheduledChunk& c : launched->fed) {
+      if (c.seq->status == SeqStatus::kRunning) cache_->on_computed(*c.seq, c.samples);
     }
-    const Tensor& logits = runner_->run(batch, cache_->caches());
-    ++stats_.steps;
-    stats_.graph_steps = runner_->graph_steps();
-    stats_.computed_tokens += so.num_tokens;
-    std::vector<SampleJob> jobs;
-    int32_t row = 0;
-    for (const ScheduledChunk& c : so.chunks) {
-      Sequence& seq = *c.seq;
-      Request& req = *seq.request;
-      if (req.metrics.first_scheduled_time == 0) req.metrics.first_scheduled_time = now();
-      const int32_t prompt_part = std::max(0, std::min(c.ctx_len + c.q_len, seq.prompt_len) - c.ctx_len);
-      stats_.computed_prompt_tokens += prompt_part;
-      req.metrics.num_computed_prompt_tokens += prompt_part;
-      seq.num_computed += c.q_len;
-      cache_->on_computed(seq, c.samples);
-      if (c.samples) {
-        jobs.push_back({&seq, row});
-        if (seq.index == 0 && seq.num_generated() == 0 && req.seqs.size() > 1) fork_children(seq, row, jobs);
-        ++row;
-      }
-    }
-    const std::vector<SampleResult> results = sampler_->sample(logits, jobs);
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      append_token(*jobs[i].seq, results[i]);
-      check_stop(*jobs[i].seq, results[i].token);
-    }
+    launched->fed.clear();
+    inflight_ = std::move(launched);
+    if (!overlap_) complete_step();
   }
   // Report in arrival order, so that callers see a deterministic sequence.
+  std::vector<RequestOutput> out;
   std::vector<Request*> order;
   for (auto& [id, req] : requests_) order.push_back(req.get());
   std::sort(order.begin(), order.end(), [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
   std::vector<std::string> done;
   for (Request* req : order) {
-    RequestOutput o = report(*req);
-    if (!o.outputs.empty() || o.finished) out.push_back(std::move(o));
-    if (req->finished_reported) done.push_back(req->id);
+    if (!req->finished_reported) {
+      RequestOutput o = report(*req);
+      if (!o.outputs.empty() || o.finished) out.push_back(std::move(o));
+    }
+    // A finished request stays until no draw in flight points at it.
+    const bool drawing = std::any_of(req->seqs.begin(), req->seqs.end(),
+                                     [](const auto& sq) { return sq->pending_draws > 0; });
+    if (req->finished_reported && !drawing) done.push_back(req->id);
   }
   if (!done.empty()) {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
@@ -343,6 +333,93 @@ std::vector<RequestOutput> Engine::step() {
     }
   }
   return out;
+}
+
+std::optional<Engine::StepInFlight> Engine::launch_step() {
+  const SchedulerOutput so = scheduler_->schedule();
+  if (so.chunks.empty()) return std::nullopt;
+  ForwardBatch batch;
+  batch.token_ids.reserve(size_t(so.num_tokens));
+  batch.positions.reserve(size_t(so.num_tokens));
+  std::vector<bool> fed(so.chunks.size(), false);
+  for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
+    const ScheduledChunk& c = so.chunks[ci];
+    SeqInBatch s;
+    s.q_start = batch.num_tokens();
+    s.q_len = c.q_len;
+    s.ctx_len = c.ctx_len;
+    s.block_table = c.seq->block_table;
+    s.state_slot = c.seq->state_slot;
+    for (int32_t i = 0; i < c.q_len; ++i) {
+      const int32_t pos = c.ctx_len + i;
+      if (pos < c.seq->num_tokens()) {
+        batch.token_ids.push_back(c.seq->tokens[size_t(pos)]);
+      } else {  // the token the previous step drew, still on the device
+        STRATA_CHECK(inflight_ && c.seq->pending_draws == 1 && pos == c.seq->num_tokens(),
+                     "engine: position ", pos, " has no token and no draw in flight");
+        batch.feed_rows.push_back(batch.num_tokens());
+        batch.feed_from.push_back(c.seq->pending_draw);
+        batch.token_ids.push_back(0);
+        fed[ci] = true;
+      }
+      batch.positions.push_back(pos);
+    }
+    if (c.samples) batch.logit_rows.push_back(s.q_start + s.q_len - 1);
+    batch.seqs.push_back(std::move(s));
+  }
+  if (!batch.feed_rows.empty()) batch.feed_ids = sampler_->draw_ids(inflight_->slot);
+  const Tensor& logits = runner_->run(batch, cache_->caches());
+  ++stats_.steps;
+  stats_.graph_steps = runner_->graph_steps();
+  stats_.computed_tokens += so.num_tokens;
+  StepInFlight f;
+  f.slot = next_slot_;
+  next_slot_ ^= 1;
+  int32_t row = 0;
+  for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
+    const ScheduledChunk& c = so.chunks[ci];
+    Sequence& seq = *c.seq;
+    Request& req = *seq.request;
+    if (req.metrics.first_scheduled_time == 0) req.metrics.first_scheduled_time = now();
+    const int32_t prompt_part = std::max(0, std::min(c.ctx_len + c.q_len, seq.prompt_len) - c.ctx_len);
+    stats_.computed_prompt_tokens += prompt_part;
+    req.metrics.num_computed_prompt_tokens += prompt_part;
+    seq.num_computed += c.q_len;
+    if (fed[ci]) {
+      f.fed.push_back(c);
+    } else {
+      cache_->on_computed(seq, c.samples);
+    }
+    if (c.samples) {
+      f.jobs.push_back({&seq, row});
+      if (seq.index == 0 && seq.num_generated_drawn() == 0 && req.seqs.size() > 1) fork_children(seq, row, f.jobs);
+      ++row;
+    }
+  }
+  sampler_->begin(logits, f.jobs, f.slot);
+  for (size_t i = 0; i < f.jobs.size(); ++i) {
+    Sequence& seq = *f.jobs[i].seq;
+    ++seq.pending_draws;
+    seq.pending_draw = int32_t(i);
+    f.reads_tokens = f.reads_tokens || BatchSampler::reads_tokens(seq);
+  }
+  return f;
+}
+
+void Engine::complete_step() {
+  StepInFlight f = std::move(*inflight_);
+  inflight_.reset();
+  const std::vector<SampleResult> results = sampler_->end(f.slot);
+  for (size_t i = 0; i < f.jobs.size(); ++i) {
+    Sequence& seq = *f.jobs[i].seq;
+    --seq.pending_draws;
+    if (seq.is_finished()) {  // it ended (a stop, an abort) after this step was launched
+      ++stats_.dropped_draws;
+      continue;
+    }
+    append_token(seq, results[i]);
+    check_stop(seq, results[i].token);
+  }
 }
 
 RequestOutput Engine::report(Request& req) {

@@ -9,9 +9,18 @@
 // add_request, abort and has_unfinished may be called from any thread (a server's handlers);
 // step, stats and the cache accessors belong to the one thread that drives the engine. Each
 // step schedules a batch (scheduler.h), runs Model::forward once, samples on the model's
-// device (batch_sampler.h), applies the stop rules and reports what changed: every RequestOutput from step() is a delta (the tokens and
-// text produced by this step), and the last one of a request has finished = true (also after
-// an abort: finish_reason "abort").
+// device (batch_sampler.h), applies the stop rules and reports what changed: every RequestOutput
+// from step() is a delta (the tokens and text that reached the host in this step), and the last
+// one of a request has finished = true (also after an abort: finish_reason "abort").
+//
+// Overlapped scheduling (EngineConfig::async_scheduling, vLLM's async scheduling): step()
+// schedules and launches step N before it reads step N-1's draws, so the host's scheduling,
+// batch building, stop checks, detokenization and reporting run while the GPU computes. A
+// sequence whose token from N-1 is still on the device is scheduled with it (the batch feeds
+// it on the device, core/batch.h); when that token ends the sequence, N's work for it is
+// dropped. Outputs are the same as without overlap; they reach the caller one step() later.
+// A step falls back to reading the previous draws first when a sequence in it has penalties
+// (they read its tokens on the host).
 #pragma once
 
 #include <atomic>
@@ -59,11 +68,14 @@ struct EngineConfig {
   LogprobsMode logprobs_mode = LogprobsMode::kProcessed;
   bool log_capacity = true;            // print the pool sizes to stderr at start-up
   bool enforce_eager = false;          // CUDA: no graphs for decode steps (engine/model_runner.h)
+  bool async_scheduling = true;        // overlap the host's work with the device's (see above)
 };
 
 struct EngineStats {
   int64_t steps = 0;
   int64_t graph_steps = 0;             // of those, decode steps replayed as CUDA graphs
+  int64_t overlapped_steps = 0;        // steps launched before the previous step's draws were read
+  int64_t dropped_draws = 0;           // draws for sequences that had ended meanwhile
   int64_t computed_tokens = 0;         // tokens run through the model
   int64_t computed_prompt_tokens = 0;  // of those, at prompt positions
   int64_t sampled_tokens = 0;
@@ -117,7 +129,18 @@ class Engine {
   double now() const;
 
  private:
+  // A launched step whose draws have not reached the host.
+  struct StepInFlight {
+    int slot = 0;                        // the sampler's slot
+    std::vector<SampleJob> jobs;
+    std::vector<ScheduledChunk> fed;     // chunks computing a fed token: on_computed waits for it
+    bool reads_tokens = false;           // a draw's sequence has penalties (BatchSampler)
+  };
+
   void init();
+  bool overlap_possible() const;
+  std::optional<StepInFlight> launch_step();
+  void complete_step();                  // reads inflight_'s draws and applies them
   void drain_inbox();
   void admit_request(std::unique_ptr<Request> req);
   void abort_now(const std::string& id);
@@ -138,6 +161,9 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<BatchSampler> sampler_;
   std::unique_ptr<ModelRunner> runner_;
+  bool overlap_ = false;
+  std::optional<StepInFlight> inflight_;
+  int next_slot_ = 0;
   std::chrono::steady_clock::time_point start_;
   std::mt19937_64 seed_source_;
 

@@ -23,6 +23,18 @@ ModelRunner::ModelRunner(Model& model, bool enforce_eager) : model_(model) {
 ModelRunner::~ModelRunner() = default;
 
 const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
+  if (!batch.feed_rows.empty() && batch.feed_ids.device() == Device::kCpu) {
+    // The draws are on the host already: fill them in (the CUDA upload does it on the device).
+    ForwardBatch fed = batch;
+    fed.validate_feed();
+    for (size_t i = 0; i < fed.feed_rows.size(); ++i) {
+      fed.token_ids[size_t(fed.feed_rows[i])] = fed.feed_ids.data<int32_t>()[fed.feed_from[i]];
+    }
+    fed.feed_rows.clear();
+    fed.feed_from.clear();
+    fed.feed_ids = Tensor();
+    return run(fed, caches);
+  }
 #if defined(STRATA_WITH_CUDA)
   if (graphs_ && graphs_->eligible(batch)) {
     graph_logits_ = graphs_->run(batch, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });

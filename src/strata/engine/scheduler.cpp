@@ -53,8 +53,12 @@ SchedulerOutput Scheduler::schedule() {
   // 1. Running sequences, oldest first; the youngest make room when pages run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
+    if (s->ends_with_pending()) {
+      ++i;
+      continue;
+    }
     const int32_t from = s->num_computed;
-    const int32_t to = cache_.cut_chunk(*s, from, std::min(s->num_tokens(), from + budget));
+    const int32_t to = cache_.cut_chunk(*s, from, std::min(s->num_tokens_drawn(), from + budget));
     bool preempted_self = false;
     while (!cache_.can_grow(*s, to)) {
       Sequence* victim = running_.back();
@@ -67,13 +71,14 @@ SchedulerOutput Scheduler::schedule() {
     }
     if (preempted_self) break;
     cache_.grow(*s, to);
-    out.chunks.push_back({s, from, to - from, to == s->num_tokens()});
+    out.chunks.push_back({s, from, to - from, to == s->num_tokens_drawn()});
     budget -= to - from;
     ++i;
   }
   // 2. Waiting sequences, first come first served.
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 && can_run_more()) {
     Sequence* s = waiting_.front();
+    STRATA_CHECK(s->pending_draws == 0, "scheduler: a waiting sequence has draws in flight");
     PrefixHit hit = cache_.find_prefix(*s);
     const int32_t from = hit.tokens;
     s->branch_point = hit.branch_point;  // cut_chunk reads it

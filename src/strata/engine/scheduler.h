@@ -7,6 +7,10 @@
 // later (prefix caching often makes that cheap). Then, if no sequence was preempted in this
 // step, waiting sequences are admitted first come first served while the budget, the pages and
 // max_num_seqs allow; the first one that does not fit blocks the ones behind it.
+//
+// With overlapped scheduling a running sequence may have a draw in flight (Sequence::
+// pending_draws): it is scheduled as if that token were known (the batch feeds it from the
+// device), unless the draw ends it by length.
 #pragma once
 
 #include <cstdint>

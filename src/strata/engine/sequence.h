@@ -32,6 +32,11 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt + generated
   int32_t prompt_len = 0;
   int32_t num_computed = 0;     // tokens whose caches are written
+  // Overlapped scheduling: draws made on the device whose tokens are not in `tokens` yet, and
+  // the latest one's index among its step's draws (the next step's batch feeds it there).
+  int32_t pending_draws = 0;
+  int32_t pending_draw = -1;
+  int32_t token_limit = 0;      // prompt + max_tokens, within max_model_len
   std::vector<int32_t> block_table;
 
   // Prefix cache: the hash of every full page of tokens, and the cached identity of every
@@ -63,6 +68,11 @@ struct Sequence {
 
   int32_t num_tokens() const { return int32_t(tokens.size()); }
   int32_t num_generated() const { return num_tokens() - prompt_len; }
+  // With the pending draws: what the scheduler computes towards and a new draw counts from.
+  int32_t num_tokens_drawn() const { return num_tokens() + pending_draws; }
+  int32_t num_generated_drawn() const { return num_generated() + pending_draws; }
+  // Its pending draws end it by length, whatever their tokens: nothing more to compute.
+  bool ends_with_pending() const { return pending_draws > 0 && num_tokens_drawn() >= token_limit; }
   bool is_finished() const { return status == SeqStatus::kFinished; }
 };
 

@@ -81,7 +81,8 @@ struct ModelInfo {
   CacheSpec cache;
   size_t weight_bytes = 0;  // as loaded on the device
   // The CUDA forward of a decode batch can be captured as a CUDA graph: no host syncs, and the
-  // same launches and workspace whatever the batch's contents (engine/model_runner.h).
+  // same launches and workspace whatever the batch's contents (engine/model_runner.h). It also
+  // reads the token ids only on the device, so the engine may feed them there (core/batch.h).
   bool cuda_graphs = false;
 };
 

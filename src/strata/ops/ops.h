@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -265,6 +266,22 @@ struct SampledTokens {
 // contract (the arg max skips them on both devices; a draw's result may differ). On CUDA only the results
 // above are copied back (through pinned memory); the CPU computes in double.
 void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out);
+
+// sample_tokens in two halves, for a host that reads a step's draws one step later (the
+// engine's overlapped scheduling). sample_tokens_begin queues the draws and the copy of their
+// results to the host, and returns; sample_tokens_end waits for that copy and fills `out`. Draw
+// r's id also stays at draws.ids[r] on the logits' device until the next begin on `draws`,
+// where the next forward batch's feed reads it (core/batch.h). On the CPU, begin computes the
+// draws. One DrawsInFlight holds one step's draws; a begin needs the previous one's end.
+struct DrawsInFlight {
+  Tensor ids;                     // I32 on the logits' device; [0, rows) hold the draws' ids
+  int64_t rows = 0;
+  bool pending = false;           // begun, not ended
+  SampledTokens cpu;              // the CPU's results, until end
+  std::shared_ptr<void> staging;  // CUDA: the pinned buffers and the event, kept for reuse
+};
+void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsInFlight& draws);
+void sample_tokens_end(DrawsInFlight& draws, SampledTokens& out);
 // The checks of sample_tokens (rows, ranges and ids within logits' shape), naming the field.
 void check_sample_batch(const Tensor& logits, const SampleBatch& batch);
 

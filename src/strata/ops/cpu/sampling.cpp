@@ -148,13 +148,15 @@ void argmax(const Tensor& logits, const Tensor& ids) {
   }
 }
 
-void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out) {
-  STRATA_CUDA_DISPATCH(logits, sample_tokens(logits, batch, out));
+void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsInFlight& draws) {
+  STRATA_CHECK(!draws.pending, "sample_tokens_begin: the previous draws were not ended");
+  STRATA_CUDA_DISPATCH(logits, sample_tokens_begin(logits, batch, draws));
   expect_cpu_f32(logits, "sample_tokens", "logits");
   check_sample_batch(logits, batch);
-  const int64_t v = logits.dim(1);
-  out.resize(batch.rows.size());
-  parallel_for(int64_t(batch.rows.size()), [&](int64_t r) {
+  const int64_t v = logits.dim(1), n = int64_t(batch.rows.size());
+  SampledTokens& out = draws.cpu;
+  out.resize(size_t(n));
+  parallel_for(n, [&](int64_t r) {
     const SampleSpec& s = batch.rows[size_t(r)];
     const float* l = logits.data<float>() + int64_t(s.logits_row) * v;
     std::vector<float> x(l, l + v), raw_lp;
@@ -174,6 +176,26 @@ void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens
       out.top_logprobs[size_t(r) * kMaxTopLogprobs + j] = d.top[j].second;
     }
   });
+  if (!draws.ids.defined() || draws.ids.device() != Device::kCpu || draws.ids.numel() < std::max<int64_t>(n, 1)) {
+    draws.ids = Tensor::empty({std::max<int64_t>(n, 1)}, DType::kI32, Device::kCpu);
+  }
+  std::copy(out.ids.begin(), out.ids.end(), draws.ids.data<int32_t>());
+  draws.rows = n;
+  draws.pending = true;
+}
+
+void sample_tokens_end(DrawsInFlight& draws, SampledTokens& out) {
+  STRATA_CHECK(draws.pending, "sample_tokens_end: no draws were begun");
+  STRATA_CUDA_DISPATCH(draws.ids, sample_tokens_end(draws, out));
+  out = std::move(draws.cpu);
+  draws.cpu = {};
+  draws.pending = false;
+}
+
+void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out) {
+  thread_local DrawsInFlight draws;
+  sample_tokens_begin(logits, batch, draws);
+  sample_tokens_end(draws, out);
 }
 
 void check_sample_batch(const Tensor& logits, const SampleBatch& batch) {

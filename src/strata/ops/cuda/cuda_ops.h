@@ -85,7 +85,10 @@ void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Te
 
 // ---- sampling (sampling.cu) ----
 void argmax(const Tensor& logits, const Tensor& ids);
-void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out);
+void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsInFlight& draws);
+void sample_tokens_end(DrawsInFlight& draws, SampledTokens& out);
+// tokens[rows[i]] = ids[from[i]] for i < n, on the stream (the forward batch's feed).
+void feed_tokens(int32_t* tokens, const int32_t* rows, const int32_t* from, int n, const int32_t* ids);
 
 // ---- Qwen4-Exp (qwen4_exp.cu, qwen4_exp_qsa.cu; the ops of qwen4_exp_ops.h) ----
 void rms_norm_grouped(const Tensor& x, const Tensor& w, int64_t group, float eps, const Tensor& out);

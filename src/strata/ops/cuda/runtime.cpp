@@ -148,10 +148,12 @@ struct BatchBuffers {
 };
 
 struct Layout {
-  size_t tokens, positions, token_seq, q_start, q_len, ctx, slot, logit_rows, block_table, total;
+  size_t tokens, positions, token_seq, q_start, q_len, ctx, slot, logit_rows, block_table, feed_rows, feed_from,
+      total;
 };
 
-Layout layout_for(int t, int s, int n, int stride) {
+// The feed comes last, so that it leaves the other arrays where a graph captured them.
+Layout layout_for(int t, int s, int n, int stride, int feed) {
   Layout l;
   size_t at = 16;  // [0] holds the block-table stride
   auto take = [&](size_t count) {
@@ -168,6 +170,8 @@ Layout layout_for(int t, int s, int n, int stride) {
   l.slot = take(s);
   l.logit_rows = take(n);
   l.block_table = take(size_t(s) * stride);
+  l.feed_rows = take(feed);
+  l.feed_from = take(feed);
   l.total = at;
   return l;
 }
@@ -198,6 +202,13 @@ void pack(const ForwardBatch& b, const Layout& l, int stride, int padding_from, 
     }
   }
   std::copy(b.logit_rows.begin(), b.logit_rows.end(), dst + l.logit_rows);
+  std::copy(b.feed_rows.begin(), b.feed_rows.end(), dst + l.feed_rows);
+  std::copy(b.feed_from.begin(), b.feed_from.end(), dst + l.feed_from);
+}
+
+Layout layout_of(const ForwardBatch& b, int stride) {
+  return layout_for(b.num_tokens(), int(b.seqs.size()), int(b.logit_rows.size()), stride,
+                    int(b.feed_rows.size()));
 }
 
 DeviceBatch view_of(const ForwardBatch& b, const Layout& l, const int32_t* base) {
@@ -273,7 +284,7 @@ class Backend {
   // Packs and uploads b into the persistent forward buffers; returns its layout.
   Layout upload_forward(const ForwardBatch& b, int padding_from) {
     const int stride = stride_of(b);
-    const Layout l = layout_for(b.num_tokens(), int(b.seqs.size()), int(b.logit_rows.size()), stride);
+    const Layout l = layout_of(b, stride);
     BatchBuffers& buf = forward_buf_;
     if (l.total > buf.capacity) {
       STRATA_CHECK(!capturing(), "batch buffers must grow during graph capture");
@@ -294,6 +305,14 @@ class Backend {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(buf.device.raw(), buf.host.get(), l.total * 4,
                                       cudaMemcpyHostToDevice, stream_));
     STRATA_CUDA_CHECK(cudaEventRecord(buf.copied, stream_));
+    if (!b.feed_rows.empty()) {
+      STRATA_CHECK(b.feed_ids.device() == Device::kCuda && b.feed_ids.dtype() == DType::kI32,
+                   "batch: the fed draws must be I32 on the GPU, got ", b.feed_ids.describe());
+      b.validate_feed();
+      int32_t* dev = buf.device.data<int32_t>();
+      feed_tokens(dev + l.tokens, dev + l.feed_rows, dev + l.feed_from, int(b.feed_rows.size()),
+                  b.feed_ids.data<int32_t>());
+    }
     return l;
   }
 };
@@ -377,8 +396,7 @@ void begin_forward(const ForwardBatch& batch) {
   Layout l;
   if (capturing()) {
     // The graph runner uploaded this batch already; only the view is needed.
-    l = layout_for(batch.num_tokens(), int(batch.seqs.size()), int(batch.logit_rows.size()),
-                   stride_of(batch));
+    l = layout_of(batch, stride_of(batch));
   } else {
     l = b.upload_forward(batch, t_padding_from);
   }
@@ -408,8 +426,7 @@ const DeviceBatch& device_batch(const ForwardBatch& batch) {
   if (&batch == b.current_) return b.current_view_;
   STRATA_CHECK(!capturing(), "an op was given a batch other than the forward's during capture");
   const int stride = stride_of(batch);
-  const Layout l = layout_for(batch.num_tokens(), int(batch.seqs.size()),
-                              int(batch.logit_rows.size()), stride);
+  const Layout l = layout_of(batch, stride);
   std::vector<int32_t> host(l.total, 0);
   pack(batch, l, stride, INT_MAX, host.data());
   b.adhoc_keep_ = persistent({int64_t(l.total)}, DType::kI32);

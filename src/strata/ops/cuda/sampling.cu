@@ -717,10 +717,16 @@ __global__ void __launch_bounds__(kThreads) sample_tokens_kernel(SampleArgs a) {
   }
 }
 
-// Pinned host memory for the results of one call, grown as needed (the calling thread's).
+// Pinned host memory, grown as needed.
 struct PinnedBuffer {
   void* p = nullptr;
   size_t cap = 0;
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (p) (void)cudaFreeHost(p);
+  }
   void* get(size_t bytes) {
     if (bytes > cap) {
       const size_t want = std::max(bytes, 2 * cap);
@@ -736,6 +742,31 @@ struct PinnedBuffer {
     return p;
   }
 };
+
+// One DrawsInFlight's host side: the inputs go up through `up`, the results come down into
+// `down`, and `copied` marks when they are there.
+struct Staging {
+  PinnedBuffer up, down;
+  cudaEvent_t copied = nullptr;
+  bool plain = false;  // ids only came back
+  Staging() { STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming)); }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() { (void)cudaEventDestroy(copied); }
+};
+
+__global__ void pick_rows_kernel(const int32_t* row_ids, const SampleSpec* specs, int n, int32_t* ids) {
+  pdl_begin();
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < n) ids[r] = row_ids[specs[r].logits_row];
+}
+
+__global__ void feed_tokens_kernel(int32_t* tokens, const int32_t* rows, const int32_t* from, int n,
+                                   const int32_t* ids) {
+  pdl_begin();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) tokens[rows[i]] = ids[from[i]];
+}
 
 template <class T>
 std::vector<int32_t> as_words(const std::vector<T>& v) {
@@ -768,57 +799,86 @@ void argmax(const Tensor& logits, const Tensor& ids) {
   check_launch("argmax");
 }
 
-void sample_tokens(const Tensor& logits, const SampleBatch& batch, SampledTokens& out) {
+void feed_tokens(int32_t* tokens, const int32_t* rows, const int32_t* from, int n, const int32_t* ids) {
+  if (n == 0) return;
+  launch_pdl(feed_tokens_kernel, unsigned((n + 127) / 128), 128, 0, tokens, rows, from, n, ids);
+  check_launch("feed_tokens");
+}
+
+void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsInFlight& draws) {
   OpTimer timer_("sample_tokens");
   expect_dtype(logits, DType::kF32, "sample_tokens", "logits");
   ops::check_sample_batch(logits, batch);
   const int64_t n = int64_t(batch.rows.size()), v = logits.dim(1);
-  out.resize(size_t(n));
-  if (!n) return;
-  thread_local PinnedBuffer pinned;
-  const bool plain = std::all_of(batch.rows.begin(), batch.rows.end(), [](const SampleSpec& s) {
+  if (!draws.staging) draws.staging = std::make_shared<Staging>();
+  Staging& st = *static_cast<Staging*>(draws.staging.get());
+  // Results: ids [n], logprobs [n], top ids [n, K], top logprobs [n, K], one copy back.
+  const size_t words = size_t(std::max<int64_t>(n, 1)) * (2 + 2 * kMaxTopLogprobs);
+  if (!draws.ids.defined() || draws.ids.device() != Device::kCuda || size_t(draws.ids.numel()) < words) {
+    draws.ids = persistent({int64_t(words)}, DType::kI32);
+  }
+  int32_t* d = draws.ids.data<int32_t>();
+  st.plain = std::all_of(batch.rows.begin(), batch.rows.end(), [](const SampleSpec& s) {
     return s.greedy && s.adjust_count == 0 && s.num_top_logprobs < 0;
   });
-  if (plain) {  // the arg max of every logits row, over many blocks a row
-    Tensor ids = scratch({logits.dim(0)}, DType::kI32);
-    argmax(logits, ids);
-    auto* h = static_cast<int32_t*>(pinned.get(size_t(logits.dim(0)) * 4));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(h, ids.raw(), size_t(logits.dim(0)) * 4, cudaMemcpyDeviceToHost, stream()));
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    for (int64_t r = 0; r < n; ++r) out.ids[size_t(r)] = h[batch.rows[size_t(r)].logits_row];
-    return;
-  }
+  // The inputs go up in one copy from pinned memory (a pageable copy could wait for the GPU).
+  const std::vector<int32_t> specs = as_words(batch.rows), adjust = as_words(batch.adjust);
   std::vector<int32_t> work_row(size_t(n), -1);
   int32_t n_work = 0;
   for (int64_t r = 0; r < n; ++r) {
     if (batch.rows[size_t(r)].adjust_count > 0) work_row[size_t(r)] = n_work++;
   }
-  Tensor keep_specs, keep_adjust, keep_rows;
-  const std::vector<int32_t> specs = as_words(batch.rows), adjust = as_words(batch.adjust);
-  Tensor work = scratch({std::max<int64_t>(n_work, 1), v}, DType::kF32);
-  // Results: ids [n], logprobs [n], top ids [n, K], top logprobs [n, K], one copy back.
-  const size_t words = size_t(n) * (2 + 2 * kMaxTopLogprobs);
-  Tensor res = scratch({int64_t(words)}, DType::kI32);
-  int32_t* d = res.data<int32_t>();
-  SampleArgs a{logits.data<float>(),
-               v,
-               reinterpret_cast<const SampleSpec*>(device_ints(specs, &keep_specs)),
-               reinterpret_cast<const LogitAdjust*>(device_ints(adjust, &keep_adjust)),
-               device_ints(work_row, &keep_rows),
-               work.data<float>(),
-               batch.raw_logprobs,
-               d,
-               reinterpret_cast<float*>(d + n),
-               d + 2 * n,
-               reinterpret_cast<float*>(d + 2 * n + n * kMaxTopLogprobs)};
-  STRATA_CUDA_CHECK(cudaMemsetAsync(d, 0, words * 4, stream()));  // slots not asked for read 0, as on the CPU
-  launch_pdl(sample_tokens_kernel, unsigned(n), kThreads, 0, a);
-  check_launch("sample_tokens");
-  auto* h = static_cast<int32_t*>(pinned.get(words * 4));
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(h, d, words * 4, cudaMemcpyDeviceToHost, stream()));
-  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  const size_t k = size_t(n) * kMaxTopLogprobs;
+  const size_t up_words = specs.size() + adjust.size() + work_row.size() + 1;
+  auto* up = static_cast<int32_t*>(st.up.get(up_words * 4));
+  std::copy(specs.begin(), specs.end(), up);
+  std::copy(adjust.begin(), adjust.end(), up + specs.size());
+  std::copy(work_row.begin(), work_row.end(), up + specs.size() + adjust.size());
+  Tensor inputs = scratch({int64_t(up_words)}, DType::kI32);
+  int32_t* in = inputs.data<int32_t>();
+  if (n) STRATA_CUDA_CHECK(cudaMemcpyAsync(in, up, up_words * 4, cudaMemcpyHostToDevice, stream()));
+  const auto* d_specs = reinterpret_cast<const SampleSpec*>(in);
+  size_t down_words = size_t(n);
+  if (n && st.plain) {  // the arg max of every logits row, over many blocks a row
+    Tensor row_ids = scratch({logits.dim(0)}, DType::kI32);
+    argmax(logits, row_ids);
+    launch_pdl(pick_rows_kernel, unsigned((n + 127) / 128), 128, 0, row_ids.data<int32_t>(), d_specs, int(n), d);
+    check_launch("pick_rows");
+  } else if (n) {
+    Tensor work = scratch({std::max<int64_t>(n_work, 1), v}, DType::kF32);
+    SampleArgs a{logits.data<float>(),
+                 v,
+                 d_specs,
+                 reinterpret_cast<const LogitAdjust*>(in + specs.size()),
+                 in + specs.size() + adjust.size(),
+                 work.data<float>(),
+                 batch.raw_logprobs,
+                 d,
+                 reinterpret_cast<float*>(d + n),
+                 d + 2 * n,
+                 reinterpret_cast<float*>(d + 2 * n + n * kMaxTopLogprobs)};
+    STRATA_CUDA_CHECK(cudaMemsetAsync(d, 0, words * 4, stream()));  // slots not asked for read 0, as on the CPU
+    launch_pdl(sample_tokens_kernel, unsigned(n), kThreads, 0, a);
+    check_launch("sample_tokens");
+    down_words = size_t(n) * (2 + 2 * kMaxTopLogprobs);
+  }
+  void* h = st.down.get(std::max<size_t>(down_words, 1) * 4);
+  if (n) STRATA_CUDA_CHECK(cudaMemcpyAsync(h, d, down_words * 4, cudaMemcpyDeviceToHost, stream()));
+  STRATA_CUDA_CHECK(cudaEventRecord(st.copied, stream()));
+  draws.rows = n;
+  draws.pending = true;
+}
+
+void sample_tokens_end(DrawsInFlight& draws, SampledTokens& out) {
+  Staging& st = *static_cast<Staging*>(draws.staging.get());
+  STRATA_CUDA_CHECK(cudaEventSynchronize(st.copied));
+  draws.pending = false;
+  const int64_t n = draws.rows;
+  out.resize(size_t(n));
+  const auto* h = static_cast<const int32_t*>(st.down.p);
+  if (!n) return;
   std::memcpy(out.ids.data(), h, size_t(n) * 4);
+  if (st.plain) return;
+  const size_t k = size_t(n) * kMaxTopLogprobs;
   std::memcpy(out.logprobs.data(), h + n, size_t(n) * 4);
   std::memcpy(out.top_ids.data(), h + 2 * n, k * 4);
   std::memcpy(out.top_logprobs.data(), h + 2 * n + int64_t(k), k * 4);
