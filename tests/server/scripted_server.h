@@ -66,9 +66,11 @@ class ScriptedServer : public ::testing::Test {
  protected:
   // A test fixture may change these before the server starts.
   virtual void configure(server::ServerOptions&) {}
+  // The folder of the tokenizer and chat template (the bundled model's).
+  virtual std::string text_dir() { return std::string(STRATA_SOURCE_DIR) + "/models/default"; }
 
   void SetUp() override {
-    dir_ = std::string(STRATA_SOURCE_DIR) + "/models/default";
+    dir_ = text_dir();
     tok_.emplace(Tokenizer::load(dir_));
     const int32_t eos = *tok_->token_to_id("<|endoftext|>");
     model_ = std::make_shared<ScriptedModel>(tok_->vocab_size(), eos);

@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <future>
 
 #include "scripted_server.h"
@@ -249,6 +251,37 @@ TEST_F(SlowServer, ShutdownDrainsThenAborts) {
   EXPECT_EQ(RawClient::body(s)["choices"][0]["finish_reason"], "abort") << s;
   // No new connection is accepted.
   EXPECT_FALSE(RawClient(port_).connected());
+}
+
+}  // namespace
+}  // namespace strata::testing
+
+namespace strata::testing {
+namespace {
+
+// The bundled model's tokenizer with a chat template that does not compile.
+class BrokenTemplateServer : public ScriptedServer {
+ protected:
+  std::string text_dir() override {
+    const std::string src = std::string(STRATA_SOURCE_DIR) + "/models/default";
+    const std::string dir = ::testing::TempDir() + "/strata_broken_template";
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(src + "/tokenizer.json", dir + "/tokenizer.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    std::ofstream(dir + "/tokenizer_config.json") << R"({"chat_template": "{% if messages %}unclosed"})";
+    return dir;
+  }
+};
+
+TEST_F(BrokenTemplateServer, ServesCompletionsAndNamesTheTemplateOnChat) {
+  model_->set_script(tok_->encode(" fine", false), int32_t(tok_->encode("Hi", true).size()));
+  const Json c = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 4}, {"temperature", 0}});
+  EXPECT_EQ(c["object"], "text_completion");
+  const Json r = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}, 400);
+  const std::string message = r["error"]["message"];
+  EXPECT_NE(message.find("tokenizer_config.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("chat template"), std::string::npos) << message;
+  EXPECT_EQ(r["error"]["code"], "chat_template_error");
 }
 
 }  // namespace

@@ -427,6 +427,7 @@ std::string render_chat(const ServerState& st, const ChatRequest& r) {
   const ChatTemplate* t = nullptr;
   if (r.has_tools() && st.tool_template) t = &*st.tool_template;
   else if (st.chat_template) t = &*st.chat_template;
+  if (!st.template_error.empty()) throw ApiError(400, st.template_error, "messages", "chat_template_error");
   if (!t) throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
   Json inputs = st.template_config.special_tokens.is_object() ? st.template_config.special_tokens
                                                               : Json::object();

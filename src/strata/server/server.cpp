@@ -95,14 +95,27 @@ void ApiServer::Impl::load_text(ServerOptions options, const std::string& dir) {
   }
   st.created = int64_t(std::time(nullptr));
   st.tokenizer.emplace(Tokenizer::load(dir));  // an Error naming DIR/tokenizer.json when missing
-  st.template_config = load_chat_template_config(dir);
-  if (!st.template_config.templates.empty()) {
-    // select() gives the template source: "tool_use" for requests with tools when the model
-    // has one, else "default".
-    const std::string& plain = st.template_config.select(false);
-    const std::string& tools = st.template_config.select(true);
-    st.chat_template.emplace(ChatTemplate::compile(plain));
-    if (&tools != &plain) st.tool_template.emplace(ChatTemplate::compile(tools));
+  // A chat template that does not load or compile leaves the completions routes serving;
+  // chat requests are answered with the error.
+  const std::string source = std::filesystem::exists(dir + "/chat_template.jinja")
+                                 ? dir + "/chat_template.jinja"
+                                 : dir + "/tokenizer_config.json";
+  try {
+    st.template_config = load_chat_template_config(dir);
+    if (!st.template_config.templates.empty()) {
+      // select() gives the template source: "tool_use" for requests with tools when the model
+      // has one, else "default".
+      const std::string& plain = st.template_config.select(false);
+      const std::string& tools = st.template_config.select(true);
+      st.chat_template.emplace(ChatTemplate::compile(plain));
+      if (&tools != &plain) st.tool_template.emplace(ChatTemplate::compile(tools));
+    }
+  } catch (const Error& e) {
+    st.chat_template.reset();
+    st.tool_template.reset();
+    st.template_error = cat("the chat template of ", source, " does not compile (", e.what(),
+                            "); chat requests cannot be served, /v1/completions can");
+    std::fprintf(stderr, "strata serve: warning: %s\n", st.template_error.c_str());
   }
 }
 

@@ -29,6 +29,7 @@ struct ServerState {
   std::optional<Tokenizer> tokenizer;
   ChatTemplateConfig template_config;
   std::optional<ChatTemplate> chat_template, tool_template;  // tool_use when the model has one
+  std::string template_error;  // why the chat template did not load ("" when it did)
   Metrics metrics;
   std::unique_ptr<EngineLoop> loop;
   std::atomic<uint64_t> next_id{0};
