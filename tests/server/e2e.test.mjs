@@ -176,9 +176,25 @@ test('chat with tools: template wiring, tool messages, no spurious calls', async
   assert.match(prompt, /"name": "get_weather"/);
   const r = await client.chat.completions.create({ model: 'tiny', messages, tools, temperature: 0, max_tokens: 16 });
   const raw = (await client.completions.create({ model: 'tiny', prompt: tok.tokens, temperature: 0, max_tokens: 16 })).choices[0].text;
+  const msg = r.choices[0].message;
   if (!raw.includes('<tool_call>')) {
-    assert.equal(r.choices[0].message.content, raw);
-    assert.equal(r.choices[0].message.tool_calls, undefined);
+    assert.equal(msg.content, raw);
+    assert.equal(msg.tool_calls, undefined);
+  } else if (msg.tool_calls?.length) {
+    // The model called: each call names a given tool with JSON-object arguments, and the
+    // content is the text before the first call.
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    for (const call of msg.tool_calls) {
+      assert.equal(call.type, 'function');
+      assert.match(call.id, /^call_/);
+      assert.ok(tools.some((t) => t.function.name === call.function.name), call.function.name);
+      assert.equal(typeof JSON.parse(call.function.arguments), 'object');
+    }
+    assert.ok(raw.startsWith(msg.content ?? ''), `${msg.content} is not the text before the call in ${raw}`);
+  } else {
+    // A block that parses as no call is given back as content, tags included.
+    assert.equal(msg.content, raw);
+    assert.equal(r.choices[0].finish_reason === 'tool_calls', false);
   }
   // tool_choice naming an unknown function is a 400 naming the field.
   const bad = await post('/v1/chat/completions', { messages, tools, tool_choice: { type: 'function', function: { name: 'nope' } } });

@@ -55,13 +55,24 @@ int run(int argc, char** argv) {
                  "on SIGINT/SIGTERM, seconds the requests in flight get to finish before they "
                  "are aborted (default 5; a second signal exits at once)");
   app.add_option("--max-n", so.limits.max_n, "largest n per request (default 128)");
+  std::string log_level = "info";
+  bool disable_log_requests = false;
+  app.add_option("--log-level", log_level, "debug | info | warning | error (default info)");
+  app.add_flag("--disable-log-requests", disable_log_requests,
+               "no line per finished request (they are logged at info by default)");
+  app.add_option("--stats-interval", so.stats_interval_s,
+                 "seconds between the stats lines (throughput, requests, KV usage, prefix hits; "
+                 "default 10; 0: none)");
   CLI11_PARSE(app, argc, argv);
+  so.log_level = server::parse_log_level(log_level);
+  so.log_requests = !disable_log_requests;
   STRATA_CHECK(max_body > 0, "--max-body-bytes must be positive");
   STRATA_CHECK(so.http_threads > 0, "--http-threads must be positive");
   STRATA_CHECK(so.read_timeout_s > 0, "--read-timeout must be positive");
   STRATA_CHECK(so.write_timeout_s > 0, "--write-timeout must be positive");
   STRATA_CHECK(so.keep_alive_timeout_s > 0, "--keep-alive-timeout must be positive");
   STRATA_CHECK(shutdown_timeout >= 0, "--shutdown-timeout must be >= 0");
+  STRATA_CHECK(so.stats_interval_s >= 0, "--stats-interval must be >= 0");
   so.max_body_bytes = size_t(max_body);
   server::ApiServer srv(engine_config(eo), so);
   const int port = srv.bind();

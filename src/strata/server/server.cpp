@@ -1,6 +1,9 @@
 #include "strata/server/server.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -51,6 +54,14 @@ struct ApiServer::Impl {
   ServerState st;
   std::unique_ptr<HttpServer> http;
   int port = -1;
+  // The periodic stats line.
+  std::thread stats;
+  std::mutex stats_mu;
+  std::condition_variable stats_cv;
+  bool stats_stop = false;
+
+  void log_stats();
+  void stop_stats();
 
   // The tokenizer, chat templates and names of the model folder.
   void load_text(ServerOptions options, const std::string& dir);
@@ -87,6 +98,7 @@ ApiServer::ApiServer(std::shared_ptr<Model> model, const EngineConfig& engine_co
 
 void ApiServer::Impl::load_text(ServerOptions options, const std::string& dir) {
   st.options = std::move(options);
+  st.log = ServeLog(st.options.log_level, st.options.log_requests);
   st.model_dir = dir;
   st.model_name = st.options.served_model_name;
   if (st.model_name.empty()) {
@@ -115,7 +127,7 @@ void ApiServer::Impl::load_text(ServerOptions options, const std::string& dir) {
     st.tool_template.reset();
     st.template_error = cat("the chat template of ", source, " does not compile (", e.what(),
                             "); chat requests cannot be served, /v1/completions can");
-    std::fprintf(stderr, "strata serve: warning: %s\n", st.template_error.c_str());
+    st.log.write(LogLevel::kWarning, st.template_error);
   }
 }
 
@@ -126,12 +138,41 @@ void ApiServer::start(std::unique_ptr<Engine> engine) {
       std::move(engine), [&st](const RequestOutput& last, int64_t generated,
                                const std::vector<std::string>& reasons) {
         st.metrics.on_finished(last, generated, reasons);
+        st.log.request_finished(last, generated, reasons);
       });
   impl_->routes();
+  if (st.options.stats_interval_s > 0) impl_->stats = std::thread([this] { impl_->log_stats(); });
+}
+
+void ApiServer::Impl::log_stats() {
+  using Clock = std::chrono::steady_clock;
+  EngineStats before = st.loop->snapshot().stats;
+  Clock::time_point then = Clock::now();
+  const auto interval = std::chrono::milliseconds(int64_t(st.options.stats_interval_s * 1000));
+  std::unique_lock<std::mutex> lock(stats_mu);
+  while (!stats_cv.wait_for(lock, interval, [this] { return stats_stop; })) {
+    const EngineStats now = st.loop->snapshot().stats;
+    const Clock::time_point at = Clock::now();
+    bool active = false;
+    const std::string line = stats_line(before, now, std::chrono::duration<double>(at - then).count(), &active);
+    st.log.write(active ? LogLevel::kInfo : LogLevel::kDebug, line);
+    before = now;
+    then = at;
+  }
+}
+
+void ApiServer::Impl::stop_stats() {
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats_stop = true;
+  }
+  stats_cv.notify_all();
+  if (stats.joinable()) stats.join();
 }
 
 ApiServer::~ApiServer() {
   stop();
+  impl_->stop_stats();
   impl_->st.loop.reset();
 }
 
@@ -184,7 +225,7 @@ void ApiServer::Impl::routes() {
       what = e.what();
     } catch (...) {
     }
-    std::fprintf(stderr, "strata serve: internal error: %s\n", what.c_str());
+    st.log.write(LogLevel::kError, cat("internal error: ", what));
     send_error(res, ApiError(500, cat("internal error: ", what)));
   });
 
@@ -268,8 +309,8 @@ bool ApiServer::shutdown(double timeout_s) {
   const auto now = std::chrono::steady_clock::now();
   const bool drained = m.http->wait_idle(now + std::chrono::milliseconds(int64_t(timeout_s * 1000)));
   if (!drained) {
-    std::fprintf(stderr, "strata serve: %lld requests still running after %g s: aborting them\n",
-                 (long long)m.st.loop->in_flight(), timeout_s);
+    m.st.log.write(LogLevel::kWarning, cat(m.st.loop->in_flight(), " requests still running after ",
+                                           timeout_s, " s: aborting them"));
     m.st.loop->abort_all();
     m.http->wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(2));
   }

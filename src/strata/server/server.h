@@ -14,6 +14,7 @@
 
 #include "strata/engine/engine.h"
 #include "strata/server/protocol.h"
+#include "strata/server/serve_log.h"
 
 namespace strata::server {
 
@@ -27,6 +28,9 @@ struct ServerOptions {
   double read_timeout_s = 30;      // a request's head and body must arrive within this
   double write_timeout_s = 30;     // a write to the client that makes no progress fails
   double keep_alive_timeout_s = 5; // an idle connection is closed after this
+  LogLevel log_level = LogLevel::kInfo;
+  bool log_requests = true;        // a line per finished request (info)
+  double stats_interval_s = 10;    // the periodic stats line (info while anything runs)
   RequestLimits limits;
 };
 
