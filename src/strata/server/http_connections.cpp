@@ -168,7 +168,7 @@ int HttpServer::bind(const std::string& host, int port) {
   const int err = errno;
   if (bound <= 0) {
     listen_fd_ = -1;
-    fail("strata serve: cannot listen on ", host, ":", port, ": ",
+    fail("cannot listen on ", host, ":", port, ": ",
          err == EADDRINUSE ? "address already in use (is another server running on this port?)"
          : err != 0        ? std::strerror(err)
                            : "the address does not resolve to a local interface");
@@ -266,14 +266,15 @@ void HttpServer::serve_request(std::shared_ptr<Connection> c) {
 
 void HttpServer::close_connection(const std::shared_ptr<Connection>& c, bool linger) {
   if (linger) {
-    // The client may still be sending a body we did not read: closing with unread bytes
-    // resets the connection, and the client could lose the response. Half-close, discard
-    // what still comes for up to a second, then close.
+    // The client may still be sending a body we did not read (a 413's): closing with unread
+    // bytes resets the connection, and the client would lose the response. Half-close, and
+    // discard what still comes (up to 64 MiB, within the request's read deadline or a
+    // second), then close.
     ::shutdown(c->fd, SHUT_WR);
-    const auto until = after(1.0);
-    char sink[4096];
+    const auto until = std::max(after(1.0), c->read_deadline);
+    char sink[65536];
     size_t discarded = 0;
-    while (discarded < (1u << 20) && (wait_for(c->fd, POLLIN, until) & (POLLIN | POLLHUP | POLLERR))) {
+    while (discarded < (size_t(64) << 20) && (wait_for(c->fd, POLLIN, until) & (POLLIN | POLLHUP | POLLERR))) {
       const ssize_t n = ::recv(c->fd, sink, sizeof sink, MSG_DONTWAIT);
       if (n <= 0) break;
       discarded += size_t(n);
