@@ -176,9 +176,25 @@ test('chat with tools: template wiring, tool messages, no spurious calls', async
   assert.match(prompt, /"name": "get_weather"/);
   const r = await client.chat.completions.create({ model: 'tiny', messages, tools, temperature: 0, max_tokens: 16 });
   const raw = (await client.completions.create({ model: 'tiny', prompt: tok.tokens, temperature: 0, max_tokens: 16 })).choices[0].text;
+  const msg = r.choices[0].message;
   if (!raw.includes('<tool_call>')) {
-    assert.equal(r.choices[0].message.content, raw);
-    assert.equal(r.choices[0].message.tool_calls, undefined);
+    assert.equal(msg.content, raw);
+    assert.equal(msg.tool_calls, undefined);
+  } else if (msg.tool_calls?.length) {
+    // The model called: each call names a given tool with JSON-object arguments, and the
+    // content is the text before the first call.
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    for (const call of msg.tool_calls) {
+      assert.equal(call.type, 'function');
+      assert.match(call.id, /^call_/);
+      assert.ok(tools.some((t) => t.function.name === call.function.name), call.function.name);
+      assert.equal(typeof JSON.parse(call.function.arguments), 'object');
+    }
+    assert.ok(raw.startsWith(msg.content ?? ''), `${msg.content} is not the text before the call in ${raw}`);
+  } else {
+    // A block that parses as no call is given back as content, tags included.
+    assert.equal(msg.content, raw);
+    assert.equal(r.choices[0].finish_reason === 'tool_calls', false);
   }
   // tool_choice naming an unknown function is a 400 naming the field.
   const bad = await post('/v1/chat/completions', { messages, tools, tool_choice: { type: 'function', function: { name: 'nope' } } });
@@ -191,7 +207,7 @@ test('errors are OpenAI-shaped and never 500', async () => {
     ['/v1/chat/completions', '{"messages": [', 400, null],
     ['/v1/chat/completions', { messages: 'hi' }, 400, 'messages'],
     ['/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], temperature: 'hot' }, 400, 'temperature'],
-    ['/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], temperature: -1 }, 400, null],
+    ['/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], temperature: -1 }, 400, 'temperature'],
     ['/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 100000 }, 400, 'max_tokens'],
     ['/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], model: 'gpt-9' }, 404, 'model'],
     ['/v1/completions', { prompt: [1, 2, 99999999] }, 400, null],
@@ -237,4 +253,37 @@ test('metrics move and the engine ends idle', async () => {
   assert.ok(metric(after, 'strata:prefix_cache_queries_total') > 0);
   assert.ok(metric(after, 'strata:kv_cache_pages_total') > 0);
   assert.ok(metric(after, 'strata:request_rejected_total') > 0);  // the error test's 4xx
+});
+
+test('SIGTERM drains with a deadline; a second signal exits at once', async () => {
+  const exitOf = (s) => new Promise((resolve) => {
+    s.proc.removeAllListeners('exit');
+    s.proc.on('exit', (code, signal) => resolve({ code, signal, at: Date.now() }));
+  });
+  const long = { prompt: 'The kernel', max_tokens: 4000, ignore_eos: true };
+  // The deadline: the request in flight is aborted after 1 s and the server exits cleanly.
+  let s = await startServer(['--shutdown-timeout', '1']);
+  let exited = exitOf(s);
+  let reply = fetch(`${s.base}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(long) });
+  await new Promise((r) => setTimeout(r, 500));
+  let sent = Date.now();
+  s.proc.kill('SIGTERM');
+  const body = await (await reply).json();
+  assert.equal(body.choices[0].finish_reason, 'abort');
+  let e = await exited;
+  assert.equal(e.code, 0);
+  assert.ok(e.at - sent < 5000, `exited ${e.at - sent} ms after SIGTERM`);
+  // A second signal does not wait for the 60 s drain.
+  s = await startServer(['--shutdown-timeout', '60']);
+  exited = exitOf(s);
+  reply = fetch(`${s.base}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(long) }).catch(() => null);
+  await new Promise((r) => setTimeout(r, 500));
+  s.proc.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 300));
+  sent = Date.now();
+  s.proc.kill('SIGINT');
+  e = await exited;
+  assert.equal(e.code, 128 + 2);
+  assert.ok(e.at - sent < 2000, `exited ${e.at - sent} ms after the second signal`);
+  await reply;
 });

@@ -77,6 +77,11 @@ std::shared_ptr<RequestStream> EngineLoop::submit(const std::string& id, std::ve
 
 void EngineLoop::abort(const std::string& id) { engine_->abort(id); }
 
+void EngineLoop::abort_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, live] : live_) engine_->abort(id);
+}
+
 LoopSnapshot EngineLoop::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   return snapshot_;

@@ -71,6 +71,8 @@ class EngineLoop {
   std::shared_ptr<RequestStream> submit(const std::string& id, std::vector<int32_t> prompt,
                                         const SamplingParams& params);
   void abort(const std::string& id);
+  // Aborts every request in flight (their streams end with finish_reason "abort").
+  void abort_all();
   LoopSnapshot snapshot() const;
   // Requests submitted and not yet finished (handed back to their streams).
   int64_t in_flight() const;

@@ -35,16 +35,19 @@ void Histogram::observe(double v) {
   ++count_;
 }
 
-std::string Histogram::render(const std::string& name, const std::string& help) const {
+std::string Histogram::render(const std::string& name, const std::string& help,
+                              const std::string& model_name) const {
+  const std::string model = "model_name=\"" + model_name + "\"";
   std::ostringstream os;
   os << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
   int64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    os << name << "_bucket{le=\"" << num(bounds_[i]) << "\"} " << cumulative << "\n";
+    os << name << "_bucket{" << model << ",le=\"" << num(bounds_[i]) << "\"} " << cumulative << "\n";
   }
-  os << name << "_bucket{le=\"+Inf\"} " << count_ << "\n";
-  os << name << "_sum " << num(sum_) << "\n" << name << "_count " << count_ << "\n";
+  os << name << "_bucket{" << model << ",le=\"+Inf\"} " << count_ << "\n";
+  os << name << "_sum{" << model << "} " << num(sum_) << "\n"
+     << name << "_count{" << model << "} " << count_ << "\n";
   return os.str();
 }
 
@@ -126,11 +129,11 @@ std::string Metrics::render(const LoopSnapshot& s, const std::string& model_name
     os << "strata:request_rejected_total{model_name=\"" << model_name << "\",status=\"" << status
        << "\"} " << n << "\n";
   }
-  os << ttft_.render("strata:time_to_first_token_seconds", "Time to the first token.");
-  os << tpot_.render("strata:time_per_output_token_seconds", "Time per output token after the first.");
-  os << e2e_.render("strata:e2e_request_latency_seconds", "Arrival to finish.");
-  os << prompt_len_.render("strata:request_prompt_tokens", "Prompt tokens per request.");
-  os << generation_len_.render("strata:request_generation_tokens", "Generated tokens per request.");
+  os << ttft_.render("strata:time_to_first_token_seconds", "Time to the first token.", model_name);
+  os << tpot_.render("strata:time_per_output_token_seconds", "Time per output token after the first.", model_name);
+  os << e2e_.render("strata:e2e_request_latency_seconds", "Arrival to finish.", model_name);
+  os << prompt_len_.render("strata:request_prompt_tokens", "Prompt tokens per request.", model_name);
+  os << generation_len_.render("strata:request_generation_tokens", "Generated tokens per request.", model_name);
   return os.str();
 }
 

@@ -18,8 +18,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double v);
-  // "# HELP", "# TYPE" and the _bucket / _sum / _count lines of `name`.
-  std::string render(const std::string& name, const std::string& help) const;
+  // "# HELP", "# TYPE" and the _bucket / _sum / _count lines of `name`, each with the label
+  // model_name (as the gauges and counters).
+  std::string render(const std::string& name, const std::string& help, const std::string& model_name) const;
 
  private:
   std::vector<double> bounds_;

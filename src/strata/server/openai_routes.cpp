@@ -1,11 +1,14 @@
 // POST /v1/completions and POST /v1/chat/completions: request -> engine requests -> OpenAI
 // responses, whole or streamed as server-sent events.
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 
 #include "strata/core/error.h"
+#include "strata/core/field_error.h"
 #include "strata/engine/llm.h"
 #include "strata/server/chat_output.h"
+#include "strata/server/http_connections.h"
 #include "strata/server/server_state.h"
 #include "strata/tokenizer/jinja_value.h"
 
@@ -26,13 +29,13 @@ std::vector<Submitted> submit_all(ServerState& st, const std::string& base_id,
   for (size_t i = 0; i < prompts.size(); ++i) {
     SamplingParams p = params;
     const int64_t room = context - int64_t(prompts[i].size());
+    const std::string prefix = prompts.size() > 1 ? cat("prompt ", i, ": ") : std::string();
     if (max_tokens) {
       p.max_tokens = *max_tokens;
     } else {
       p.max_tokens = int(std::clamp<int64_t>(room, 1, INT32_MAX));
     }
     if (room <= 0 || p.max_tokens > room) {
-      const std::string prefix = prompts.size() > 1 ? cat("prompt ", i, ": ") : std::string();
       throw ApiError(400, cat(prefix, "this model's maximum context length is ", context,
                               " tokens; the prompt has ", prompts[i].size(), " tokens and ",
                               p.max_tokens, " more were asked for"),
@@ -40,8 +43,10 @@ std::vector<Submitted> submit_all(ServerState& st, const std::string& base_id,
     }
     try {
       st.loop->validate(prompts[i], p);
+    } catch (const FieldError& e) {
+      throw ApiError(400, prefix + e.what(), e.field());
     } catch (const Error& e) {
-      throw ApiError(400, prompts.size() > 1 ? cat("prompt ", i, ": ", e.what()) : e.what());
+      throw ApiError(400, prefix + e.what());
     }
     per_prompt.push_back(std::move(p));
   }
@@ -59,20 +64,33 @@ std::vector<Submitted> submit_all(ServerState& st, const std::string& base_id,
   return subs;
 }
 
-// Waits for the whole output of one request.
-RequestOutput collect(const Submitted& s) {
-  RequestOutput whole, delta;
-  for (;;) {
-    const RequestStream::Status status = s.stream->next(&delta, 1.0);
-    if (status == RequestStream::kFinished) break;
-    if (status == RequestStream::kTimeout) continue;
-    accumulate_output(whole, delta);
-    if (delta.finished) break;
+// Waits for the whole output of every request; when the client goes away (as vLLM, which
+// aborts a request whose connection closes), aborts them all and throws.
+std::vector<RequestOutput> collect(ServerState& st, const std::vector<Submitted>& subs) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<RequestOutput> wholes(subs.size());
+  Clock::time_point next_check = Clock::now();
+  for (size_t i = 0; i < subs.size(); ++i) {
+    RequestOutput delta;
+    for (;;) {
+      if (Clock::now() >= next_check) {
+        next_check = Clock::now() + std::chrono::milliseconds(100);
+        if (client_disconnected()) {
+          for (const Submitted& s : subs) st.loop->abort(s.id);
+          throw ApiError(499, "the client closed the connection; the request was aborted");
+        }
+      }
+      const RequestStream::Status status = subs[i].stream->next(&delta, 0.1);
+      if (status == RequestStream::kFinished) break;
+      if (status == RequestStream::kTimeout) continue;
+      accumulate_output(wholes[i], delta);
+      if (delta.finished) break;
+    }
+    if (!subs[i].stream->error().empty()) throw ApiError(503, subs[i].stream->error());
+    std::sort(wholes[i].outputs.begin(), wholes[i].outputs.end(),
+              [](const CompletionOutput& a, const CompletionOutput& b) { return a.index < b.index; });
   }
-  if (!s.stream->error().empty()) throw ApiError(503, s.stream->error());
-  std::sort(whole.outputs.begin(), whole.outputs.end(),
-            [](const CompletionOutput& a, const CompletionOutput& b) { return a.index < b.index; });
-  return whole;
+  return wholes;
 }
 
 Json stop_reason_json(const CompletionOutput& c) {
@@ -214,6 +232,7 @@ bool pump(StreamJob& job, httplib::DataSink& sink) {
     job.started = true;
     if (!send_chunks(sink, job.writer->start())) return false;
   }
+  if (client_disconnected()) return false;  // the releaser aborts what is unfinished
   bool got = false;
   for (int pass = 0; pass < 2 && !got; ++pass) {
     for (size_t i = 0; i < job.subs.size(); ++i) {
@@ -408,6 +427,7 @@ std::string render_chat(const ServerState& st, const ChatRequest& r) {
   const ChatTemplate* t = nullptr;
   if (r.has_tools() && st.tool_template) t = &*st.tool_template;
   else if (st.chat_template) t = &*st.chat_template;
+  if (!st.template_error.empty()) throw ApiError(400, st.template_error, "messages", "chat_template_error");
   if (!t) throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
   Json inputs = st.template_config.special_tokens.is_object() ? st.template_config.special_tokens
                                                               : Json::object();
@@ -460,10 +480,11 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
                     std::make_unique<CompletionChunks>(st, id, r, std::move(echoes), n));
     return;
   }
+  const std::vector<RequestOutput> wholes = collect(st, subs);
   Json choices = Json::array();
   Usage usage;
   for (size_t p = 0; p < subs.size(); ++p) {
-    const RequestOutput whole = collect(subs[p]);
+    const RequestOutput& whole = wholes[p];
     usage.prompt += whole.metrics.num_prompt_tokens;
     usage.cached += whole.metrics.num_cached_tokens;
     for (const CompletionOutput& c : whole.outputs) {
@@ -496,7 +517,7 @@ void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response
     stream_response(st, res, std::move(subs), std::make_unique<ChatChunks>(st, id, r, thinking));
     return;
   }
-  const RequestOutput whole = collect(subs[0]);
+  const RequestOutput whole = std::move(collect(st, subs)[0]);
   Json choices = Json::array();
   Usage usage;
   usage.prompt = whole.metrics.num_prompt_tokens;

@@ -1,13 +1,18 @@
 #include "strata/server/server.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <random>
 
-#include <sys/socket.h>
-
 #include "strata/core/error.h"
+#include "strata/server/http_connections.h"
+#include "strata/server/request_framing.h"
 #include "strata/server/server_state.h"
 
 namespace strata::server {
@@ -47,8 +52,16 @@ std::string ServerState::token_text(int32_t id) const {
 
 struct ApiServer::Impl {
   ServerState st;
-  httplib::Server http;
+  std::unique_ptr<HttpServer> http;
   int port = -1;
+  // The periodic stats line.
+  std::thread stats;
+  std::mutex stats_mu;
+  std::condition_variable stats_cv;
+  bool stats_stop = false;
+
+  void log_stats();
+  void stop_stats();
 
   // The tokenizer, chat templates and names of the model folder.
   void load_text(ServerOptions options, const std::string& dir);
@@ -85,6 +98,7 @@ ApiServer::ApiServer(std::shared_ptr<Model> model, const EngineConfig& engine_co
 
 void ApiServer::Impl::load_text(ServerOptions options, const std::string& dir) {
   st.options = std::move(options);
+  st.log = ServeLog(st.options.log_level, st.options.log_requests);
   st.model_dir = dir;
   st.model_name = st.options.served_model_name;
   if (st.model_name.empty()) {
@@ -93,14 +107,27 @@ void ApiServer::Impl::load_text(ServerOptions options, const std::string& dir) {
   }
   st.created = int64_t(std::time(nullptr));
   st.tokenizer.emplace(Tokenizer::load(dir));  // an Error naming DIR/tokenizer.json when missing
-  st.template_config = load_chat_template_config(dir);
-  if (!st.template_config.templates.empty()) {
-    // select() gives the template source: "tool_use" for requests with tools when the model
-    // has one, else "default".
-    const std::string& plain = st.template_config.select(false);
-    const std::string& tools = st.template_config.select(true);
-    st.chat_template.emplace(ChatTemplate::compile(plain));
-    if (&tools != &plain) st.tool_template.emplace(ChatTemplate::compile(tools));
+  // A chat template that does not load or compile leaves the completions routes serving;
+  // chat requests are answered with the error.
+  const std::string source = std::filesystem::exists(dir + "/chat_template.jinja")
+                                 ? dir + "/chat_template.jinja"
+                                 : dir + "/tokenizer_config.json";
+  try {
+    st.template_config = load_chat_template_config(dir);
+    if (!st.template_config.templates.empty()) {
+      // select() gives the template source: "tool_use" for requests with tools when the model
+      // has one, else "default".
+      const std::string& plain = st.template_config.select(false);
+      const std::string& tools = st.template_config.select(true);
+      st.chat_template.emplace(ChatTemplate::compile(plain));
+      if (&tools != &plain) st.tool_template.emplace(ChatTemplate::compile(tools));
+    }
+  } catch (const Error& e) {
+    st.chat_template.reset();
+    st.tool_template.reset();
+    st.template_error = cat("the chat template of ", source, " does not compile (", e.what(),
+                            "); chat requests cannot be served, /v1/completions can");
+    st.log.write(LogLevel::kWarning, st.template_error);
   }
 }
 
@@ -111,21 +138,63 @@ void ApiServer::start(std::unique_ptr<Engine> engine) {
       std::move(engine), [&st](const RequestOutput& last, int64_t generated,
                                const std::vector<std::string>& reasons) {
         st.metrics.on_finished(last, generated, reasons);
+        st.log.request_finished(last, generated, reasons);
       });
   impl_->routes();
+  if (st.options.stats_interval_s > 0) impl_->stats = std::thread([this] { impl_->log_stats(); });
+}
+
+void ApiServer::Impl::log_stats() {
+  using Clock = std::chrono::steady_clock;
+  EngineStats before = st.loop->snapshot().stats;
+  Clock::time_point then = Clock::now();
+  const auto interval = std::chrono::milliseconds(int64_t(st.options.stats_interval_s * 1000));
+  std::unique_lock<std::mutex> lock(stats_mu);
+  while (!stats_cv.wait_for(lock, interval, [this] { return stats_stop; })) {
+    const EngineStats now = st.loop->snapshot().stats;
+    const Clock::time_point at = Clock::now();
+    bool active = false;
+    const std::string line = stats_line(before, now, std::chrono::duration<double>(at - then).count(), &active);
+    st.log.write(active ? LogLevel::kInfo : LogLevel::kDebug, line);
+    before = now;
+    then = at;
+  }
+}
+
+void ApiServer::Impl::stop_stats() {
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats_stop = true;
+  }
+  stats_cv.notify_all();
+  if (stats.joinable()) stats.join();
 }
 
 ApiServer::~ApiServer() {
   stop();
+  impl_->stop_stats();
   impl_->st.loop.reset();
 }
 
 void ApiServer::Impl::routes() {
-  const int threads = std::max(1, st.options.http_threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  http.set_payload_max_length(st.options.max_body_bytes);
-  http.set_read_timeout(30, 0);
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  const ServerOptions& o = st.options;
+  ConnectionOptions co;
+  co.request_threads = o.http_threads;
+  co.read_timeout_s = o.read_timeout_s;
+  co.write_timeout_s = o.write_timeout_s;
+  co.keep_alive_timeout_s = o.keep_alive_timeout_s;
+  http = std::make_unique<HttpServer>(co);
+  http->set_payload_max_length(o.max_body_bytes);
+  http->set_keep_alive_timeout(time_t(o.keep_alive_timeout_s));  // the Keep-Alive header
+  http->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (std::optional<ApiError> framing = check_request_framing(req, st.options.max_body_bytes)) {
+      // The unread body cannot be told from a next request: this connection ends here.
+      close_connection_after_response();
+      res.set_header("Connection", "close");
+      st.metrics.on_rejected(framing->status());
+      send_error(res, *framing);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (st.options.api_key.empty() || req.path.rfind("/v1", 0) != 0) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
@@ -139,16 +208,16 @@ void ApiServer::Impl::routes() {
   });
   // Statuses httplib sets itself (404 no route, 413 body too large, 400 malformed HTTP) get an
   // OpenAI-shaped body too.
-  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+  http->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string message = cat("HTTP ", res.status);
     if (res.status == 404) message = cat("no route ", req.method, " ", req.path);
-    if (res.status == 413) message = cat("the request body is over the limit of ", st.options.max_body_bytes, " bytes");
+    if (res.status == 413) message = body_too_large_message(st.options.max_body_bytes);
     if (res.status == 405) message = cat("method ", req.method, " is not allowed on ", req.path);
     if (res.status != 401) st.metrics.on_rejected(res.status);
     send_error(res, ApiError(res.status, message));
   });
-  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  http->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
     try {
       std::rethrow_exception(ep);
@@ -156,24 +225,24 @@ void ApiServer::Impl::routes() {
       what = e.what();
     } catch (...) {
     }
-    std::fprintf(stderr, "strata serve: internal error: %s\n", what.c_str());
+    st.log.write(LogLevel::kError, cat("internal error: ", what));
     send_error(res, ApiError(500, cat("internal error: ", what)));
   });
 
-  http.Post("/v1/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
+  http->Post("/v1/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
     handle_completions(st, q, r);
   }));
-  http.Post("/v1/chat/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
+  http->Post("/v1/chat/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
     handle_chat(st, q, r);
   }));
-  http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& r) {
+  http->Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& r) {
     Json model = {{"id", st.model_name},       {"object", "model"},
                   {"created", st.created},     {"owned_by", "strata"},
                   {"root", st.model_dir},      {"parent", nullptr},
                   {"max_model_len", st.loop->max_model_len()}};
     send_json(r, {{"object", "list"}, {"data", Json::array({model})}});
   }));
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+  http->Get("/health", [this](const httplib::Request&, httplib::Response& r) {
     const LoopSnapshot s = st.loop->snapshot();
     if (s.alive) {
       r.status = 200;
@@ -181,10 +250,10 @@ void ApiServer::Impl::routes() {
       send_error(r, ApiError(503, cat("the engine stopped after an error: ", s.last_error)));
     }
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+  http->Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
     r.set_content(st.metrics.render(st.loop->snapshot(), st.model_name), "text/plain; version=0.0.4");
   });
-  http.Post("/tokenize", guarded([this](const httplib::Request& q, httplib::Response& r) {
+  http->Post("/tokenize", guarded([this](const httplib::Request& q, httplib::Response& r) {
     const TokenizeRequest t = parse_tokenize_request(parse_body(q.body, st.options.limits), st.options.limits);
     st.check_model(t.model);
     std::vector<int32_t> ids;
@@ -201,7 +270,7 @@ void ApiServer::Impl::routes() {
     }
     send_json(r, out);
   }));
-  http.Post("/detokenize", guarded([this](const httplib::Request& q, httplib::Response& r) {
+  http->Post("/detokenize", guarded([this](const httplib::Request& q, httplib::Response& r) {
     const DetokenizeRequest d = parse_detokenize_request(parse_body(q.body, st.options.limits), st.options.limits);
     st.check_model(d.model);
     const int64_t vocab = st.loop->model_info().vocab_size;
@@ -217,22 +286,7 @@ void ApiServer::Impl::routes() {
 
 int ApiServer::bind() {
   Impl& m = *impl_;
-  // httplib listens with a backlog of 5 (compiled into Debian's library): a burst of clients
-  // connecting at once would overflow it and see resets. Keep the listening socket and widen
-  // its queue after the bind (Linux lets listen() change the backlog of a listening socket).
-  int listen_fd = -1;
-  m.http.set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_fd = int(sock);
-  });
-  if (m.st.options.port == 0) {
-    m.port = m.http.bind_to_any_port(m.st.options.host);
-  } else if (m.http.bind_to_port(m.st.options.host, m.st.options.port)) {
-    m.port = m.st.options.port;
-  }
-  STRATA_CHECK(m.port > 0, "strata serve: cannot listen on ", m.st.options.host, ":", m.st.options.port,
-               " (address in use or not local?)");
-  if (listen_fd >= 0) ::listen(listen_fd, 4096);
+  m.port = m.http->bind(m.st.options.host, m.st.options.port);
   return m.port;
 }
 
@@ -240,10 +294,29 @@ int ApiServer::port() const { return impl_->port; }
 
 void ApiServer::serve() {
   if (impl_->port < 0) bind();
-  impl_->http.listen_after_bind();
+  impl_->http->serve();
 }
 
-void ApiServer::stop() { impl_->http.stop(); }
+void ApiServer::stop() {
+  impl_->http->stop_accepting();
+  impl_->st.loop->abort_all();
+  impl_->http->close_all();
+}
+
+bool ApiServer::shutdown(double timeout_s) {
+  Impl& m = *impl_;
+  m.http->stop_accepting();
+  const auto now = std::chrono::steady_clock::now();
+  const bool drained = m.http->wait_idle(now + std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+  if (!drained) {
+    m.st.log.write(LogLevel::kWarning, cat(m.st.loop->in_flight(), " requests still running after ",
+                                           timeout_s, " s: aborting them"));
+    m.st.loop->abort_all();
+    m.http->wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  }
+  m.http->close_all();
+  return drained;
+}
 
 const std::string& ApiServer::model_name() const { return impl_->st.model_name; }
 

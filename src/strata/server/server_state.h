@@ -14,6 +14,7 @@
 #include "strata/server/engine_loop.h"
 #include "strata/server/metrics.h"
 #include "strata/server/protocol.h"
+#include "strata/server/serve_log.h"
 #include "strata/server/server.h"
 #include "strata/tokenizer/chat_template.h"
 #include "strata/tokenizer/tokenizer.h"
@@ -29,7 +30,9 @@ struct ServerState {
   std::optional<Tokenizer> tokenizer;
   ChatTemplateConfig template_config;
   std::optional<ChatTemplate> chat_template, tool_template;  // tool_use when the model has one
+  std::string template_error;  // why the chat template did not load ("" when it did)
   Metrics metrics;
+  ServeLog log;
   std::unique_ptr<EngineLoop> loop;
   std::atomic<uint64_t> next_id{0};
 
