@@ -250,6 +250,32 @@ TEST(CudaDense, CopySlot) {
   EXPECT_EQ(rel_err(to_host_f32(gpool), pool), 0.0);
 }
 
+// Many pools and pairs in one call, at a production size (a 32 x 128 x 128 F32 GDN state slot,
+// 2 MiB) and at a row of 15 bytes (no 16-byte alignment); more pairs than one launch takes.
+TEST(CudaDense, CopySlotsMatchesCopySlotOneByOne) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(18);
+  const std::vector<Shape> shapes = {{70, 32, 128, 128}, {70, 15}, {70, 3, 5}};
+  std::vector<Tensor> host, gpu;
+  for (const Shape& sh : shapes) {
+    Tensor t = Tensor::empty(sh, sh.size() == 2 ? DType::kU8 : DType::kF32, Device::kCpu);
+    auto* b = static_cast<uint8_t*>(t.raw());
+    for (size_t i = 0; i < t.nbytes(); ++i) b[i] = uint8_t(rng());
+    host.push_back(t);
+    gpu.push_back(t.to(Device::kCuda));
+  }
+  std::vector<ops::SlotCopy> copies;
+  for (int i = 0; i < 33; ++i) copies.push_back({i, 35 + i});  // 99 copies over three pools
+  ops::copy_slots(host, copies);
+  ops::copy_slots(gpu, copies);
+  for (size_t p = 0; p < shapes.size(); ++p) {
+    const Tensor back = gpu[p].to(Device::kCpu);
+    EXPECT_EQ(std::memcmp(back.raw(), host[p].raw(), back.nbytes()), 0) << "pool " << p;
+    EXPECT_EQ(std::memcmp(static_cast<const char*>(host[p].raw()) + host[p].nbytes() / 70 * 35,
+                          host[p].raw(), host[p].nbytes() / 70 * 33), 0) << "pool " << p;
+  }
+}
+
 TEST(CudaDense, ArgmaxAndSampling) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(9);

@@ -19,7 +19,22 @@ CacheManager::CacheManager(const Model& model, const CacheConfig& config)
 }
 
 // Through Caches, so that a tensor-parallel model's every rank gets the copy.
-void CacheManager::copy_state(int32_t src, int32_t dst) { caches_.copy_slot(src, dst); }
+void CacheManager::copy_state(int32_t src, int32_t dst) {
+  if (src == dst) return;
+  for (const ops::SlotCopy& c : pending_copies_) {
+    if (c.dst == src || c.dst == dst || c.src == dst) {
+      flush_state_copies();
+      break;
+    }
+  }
+  pending_copies_.push_back({src, dst});
+}
+
+void CacheManager::flush_state_copies() {
+  if (pending_copies_.empty()) return;
+  caches_.copy_slots(pending_copies_);
+  pending_copies_.clear();
+}
 
 void CacheManager::copy_page(int32_t src, int32_t dst) {
   caches_.copy_page(src, dst);

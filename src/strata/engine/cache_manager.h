@@ -57,7 +57,11 @@ class CacheManager {
   // The pools come from model.allocate_caches (a tensor-parallel model's carry every rank's).
   CacheManager(const Model& model, const CacheConfig& config);
 
-  Caches& caches() { return caches_; }
+  // The pools, with every state copy decided so far queued on their device.
+  Caches& caches() {
+    flush_state_copies();
+    return caches_;
+  }
   const CacheConfig& config() const { return config_; }
   bool has_state() const { return has_state_; }
   int32_t pages_for(int64_t tokens) const {
@@ -88,7 +92,11 @@ class CacheManager {
 
  private:
   bool is_snapshot_point(const Sequence& seq, int32_t pos) const;
+  // State copies wait in pending_copies_ and go out together (one launch for a step's
+  // snapshots); one that touches a slot a waiting copy writes, or writes one it reads, sends
+  // the waiting ones first, so the order of dependent copies holds.
   void copy_state(int32_t src, int32_t dst);
+  void flush_state_copies();
   void copy_page(int32_t src, int32_t dst);
 
   CacheConfig config_;
@@ -97,6 +105,7 @@ class CacheManager {
   BlockPool blocks_;
   StatePool states_;
   CacheCounters counters_;
+  std::vector<ops::SlotCopy> pending_copies_;
 };
 
 }  // namespace strata

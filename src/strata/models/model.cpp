@@ -52,11 +52,13 @@ Caches Caches::allocate(const CacheSpec& spec, int num_blocks, int block_size, i
   return c;
 }
 
-void Caches::copy_slot(int32_t src, int32_t dst) {
-  for (LayerCaches& l : layers) {
-    for (const Tensor& t : l.slots) ops::copy_slot(t, src, dst);
-  }
-  for (Caches& p : peers) p.copy_slot(src, dst);
+void Caches::copy_slot(int32_t src, int32_t dst) { copy_slots({{src, dst}}); }
+
+void Caches::copy_slots(const std::vector<ops::SlotCopy>& copies) {
+  std::vector<Tensor> pools;
+  for (LayerCaches& l : layers) pools.insert(pools.end(), l.slots.begin(), l.slots.end());
+  ops::copy_slots(pools, copies);
+  for (Caches& p : peers) p.copy_slots(copies);
 }
 
 void Caches::copy_page(int32_t src, int32_t dst) {

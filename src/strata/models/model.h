@@ -10,6 +10,7 @@
 #include "strata/core/batch.h"
 #include "strata/core/tensor.h"
 #include "strata/dist/communicator.h"
+#include "strata/ops/ops.h"
 
 namespace strata {
 
@@ -67,6 +68,8 @@ struct Caches {
   // Every slot tensor (copy_slot) or paged tensor (copy_page) of every layer: pool[dst] =
   // pool[src], here and on every peer (state snapshots, copy-on-fork of a partly filled page).
   void copy_slot(int32_t src, int32_t dst);
+  // copy_slot for several independent pairs at once (ops::copy_slots).
+  void copy_slots(const std::vector<ops::SlotCopy>& copies);
   void copy_page(int32_t src, int32_t dst);
 };
 

@@ -145,6 +145,13 @@ void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Te
 // pool[dst] = pool[src] along dimension 0 (one recurrent-state slot or one cache page), any
 // dtype: the engine's state snapshots and copy-on-fork of a partly filled page.
 void copy_slot(const Tensor& pool, int64_t src, int64_t dst);
+// copy_slot for every pool and every (src, dst) pair at once (one launch on CUDA, where slot
+// copies one at a time cost a few microseconds each). The pairs must be independent: no slot
+// written by one pair is read or written by another. The pools share a device.
+struct SlotCopy {
+  int32_t src = 0, dst = 0;
+};
+void copy_slots(const std::vector<Tensor>& pools, const std::vector<SlotCopy>& copies);
 
 // ---- forward scope, fused ops, sampling (added with the CUDA backend) ----
 

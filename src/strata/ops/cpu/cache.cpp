@@ -19,4 +19,12 @@ void copy_slot(const Tensor& pool, int64_t src, int64_t dst) {
   std::memcpy(base + size_t(dst) * row, base + size_t(src) * row, row);
 }
 
+void copy_slots(const std::vector<Tensor>& pools, const std::vector<SlotCopy>& copies) {
+  if (pools.empty() || copies.empty()) return;
+  STRATA_CUDA_DISPATCH(pools[0], copy_slots(pools, copies));
+  for (const Tensor& pool : pools) {
+    for (const SlotCopy& c : copies) copy_slot(pool, c.src, c.dst);
+  }
+}
+
 }  // namespace strata::ops

@@ -49,6 +49,7 @@ void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const
 void rope(const Tensor& x, const std::vector<int32_t>& positions, const RopeSpec& spec);
 void fill_random_uniform(const Tensor& t, uint64_t seed, float scale);
 void copy_slot(const Tensor& pool, int64_t src, int64_t dst);
+void copy_slots(const std::vector<Tensor>& pools, const std::vector<SlotCopy>& copies);
 
 // ---- attention (attention.cu) ----
 void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,

@@ -612,6 +612,64 @@ void fill_random_uniform(const Tensor& t, uint64_t seed, float scale) {
   check_launch("fill_random_uniform");
 }
 
+namespace {
+
+constexpr int kCopiesPerLaunch = 64;
+
+struct CopyList {
+  const char* src[kCopiesPerLaunch];
+  char* dst[kCopiesPerLaunch];
+  int64_t bytes[kCopiesPerLaunch];
+};
+
+// blockIdx.y: the copy; the blocks along x stride over it, 16 bytes a load where both ends
+// are aligned to 16 bytes, the rest byte by byte.
+__global__ void copy_list_kernel(CopyList l) {
+  pdl_begin();
+  const int c = blockIdx.y;
+  const char* s = l.src[c];
+  char* d = l.dst[c];
+  const int64_t n = l.bytes[c];
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(d)) & 15) == 0;
+  const int64_t vec = aligned ? n / 16 : 0;
+  for (int64_t i = tid; i < vec; i += stride) reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(s)[i];
+  for (int64_t i = vec * 16 + tid; i < n; i += stride) d[i] = s[i];
+}
+
+}  // namespace
+
+void copy_slots(const std::vector<Tensor>& pools, const std::vector<SlotCopy>& copies) {
+  OpTimer timer_("copy_slots");
+  CopyList l{};
+  int n = 0;
+  int64_t largest = 0;
+  auto launch = [&] {
+    if (!n) return;
+    const unsigned blocks = unsigned(std::min<int64_t>(64, (largest + 4095) / 4096));
+    launch_pdl(copy_list_kernel, dim3(std::max(1u, blocks), unsigned(n)), 256, 0, l);
+    check_launch("copy_slots");
+    n = 0;
+    largest = 0;
+  };
+  for (const Tensor& pool : pools) {
+    expect_cuda(pool, "copy_slots", "pool");
+    const size_t row = pool.nbytes() / size_t(std::max<int64_t>(pool.dim(0), 1));
+    char* base = static_cast<char*>(pool.raw());
+    for (const SlotCopy& c : copies) {
+      STRATA_CHECK(pool.ndim() >= 1 && c.src >= 0 && c.dst >= 0 && c.src < pool.dim(0) && c.dst < pool.dim(0),
+                   "copy_slots: slots ", c.src, " -> ", c.dst, " out of range for pool ", pool.describe());
+      if (c.src == c.dst || row == 0) continue;
+      l.src[n] = base + size_t(c.src) * row;
+      l.dst[n] = base + size_t(c.dst) * row;
+      l.bytes[n] = int64_t(row);
+      largest = std::max(largest, int64_t(row));
+      if (++n == kCopiesPerLaunch) launch();
+    }
+  }
+  launch();
+}
+
 void copy_slot(const Tensor& pool, int64_t src, int64_t dst) {
   OpTimer timer_("copy_slot");
   expect_cuda(pool, "copy_slot", "pool");
