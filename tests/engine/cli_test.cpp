@@ -81,7 +81,7 @@ TEST(EngineCli, GenerateMatchesHfGreedy) {
     f << "[5, 6, 7]\n\n" << ref.at("prompt_ids").dump() << "\n";
   }
   const CliRun m = run_cli("generate --model " + dir + " --ids-file " + file + " --max-tokens " +
-                        std::to_string(expected.size()) + " --ignore-eos --print-ids --kv-cache-memory 32M");
+                        std::to_string(expected.size()) + " --temperature 0 --ignore-eos --print-ids --kv-cache-memory 32M");
   ASSERT_EQ(m.status, 0) << m.out;
   const auto mlines = lines_of(m.out);
   ASSERT_GE(mlines.size(), 2u);
@@ -283,7 +283,8 @@ TEST(EngineCli, TensorParallelFlags) {
   for (const char* ep : {"", " --enable-expert-parallel"}) {
     const CliRun r = run_cli("generate --model " + dir + " --ids " + join_ids(prompt) + " --max-tokens " +
                              std::to_string(expected.size()) +
-                             " --ignore-eos --print-ids --kv-cache-memory 32M --tensor-parallel-size 2" + ep);
+                             " --temperature 0 --ignore-eos --print-ids --kv-cache-memory 32M --tensor-parallel-size 2" +
+                             ep);
     ASSERT_EQ(r.status, 0) << r.out;
     const auto lines = lines_of(r.out);
     ASSERT_FALSE(lines.empty());
