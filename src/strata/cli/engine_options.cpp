@@ -9,7 +9,7 @@
 namespace strata::cli {
 
 void add_engine_options(CLI::App& app, EngineOptions& o) {
-  o.model_flag = app.add_option("--model", o.model_dir, "checkpoint folder (default: the bundled model)");
+  app.add_option("--model", o.model_dir, "checkpoint folder (default: the bundled model)");
   app.add_option("--device", o.device, "cpu | cuda (default cpu)");
   add_load_format_option(app, o.load_format);
   app.add_option("--kv-cache-memory", o.kv_cache_memory,
@@ -42,7 +42,7 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
 }
 
 void add_model_argument(CLI::App& app, EngineOptions& o) {
-  app.add_option("model", o.model_argument, "checkpoint folder (as --model)")->excludes(o.model_flag);
+  app.add_option("model", o.model_argument, "checkpoint folder (as --model)");
 }
 
 void add_load_format_option(CLI::App& app, std::string& load_format) {
@@ -69,6 +69,8 @@ void check_parallel_options(int tensor_parallel_size, bool enable_expert_paralle
 
 EngineConfig engine_config(const EngineOptions& o) {
   EngineConfig c;
+  STRATA_CHECK(o.model_argument.empty() || o.model_dir.empty(), "the model folder is given twice ('",
+               o.model_argument, "' and --model '", o.model_dir, "'): give it once, either way");
   c.model = model_dir_or_default(o.model_argument.empty() ? o.model_dir : o.model_argument);
   check_parallel_options(o.tensor_parallel_size, o.enable_expert_parallel, o.device);
   c.device = parse_device(o.device);

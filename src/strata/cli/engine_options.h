@@ -22,7 +22,7 @@ struct EngineOptions {
   bool enable_expert_parallel = false;
   bool no_prefix_caching = false;  // --no-enable-prefix-caching
   std::string model_argument;      // `strata serve MODEL` (add_model_argument)
-  CLI::Option *gpu_util_flag = nullptr, *model_flag = nullptr;
+  CLI::Option* gpu_util_flag = nullptr;
 };
 
 // --load-format auto | safetensors | dummy (also on `strata logits`).
@@ -40,7 +40,7 @@ void check_parallel_options(int tensor_parallel_size, bool enable_expert_paralle
 // --tensor-parallel-size --enable-expert-parallel
 void add_engine_options(CLI::App& app, EngineOptions& o);
 // The model folder as a positional argument too (`strata serve MODEL`, as `vllm serve` takes
-// it); giving it and --model both is an error. Call after add_engine_options.
+// it); giving it and --model both is an error.
 void add_model_argument(CLI::App& app, EngineOptions& o);
 EngineConfig engine_config(const EngineOptions& o);
 

@@ -67,8 +67,9 @@ size_t physical_memory() {
 
 size_t slot_bytes(const MemoryPlan& p) { return size_t(p.seq_slots + p.snapshot_slots) * p.bytes_per_slot; }
 
-// Lowers the snapshot slots, then the sequence slots, until the slots take at most half the
-// budget, when the slots and one page do not fit as asked.
+// When the slots and one page do not fit as asked: the snapshot slots are lowered to what fits in
+// half the budget beside the sequence slots, then, if those alone do not fit, the sequence slots
+// to half the budget.
 void fit_slots(MemoryPlan& p, const std::string& budget_flag) {
   if (p.bytes_per_slot == 0 || slot_bytes(p) + p.bytes_per_block <= p.budget) return;
   const int64_t half = int64_t(p.budget / 2 / p.bytes_per_slot);

@@ -45,10 +45,12 @@ struct MemoryRequest {
 // min(max_num_seqs, kCpuDefaultSequences) sequences of max_model_len tokens need (their pages,
 // a state slot each and as many snapshot slots), at most a quarter of the physical memory.
 // State slots (max_num_seqs + snapshot slots) are taken first, the rest becomes pages. When the
-// slots and one page do not fit, the snapshot slots and then the sequence slots are lowered so
-// that slots take at most half the budget (the scheduler then runs at most that many sequences);
+// slots and one page do not fit, the snapshot slots are lowered to what fits in half the budget
+// beside the sequence slots, and when those alone still do not fit, the sequence slots to half
+// the budget (the scheduler then runs at most that many sequences: admission needs a slot);
 // `adjustments` says so, and names the flag to change when the pool holds less than one
-// full-length sequence. Throws Error naming the flags when not even one slot and one page fit.
+// full-length sequence. Throws Error naming --kv-cache-memory when not even one slot and one
+// page fit.
 MemoryPlan plan_memory(const CacheSpec& spec, const MemoryRequest& request, Device device);
 
 }  // namespace strata
