@@ -108,6 +108,15 @@ class CliProcess {
     }
     return true;
   }
+  // Reads until the output holds at least `n` bytes (true) or `timeout_s` passes or it ends.
+  bool read_at_least(size_t n, double timeout_s) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (out_.size() < n) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !read_some(int(left.count()))) return false;
+    }
+    return true;
+  }
   bool running() {
     if (exited_) return false;
     if (waitpid(pid_, &status_, WNOHANG) == pid_) exited_ = true;
