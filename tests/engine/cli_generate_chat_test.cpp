@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "cli_test_util.h"
 #include "engine_test_util.h"
@@ -162,7 +163,8 @@ TEST(EngineCliChat, DropsTheOldestTurnsWhenTheHistoryOutgrowsTheContext) {
   EXPECT_NE(big.out.find("[reply cut at --max-tokens 2]"), std::string::npos) << "the next turn runs:\n" << big.out;
 }
 
-// Ctrl-C while a reply streams stops that reply (it is marked) and the chat goes on.
+// Ctrl-C while a reply streams stops that reply (it is marked) and the chat goes on; at the
+// prompt it gives a fresh line.
 TEST(EngineCliChat, CtrlCStopsTheReplyNotTheProgram) {
   CliProcess p({"chat", "--temperature", "0", "--max-tokens", "8000", "--ignore-eos", "--kv-cache-memory", "64M",
                 "--max-num-seqs", "2"});
@@ -173,6 +175,11 @@ TEST(EngineCliChat, CtrlCStopsTheReplyNotTheProgram) {
   ASSERT_TRUE(p.read_at_least(start + 20, 60)) << "no reply streamed:\n" << p.output();
   p.signal(SIGINT);
   ASSERT_TRUE(p.read_until("[reply stopped by Ctrl-C]", 60)) << p.output();
+  EXPECT_TRUE(p.running());
+  // Ctrl-C at the prompt (give chat a moment to reach it) starts a fresh line, it does not quit.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  p.signal(SIGINT);
+  EXPECT_TRUE(p.read_until("(/exit or Ctrl-D quits)", 60)) << p.output();
   EXPECT_TRUE(p.running());
   p.write("/help\n/exit\n");
   EXPECT_TRUE(p.read_until("commands: /help", 60)) << p.output();
