@@ -45,7 +45,10 @@ inline CliRun run_cli(const std::string& args, const std::string& input = "") {
 
 inline std::string join_ids(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]);  // not "," + to_string: GCC 12 warns falsely (-Wrestrict) on that
+  }
   return s;
 }
 
