@@ -11,54 +11,13 @@
 
 #include <sys/wait.h>
 
+#include "cli_test_util.h"
 #include "engine_test_util.h"
 #include "strata/io/config.h"
 #include "strata/io/npy.h"
 
 namespace strata::testing {
 namespace {
-
-struct CliRun {
-  int status = -1;
-  std::string out;  // stdout and stderr
-};
-
-// Runs `strata ARGS` with `input` on stdin (none when empty).
-CliRun run_cli(const std::string& args, const std::string& input = "") {
-  CliRun r;
-  std::string redirect;
-  if (!input.empty()) {
-    const std::string path = ::testing::TempDir() + "strata_cli_stdin.txt";
-    std::ofstream(path) << input;
-    redirect = " < " + path;
-  }
-  const std::string cmd = std::string(STRATA_BINARY) + " " + args + redirect + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  r.status = pclose(p);
-  return r;
-}
-
-std::string join_ids(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s;
-}
-
-std::vector<std::string> lines_of(const std::string& s) {
-  std::vector<std::string> lines;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find('\n', i);
-    if (j == std::string::npos) j = s.size();
-    lines.push_back(s.substr(i, j - i));
-    i = j + 1;
-  }
-  return lines;
-}
 
 TEST(EngineCli, GenerateMatchesHfGreedy) {
   const std::string dir = engine_fixture_dir("qwen3_5_moe_tiny");
@@ -81,7 +40,7 @@ TEST(EngineCli, GenerateMatchesHfGreedy) {
     f << "[5, 6, 7]\n\n" << ref.at("prompt_ids").dump() << "\n";
   }
   const CliRun m = run_cli("generate --model " + dir + " --ids-file " + file + " --max-tokens " +
-                        std::to_string(expected.size()) + " --ignore-eos --print-ids --kv-cache-memory 32M");
+                        std::to_string(expected.size()) + " --temperature 0 --ignore-eos --print-ids --kv-cache-memory 32M");
   ASSERT_EQ(m.status, 0) << m.out;
   const auto mlines = lines_of(m.out);
   ASSERT_GE(mlines.size(), 2u);
@@ -283,7 +242,8 @@ TEST(EngineCli, TensorParallelFlags) {
   for (const char* ep : {"", " --enable-expert-parallel"}) {
     const CliRun r = run_cli("generate --model " + dir + " --ids " + join_ids(prompt) + " --max-tokens " +
                              std::to_string(expected.size()) +
-                             " --ignore-eos --print-ids --kv-cache-memory 32M --tensor-parallel-size 2" + ep);
+                             " --temperature 0 --ignore-eos --print-ids --kv-cache-memory 32M --tensor-parallel-size 2" +
+                             ep);
     ASSERT_EQ(r.status, 0) << r.out;
     const auto lines = lines_of(r.out);
     ASSERT_FALSE(lines.empty());

@@ -143,13 +143,21 @@ TEST(EngineMemory, ByteSizes) {
   }
 }
 
-TEST(EngineMemory, PlanSplitsTheBudget) {
+// An attention layer (k and v of [2, 8] float32 a token: 2 KiB a page of 16) and a recurrent
+// layer (a [state, state] float32 slot); with `attention_only`, the attention layer alone.
+CacheSpec attention_and_state_spec(int64_t state, bool attention_only = false) {
   CacheSpec spec;
   LayerCacheSpec attn, gdn;
   attn.paged.push_back({"k", {2, 8}, DType::kF32});
   attn.paged.push_back({"v", {2, 8}, DType::kF32});
-  gdn.slots.push_back({"ssm", {4, 4}, DType::kF32});
-  spec.layers = {attn, gdn};
+  gdn.slots.push_back({"ssm", {state, state}, DType::kF32});
+  spec.layers = {attn};
+  if (!attention_only) spec.layers.push_back(gdn);
+  return spec;
+}
+
+TEST(EngineMemory, PlanSplitsTheBudget) {
+  const CacheSpec spec = attention_and_state_spec(4);
   MemoryRequest r;
   r.kv_cache_memory = 1 << 20;
   r.block_size = 16;
@@ -165,6 +173,67 @@ TEST(EngineMemory, PlanSplitsTheBudget) {
   r.kv_cache_memory = 1 << 20;
   r.gpu_memory_utilization = 1.5;
   EXPECT_THROW(plan_memory(spec, r, Device::kCpu), Error);
+}
+
+// Without --kv-cache-memory on the CPU: kCpuDefaultSequences sequences of max_model_len tokens
+// (pages, a state slot and a snapshot slot each), not a fixed 1 GiB.
+TEST(EngineMemory, CpuDefaultIsSizedFromTheModelAndItsContext) {
+  const CacheSpec spec = attention_and_state_spec(4);
+  MemoryRequest r;
+  r.block_size = 16;
+  r.max_num_seqs = 256;
+  r.snapshot_slots = 256;
+  r.max_model_len = 1000;  // 63 pages
+  const MemoryPlan p = plan_memory(spec, r, Device::kCpu);
+  EXPECT_EQ(p.seq_slots, kCpuDefaultSequences);
+  EXPECT_EQ(p.snapshot_slots, kCpuDefaultSequences);
+  EXPECT_EQ(p.num_blocks, kCpuDefaultSequences * 63);
+  EXPECT_EQ(p.budget, size_t(kCpuDefaultSequences) * 63 * p.bytes_per_block + 2 * kCpuDefaultSequences * 64);
+  EXPECT_NE(p.describe().find("--max-num-seqs 256 runs at most 8 sequences"), std::string::npos) << p.describe();
+  r.max_num_seqs = 2;  // fewer sequences asked: fewer held
+  r.snapshot_slots = 0;
+  const MemoryPlan two = plan_memory(spec, r, Device::kCpu);
+  EXPECT_EQ(two.num_blocks, 2 * 63);
+  EXPECT_EQ(two.seq_slots, 2);
+  EXPECT_EQ(two.snapshot_slots, 0);
+  EXPECT_EQ(two.describe().find("lowered"), std::string::npos) << two.describe();
+  // No state: the slot count is free and stays max_num_seqs.
+  r.max_num_seqs = 256;
+  EXPECT_EQ(plan_memory(attention_and_state_spec(4, true), r, Device::kCpu).seq_slots, 256);
+}
+
+// A budget too small for the slots asked lowers the snapshot slots to what fits in half of it
+// beside the sequence slots, then, when those alone do not fit, the sequence slots to half of it,
+// and says so; when not even one slot and a page fit, the error names the flag.
+TEST(EngineMemory, SmallBudgetLowersTheSlotsTogether) {
+  const CacheSpec spec = attention_and_state_spec(16);  // 2 KiB a page, 1 KiB a slot
+  MemoryRequest r;
+  r.block_size = 16;
+  r.max_num_seqs = 64;
+  r.snapshot_slots = 64;
+  r.max_model_len = 4096;
+  r.kv_cache_memory = 60 * 1024;  // 128 slots asked, 60 KiB
+  MemoryPlan p = plan_memory(spec, r, Device::kCpu);
+  EXPECT_EQ(p.seq_slots, 30);
+  EXPECT_EQ(p.snapshot_slots, 0);
+  EXPECT_EQ(p.num_blocks, 15);
+  EXPECT_NE(p.describe().find("--prefix-state-slots lowered from 64 to 0 to fit; --max-num-seqs 64 lowered to 30"),
+            std::string::npos)
+      << p.describe();
+  EXPECT_NE(p.describe().find("less than one sequence of --max-model-len 4096"), std::string::npos) << p.describe();
+  r.kv_cache_memory = 80 * 1024;  // the sequences fit, only the snapshots are lowered
+  r.max_num_seqs = 30;
+  p = plan_memory(spec, r, Device::kCpu);
+  EXPECT_EQ(p.seq_slots, 30);
+  EXPECT_EQ(p.snapshot_slots, 10);
+  r.kv_cache_memory = 1024;  // not one slot and one page
+  try {
+    plan_memory(spec, r, Device::kCpu);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-cache-memory 1.00 KiB cannot hold one state slot"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -207,6 +207,15 @@ TEST(OpsDense, LinearIsRowIndependent) {
   Tensor w = random_tensor({300, 70}, rng), x = random_tensor({9, 70}, rng);
   Tensor y = Tensor::empty({9, 300}, DType::kF32), y1 = Tensor::empty({1, 300}, DType::kF32);
   ops::linear(x, w, y);
+  // y = x w^T: every value against a double-precision dot product (300 outputs span two of the
+  // 256-column blocks, so the second, partial block is checked too).
+  for (int r = 0; r < 9; ++r) {
+    for (int o = 0; o < 300; ++o) {
+      double want = 0;
+      for (int k = 0; k < 70; ++k) want += double(x.data<float>()[r * 70 + k]) * double(w.data<float>()[o * 70 + k]);
+      ASSERT_NEAR(y.data<float>()[r * 300 + o], want, 1e-4 * (1 + std::fabs(want))) << "row " << r << " col " << o;
+    }
+  }
   for (int r = 0; r < 9; ++r) {
     ops::linear(x.rows(r, r + 1), w, y1);
     EXPECT_EQ(max_diff(y1, y.rows(r, r + 1)), 0.0) << "row " << r;

@@ -1,4 +1,4 @@
-// strata chat-template --model DIR: renders the JSON request on stdin with the model's chat
+// strata chat-template [--model DIR]: renders the JSON request on stdin with the model's chat
 // template and prints the prompt exactly (no newline added).
 #include "strata/tokenizer/chat_template.h"
 
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "strata/cli/command.h"
+#include "strata/cli/common.h"
 #include "strata/core/error.h"
 
 namespace {
@@ -22,8 +23,8 @@ int run(int argc, char** argv) {
       "merged in as template variables.",
       "strata chat-template");
   std::string model_dir;
-  app.add_option("--model", model_dir, "model folder (chat_template.jinja / tokenizer_config.json)")
-      ->required();
+  app.add_option("--model", model_dir,
+                 "model folder (chat_template.jinja / tokenizer_config.json; default: the bundled model)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -46,7 +47,7 @@ int run(int argc, char** argv) {
       for (const auto& [k, v] : extra.items()) request[k] = v;
   }
 
-  strata::ChatTemplateConfig config = strata::load_chat_template_config(model_dir);
+  strata::ChatTemplateConfig config = strata::load_chat_template_config(strata::cli::model_dir_or_default(model_dir));
   nlohmann::ordered_json inputs = config.special_tokens;  // request members override these
   for (const auto& [k, v] : request.items()) inputs[k] = v;
   bool has_tools = inputs.contains("tools") && !inputs["tools"].is_null();

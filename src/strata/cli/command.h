@@ -18,4 +18,7 @@ struct Command {
 bool register_command(Command command);
 const std::vector<Command>& commands();
 
+// "strata 0.1.0 (cpu, cuda)": the version and the backends built in (strata --version).
+std::string version_line();
+
 }  // namespace strata::cli

@@ -1,5 +1,6 @@
 #include "strata/cli/common.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "strata/core/error.h"
@@ -29,6 +30,12 @@ std::string join_ids(const std::vector<int32_t>& ids) {
   std::string s;
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
   return s;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
 }
 
 Device parse_device(const std::string& name) {

@@ -1,5 +1,7 @@
 #include "strata/cli/engine_options.h"
 
+#include <filesystem>
+
 #include "strata/cli/common.h"
 #include "strata/core/error.h"
 #include "strata/engine/memory_budget.h"
@@ -8,23 +10,28 @@ namespace strata::cli {
 
 void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("--model", o.model_dir, "checkpoint folder (default: the bundled model)");
-  app.add_option("--device", o.device, "cpu | cuda");
+  app.add_option("--device", o.device, "cpu | cuda (default cpu)");
   add_load_format_option(app, o.load_format);
   app.add_option("--kv-cache-memory", o.kv_cache_memory,
-                 "bytes for the KV pages and state slots, e.g. 512M, 4G (binary units)");
+                 cat("bytes for the KV pages and state slots, e.g. 512M, 4G (binary units; default: on CPU "
+                     "what ", kCpuDefaultSequences, " sequences of --max-model-len tokens need, at most a quarter "
+                     "of the memory; on CUDA from --gpu-memory-utilization)"));
   o.gpu_util_flag = app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                                    "on CUDA without --kv-cache-memory: fraction (0, 1] of the "
-                                   "device memory the process may fill, caches included");
-  app.add_option("--block-size", o.block_size, "tokens per KV page (default 16)");
-  app.add_option("--max-num-seqs", o.max_num_seqs, "most sequences running at once (default 256)");
+                                   "device memory the process may fill, caches included (default 0.9)");
+  app.add_option("--block-size", o.block_size, cat("tokens per KV page (default ", o.block_size, ")"));
+  app.add_option("--max-num-seqs", o.max_num_seqs,
+                 cat("most sequences running at once (default ", o.max_num_seqs, ")"));
   app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
-                 "most tokens per step; prefills are chunked to fit (default 2048)");
+                 cat("most tokens per step; prefills are chunked to fit (default ", o.max_num_batched_tokens, ")"));
   app.add_option("--max-model-len", o.max_model_len,
                  "context length, prompt plus output (default: max_position_embeddings)");
-  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.prefix_caching,
-               "reuse cached prompt prefixes (default on)");
+  // Two plain flags (the --no- one wins): one flag with a negation shows "{false}" in --help.
+  app.add_flag("--enable-prefix-caching", o.prefix_caching, "reuse cached prompt prefixes (the default)");
+  app.add_flag("--no-enable-prefix-caching", o.no_prefix_caching, "do not reuse cached prompt prefixes");
   app.add_option("--prefix-state-interval", o.prefix_state_interval,
-                 "snapshot the recurrent state every N pages of prefill (default 64; 0: off)");
+                 cat("snapshot the recurrent state every N pages of prefill (default ", o.prefix_state_interval,
+                     "; 0: off)"));
   app.add_option("--prefix-state-slots", o.prefix_state_slots,
                  "state snapshot slots for prefix caching (default: --max-num-seqs)");
   app.add_option("--logprobs-mode", o.logprobs_mode,
@@ -37,9 +44,13 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 
+void add_model_argument(CLI::App& app, EngineOptions& o) {
+  app.add_option("model", o.model_argument, "checkpoint folder (as --model)");
+}
+
 void add_load_format_option(CLI::App& app, std::string& load_format) {
   app.add_option("--load-format", load_format,
-                 "auto | safetensors: the folder's weights (default); dummy: random weights of the shapes "
+                 "auto (default) | safetensors: the folder's weights; dummy: random weights of the shapes "
                  "config.json gives, made on the device (benchmarks without checkpoints)");
 }
 
@@ -61,7 +72,9 @@ void check_parallel_options(int tensor_parallel_size, bool enable_expert_paralle
 
 EngineConfig engine_config(const EngineOptions& o) {
   EngineConfig c;
-  c.model = model_dir_or_default(o.model_dir);
+  STRATA_CHECK(o.model_argument.empty() || o.model_dir.empty(), "the model folder is given twice ('",
+               o.model_argument, "' and --model '", o.model_dir, "'): give it once, either way");
+  c.model = model_dir_or_default(o.model_argument.empty() ? o.model_dir : o.model_argument);
   check_parallel_options(o.tensor_parallel_size, o.enable_expert_parallel, o.device);
   c.device = parse_device(o.device);
   c.load_format = parse_load_format(o.load_format);
@@ -75,7 +88,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.max_num_seqs = o.max_num_seqs;
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.max_model_len = o.max_model_len;
-  c.enable_prefix_caching = o.prefix_caching;
+  c.enable_prefix_caching = o.prefix_caching && !o.no_prefix_caching;
   c.prefix_state_interval = o.prefix_state_interval;
   c.prefix_state_slots = o.prefix_state_slots;
   STRATA_CHECK(o.logprobs_mode == "processed" || o.logprobs_mode == "raw",
@@ -86,41 +99,61 @@ EngineConfig engine_config(const EngineOptions& o) {
   return c;
 }
 
-void add_sampling_options(CLI::App& app, SamplingOptions& o, bool greedy_default) {
-  o.temperature_flag = app.add_option(
-      "--temperature", o.temperature,
-      greedy_default ? "0 for greedy (default 0)" : "0 for greedy (default: generation_config.json, else 1)");
-  o.top_p_flag = app.add_option("--top-p", o.top_p, "nucleus sampling mass in (0, 1]");
-  o.top_k_flag = app.add_option("--top-k", o.top_k, "keep the k most likely tokens; -1 or 0: off");
-  o.min_p_flag = app.add_option("--min-p", o.min_p, "drop tokens below min_p times the most likely");
-  o.rep_flag = app.add_option("--repetition-penalty", o.repetition_penalty, "> 0; 1 is off");
-  app.add_option("--presence-penalty", o.presence_penalty, "[-2, 2]");
-  app.add_option("--frequency-penalty", o.frequency_penalty, "[-2, 2]");
-  o.seed_flag = app.add_option("--seed", o.seed, "per-request seed for reproducible sampling");
-  app.add_option("--n", o.n, "completions per prompt");
-  app.add_option("--max-tokens", o.max_tokens, "most tokens to generate (default 16)");
-  app.add_option("--min-tokens", o.min_tokens, "fewest tokens before eos or a stop id may end it");
+void add_sampling_options(CLI::App& app, SamplingOptions& o) {
+  const char* from_model = "the model's generation_config.json, else ";
+  o.temperature_flag = app.add_option("--temperature", o.temperature,
+                                      cat("0 for greedy (default: ", from_model, "1)"));
+  o.top_p_flag = app.add_option("--top-p", o.top_p, cat("nucleus sampling mass in (0, 1] (default: ", from_model, "1)"));
+  o.top_k_flag = app.add_option("--top-k", o.top_k,
+                                cat("keep the k most likely tokens; -1 or 0: off (default: ", from_model, "off)"));
+  o.min_p_flag = app.add_option("--min-p", o.min_p,
+                                cat("drop tokens below min_p times the most likely (default: ", from_model, "0)"));
+  o.rep_flag = app.add_option("--repetition-penalty", o.repetition_penalty,
+                              cat("> 0; 1 is off (default: ", from_model, "1)"));
+  app.add_option("--presence-penalty", o.presence_penalty, "[-2, 2] (default 0)");
+  app.add_option("--frequency-penalty", o.frequency_penalty, "[-2, 2] (default 0)");
+  o.seed_flag = app.add_option("--seed", o.seed, "seed for reproducible sampling (default: a random seed)");
+  app.add_option("--n", o.n, cat("completions per prompt, at most ", kMaxCompletionsPerPrompt, " (default 1)"));
+  app.add_option("--max-tokens", o.max_tokens, cat("most tokens to generate (default ", o.max_tokens, ")"));
+  app.add_option("--min-tokens", o.min_tokens, "fewest tokens before eos or a stop may end it (default 0)");
   app.add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-sequence tokens");
-  app.add_option("--stop-token-ids", o.stop_token_ids, "token ids that end a completion")->delimiter(',');
+  app.add_option("--stop", o.stop, "a string that ends a completion, left out of the text (repeatable)");
+  app.add_option("--stop-token-ids", o.stop_token_ids, "token ids that end a completion (comma-separated)")
+      ->delimiter(',');
   app.add_option("--logit-bias", o.logit_bias, "ID:BIAS added to a token's logit (repeatable)");
   o.logprobs_flag = app.add_option("--logprobs", o.logprobs,
-                                   "return the sampled token's log-probability and N alternatives");
-  o.greedy_default = greedy_default;
+                                   "print the sampled token's log-probability and N alternatives");
+  app.add_option("--generation-config", o.generation_config,
+                 "where unset sampling flags take their defaults: auto (default): the model's "
+                 "generation_config.json; vllm: the neutral defaults; or a folder holding a "
+                 "generation_config.json");
 }
 
 SamplingParams sampling_params(const SamplingOptions& o) {
   SamplingParams p;
-  if (o.temperature_flag->count()) {
-    p.temperature = o.temperature;
-  } else if (o.greedy_default) {
-    p.temperature = 0.0;
-  }
+  if (o.temperature_flag->count()) p.temperature = o.temperature;
   if (o.top_p_flag->count()) p.top_p = o.top_p;
   if (o.top_k_flag->count()) p.top_k = o.top_k;
   if (o.min_p_flag->count()) p.min_p = o.min_p;
   if (o.rep_flag->count()) p.repetition_penalty = o.repetition_penalty;
   if (o.seed_flag->count()) p.seed = o.seed;
   if (o.logprobs_flag->count()) p.logprobs = o.logprobs;
+  if (o.generation_config != "auto") {
+    GenerationDefaults d;  // "vllm": none
+    if (o.generation_config != "vllm") {
+      STRATA_CHECK(std::filesystem::exists(o.generation_config + "/generation_config.json"),
+                   "--generation-config: expected auto, vllm or a folder holding a generation_config.json, got '",
+                   o.generation_config, "'");
+      d = GenerationDefaults::load(o.generation_config);
+    }
+    p.temperature = p.temperature.value_or(d.temperature.value_or(1.0));
+    p.top_p = p.top_p.value_or(d.top_p.value_or(1.0));
+    p.top_k = p.top_k.value_or(d.top_k.value_or(0));
+    p.min_p = p.min_p.value_or(d.min_p.value_or(0.0));
+    p.repetition_penalty = p.repetition_penalty.value_or(d.repetition_penalty.value_or(1.0));
+  }
+  STRATA_CHECK(o.n >= 1 && o.n <= kMaxCompletionsPerPrompt, "--n must be in [1, ", kMaxCompletionsPerPrompt,
+               "], got ", o.n);
   p.presence_penalty = o.presence_penalty;
   p.frequency_penalty = o.frequency_penalty;
   p.n = o.n;
@@ -128,6 +161,7 @@ SamplingParams sampling_params(const SamplingOptions& o) {
   p.min_tokens = o.min_tokens;
   p.ignore_eos = o.ignore_eos;
   p.stop_token_ids = o.stop_token_ids;
+  p.stop = o.stop;
   for (const std::string& b : o.logit_bias) {
     const size_t colon = b.find(':');
     STRATA_CHECK(colon != std::string::npos && colon > 0, "--logit-bias: expected ID:BIAS, got '", b, "'");

@@ -20,6 +20,8 @@ struct EngineOptions {
   int prefix_state_interval = 64, prefix_state_slots = -1;
   int tensor_parallel_size = 1;
   bool enable_expert_parallel = false;
+  bool no_prefix_caching = false;  // --no-enable-prefix-caching
+  std::string model_argument;      // `strata serve MODEL` (add_model_argument)
   CLI::Option* gpu_util_flag = nullptr;
 };
 
@@ -38,15 +40,22 @@ void check_parallel_options(int tensor_parallel_size, bool enable_expert_paralle
 // --async-scheduling / --no-async-scheduling
 // --tensor-parallel-size --enable-expert-parallel
 void add_engine_options(CLI::App& app, EngineOptions& o);
+// The model folder as a positional argument too (`strata serve MODEL`, as `vllm serve` takes
+// it); giving it and --model both is an error.
+void add_model_argument(CLI::App& app, EngineOptions& o);
 EngineConfig engine_config(const EngineOptions& o);
+
+constexpr int kMaxCompletionsPerPrompt = 128;  // --n's bound (serve's --max-n default)
 
 struct SamplingOptions {
   double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
   double presence_penalty = 0, frequency_penalty = 0;
   int top_k = 0, n = 1, max_tokens = 16, min_tokens = 0, logprobs = 0;
   uint64_t seed = 0;
-  bool ignore_eos = false, greedy_default = false;
+  bool ignore_eos = false;
+  std::string generation_config = "auto";
   std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop;
   std::vector<std::string> logit_bias;  // "ID:BIAS"
   CLI::Option *temperature_flag = nullptr, *top_p_flag = nullptr, *top_k_flag = nullptr,
               *min_p_flag = nullptr, *rep_flag = nullptr, *seed_flag = nullptr,
@@ -54,9 +63,13 @@ struct SamplingOptions {
 };
 
 // --temperature --top-p --top-k --min-p --repetition-penalty --presence-penalty
-// --frequency-penalty --seed --n --max-tokens --min-tokens --ignore-eos --stop-token-ids
-// --logit-bias ID:BIAS --logprobs N. `greedy_default`: --temperature defaults to 0.
-void add_sampling_options(CLI::App& app, SamplingOptions& o, bool greedy_default);
+// --frequency-penalty --seed --n --max-tokens --min-tokens --ignore-eos --stop --stop-token-ids
+// --logit-bias ID:BIAS --logprobs N --generation-config auto|vllm|DIR. Set o.max_tokens to the
+// command's default before calling (the help text shows it).
+void add_sampling_options(CLI::App& app, SamplingOptions& o);
+// Unset sampling flags take their defaults as --generation-config says: auto, the model's
+// generation_config.json (the engine applies it); vllm, the neutral defaults (temperature 1,
+// top-p 1, top-k off, min-p 0, repetition penalty 1); DIR, DIR/generation_config.json.
 SamplingParams sampling_params(const SamplingOptions& o);
 
 }  // namespace strata::cli

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "strata/cli/command.h"
+#include "strata/cli/common.h"
 #include "strata/core/error.h"
+#include "strata/engine/engine.h"
 #include "strata/io/checkpoint.h"
 #include "strata/models/deepseek_v4_config.h"
 #include "strata/models/model.h"
@@ -133,11 +135,13 @@ int run(int argc, char** argv) {
   CLI::App app{"Print the memory plan of a checkpoint folder: weights and cache bytes per token", "strata info"};
   std::string model_dir;
   bool load = false;
-  int block_size = 128;
-  app.add_option("--model", model_dir, "checkpoint folder")->required();
+  int block_size = EngineConfig{}.block_size;  // the page the engine uses without --block-size
+  app.add_option("--model", model_dir, "checkpoint folder (default: the bundled model)");
   app.add_flag("--load", load, "load the model to read its cache layout (families other than deepseek_v4)");
-  app.add_option("--block-size", block_size, "tokens per cache page for the page-size line");
+  app.add_option("--block-size", block_size,
+                 cat("tokens per cache page for the page-size line (default ", block_size, ", as the engine's)"));
   CLI11_PARSE(app, argc, argv);
+  model_dir = model_dir_or_default(model_dir);
   STRATA_CHECK(block_size > 0, "--block-size must be positive");
   Checkpoint ckpt = Checkpoint::open(model_dir);
   const nlohmann::json& cfg = ckpt.config();

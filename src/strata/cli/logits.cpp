@@ -16,11 +16,11 @@ namespace {
 int run(int argc, char** argv) {
   CLI::App app{"Write float32 logits [T, vocab] for every position of --ids as a .npy file", "strata logits"};
   std::string model_dir, ids_text, out, mode = "full", device = "cpu", load_format = "auto";
-  app.add_option("--model", model_dir, "checkpoint folder")->required();
+  app.add_option("--model", model_dir, "checkpoint folder (default: the bundled model)");
   app.add_option("--ids", ids_text, "comma-separated token ids")->required();
   app.add_option("--out", out, "output .npy path")->required();
-  app.add_option("--mode", mode, "full | stepwise | chunked:N");
-  app.add_option("--device", device, "cpu | cuda");
+  app.add_option("--mode", mode, "full (default) | stepwise | chunked:N");
+  app.add_option("--device", device, "cpu | cuda (default cpu)");
   add_load_format_option(app, load_format);
   int tensor_parallel_size = 1;
   bool expert_parallel = false;
@@ -29,7 +29,7 @@ int run(int argc, char** argv) {
   const std::vector<int32_t> ids = parse_ids(ids_text, "--ids");
   check_parallel_options(tensor_parallel_size, expert_parallel, device);
   const Device dev = parse_device(device);
-  auto model = load_parallel_model(model_dir, LoadOptions{dev, parse_load_format(load_format), {}},
+  auto model = load_parallel_model(model_dir_or_default(model_dir), LoadOptions{dev, parse_load_format(load_format), {}},
                                    {tensor_parallel_size, expert_parallel});
   Tensor logits = sequence_logits(*model, ids, mode);  // on the host whatever the device
   write_npy(out, logits);

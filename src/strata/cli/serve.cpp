@@ -1,5 +1,5 @@
 // strata serve: the OpenAI-compatible HTTP server.
-//   strata serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+//   strata serve [MODEL | --model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
 //                [--served-model-name NAME] [engine flags]
 #include <CLI/CLI.hpp>
 
@@ -36,6 +36,7 @@ int run(int argc, char** argv) {
   server::ServerOptions so;
   int64_t max_body = int64_t(so.max_body_bytes);
   add_engine_options(app, eo);
+  add_model_argument(app, eo);
   app.add_option("--host", so.host, "address to listen on (default 127.0.0.1: this machine only)");
   app.add_option("--port", so.port, "port (default 8000; 0: any free port, printed at start)");
   app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' on /v1 routes");

@@ -1,7 +1,8 @@
 // strata tokenize / detokenize: JSON lines in, JSON lines out.
-//   strata tokenize --model DIR [--special]        "text" per line  -> [ids] per line
-//   strata detokenize --model DIR [--skip-special] [ids] per line   -> "text" per line
-// strata bench-tokenizer --model DIR --input FILE: single-threaded encode speed in MB/s.
+//   strata tokenize [--model DIR] [--special]        "text" per line  -> [ids] per line
+//   strata detokenize [--model DIR] [--skip-special] [ids] per line -> "text" per line
+// (an id outside the vocabulary is an error, as on the server)
+// strata bench-tokenizer [--model DIR] --input FILE: single-threaded encode speed in MB/s.
 #include <time.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "strata/cli/command.h"
+#include "strata/cli/common.h"
 #include "strata/core/error.h"
 #include "strata/tokenizer/tokenizer.h"
 
@@ -31,15 +33,19 @@ int parse_args(CLI::App& app, int argc, char** argv) {
   return -1;
 }
 
+void add_model_option(CLI::App& app, std::string& model) {
+  app.add_option("--model", model, "model folder holding tokenizer.json (default: the bundled model)");
+}
+
 int run_tokenize(int argc, char** argv) {
   CLI::App app("Encode JSON strings read one per line on stdin; print a JSON array of ids each.",
                "strata tokenize");
   std::string model;
   bool special = false;
-  app.add_option("--model", model, "model directory holding tokenizer.json")->required();
+  add_model_option(app, model);
   app.add_flag("--special", special, "add the special tokens of the post-processor (e.g. BOS)");
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
-  strata::Tokenizer tok = strata::Tokenizer::load(model);
+  strata::Tokenizer tok = strata::Tokenizer::load(strata::cli::model_dir_or_default(model));
   std::string line;
   std::vector<int32_t> ids;
   size_t lineno = 0;
@@ -71,10 +77,11 @@ int run_detokenize(int argc, char** argv) {
                "strata detokenize");
   std::string model;
   bool skip = false;
-  app.add_option("--model", model, "model directory holding tokenizer.json")->required();
+  add_model_option(app, model);
   app.add_flag("--skip-special", skip, "drop special tokens");
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
-  strata::Tokenizer tok = strata::Tokenizer::load(model);
+  strata::Tokenizer tok = strata::Tokenizer::load(strata::cli::model_dir_or_default(model));
+  const int64_t vocab = tok.vocab_size();
   std::string line;
   size_t lineno = 0;
   std::vector<int32_t> ids;
@@ -93,6 +100,10 @@ int run_detokenize(int argc, char** argv) {
       if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() > INT32_MAX) {
         strata::fail("stdin line ", lineno, ": element ", i, ": expected a non-negative id");
       }
+      if (j[i].get<int64_t>() >= vocab) {
+        strata::fail("stdin line ", lineno, ": element ", i, ": id ", j[i].get<int64_t>(),
+                     " is outside the vocabulary (", vocab, " tokens)");
+      }
       ids.push_back(j[i].get<int32_t>());
     }
     std::string out = json(tok.decode(ids, skip)).dump() + "\n";
@@ -106,12 +117,12 @@ int run_bench(int argc, char** argv) {
   std::string model, input;
   int repeat = 3;
   size_t chunk = 0;
-  app.add_option("--model", model, "model directory holding tokenizer.json")->required();
+  add_model_option(app, model);
   app.add_option("--input", input, "UTF-8 text file to encode")->required();
   app.add_option("--repeat", repeat, "timed passes (the best is printed)");
   app.add_option("--chunk", chunk, "encode the file in documents of about this many bytes");
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
-  strata::Tokenizer tok = strata::Tokenizer::load(model);
+  strata::Tokenizer tok = strata::Tokenizer::load(strata::cli::model_dir_or_default(model));
   std::ifstream f(input, std::ios::binary);
   if (!f) strata::fail(input, ": cannot open file");
   std::stringstream ss;

@@ -1,19 +1,26 @@
-// strata version: prints the build's version and backends.
+// strata version (also strata --version): prints the build's version and backends.
 #include <cstdio>
 
 #include "strata/cli/command.h"
 
+namespace strata::cli {
+
+std::string version_line() {
+#if defined(STRATA_WITH_CUDA)
+  return "strata 0.1.0 (cpu, cuda)";
+#else
+  return "strata 0.1.0 (cpu)";
+#endif
+}
+
 namespace {
 
 int run(int, char**) {
-#if defined(STRATA_WITH_CUDA)
-  std::printf("strata 0.1.0 (cpu, cuda)\n");
-#else
-  std::printf("strata 0.1.0 (cpu)\n");
-#endif
+  std::printf("%s\n", version_line().c_str());
   return 0;
 }
 
-const bool kRegistered = strata::cli::register_command({"version", "print the version and backends", run});
+const bool kRegistered = register_command({"version", "print the version and backends", run});
 
 }  // namespace
+}  // namespace strata::cli

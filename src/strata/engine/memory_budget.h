@@ -23,8 +23,13 @@ struct MemoryPlan {
   int32_t seq_slots = 0;       // = max_num_seqs
   int32_t snapshot_slots = 0;
   int32_t block_size = 16;
+  std::string source;       // where the budget came from ("--kv-cache-memory", "CPU default: ...")
+  std::string adjustments;  // flags lowered to fit the budget, and what the budget cannot hold
   std::string describe() const;  // the capacity line logged at start-up
 };
+
+// Sequences the CPU default budget holds at full length (pages, state slot and snapshot slot).
+constexpr int32_t kCpuDefaultSequences = 8;
 
 struct MemoryRequest {
   std::optional<size_t> kv_cache_memory;  // bytes; wins when set
@@ -36,10 +41,16 @@ struct MemoryRequest {
 };
 
 // The budget is --kv-cache-memory when given; on CUDA otherwise gpu_memory_utilization of the
-// device's total memory minus what is in use now (weights loaded); on the CPU otherwise 1 GiB
-// or what max_num_seqs full-length sequences need, whichever is smaller. State slots
-// (max_num_seqs + snapshot slots) are taken first, the rest becomes pages. Throws Error when
-// the budget cannot hold the slots and at least one page.
+// device's total memory minus what is in use now (weights loaded); on the CPU otherwise what
+// min(max_num_seqs, kCpuDefaultSequences) sequences of max_model_len tokens need (their pages,
+// a state slot each and as many snapshot slots), at most a quarter of the physical memory.
+// State slots (max_num_seqs + snapshot slots) are taken first, the rest becomes pages. When the
+// slots and one page do not fit, the snapshot slots are lowered to what fits in half the budget
+// beside the sequence slots, and when those alone still do not fit, the sequence slots to half
+// the budget (the scheduler then runs at most that many sequences: admission needs a slot);
+// `adjustments` says so, and names the flag to change when the pool holds less than one
+// full-length sequence. Throws Error naming --kv-cache-memory when not even one slot and one
+// page fit.
 MemoryPlan plan_memory(const CacheSpec& spec, const MemoryRequest& request, Device device);
 
 }  // namespace strata
