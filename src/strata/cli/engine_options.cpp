@@ -38,9 +38,10 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                  "processed (after penalties and temperature, default) | raw (model logits)");
   app.add_flag("--enforce-eager", o.enforce_eager,
                "on CUDA: run decode steps without CUDA graphs (default: graphs where the model allows)");
-  app.add_flag("--async-scheduling,!--no-async-scheduling", o.async_scheduling,
-               "schedule and launch each step before the previous step's tokens reach the host, so "
-               "that the host's work overlaps the device's (default on)");
+  app.add_flag("--async-scheduling", o.async_scheduling,
+               "launch each step before the previous step's tokens reach the host, so that the host's "
+               "work overlaps the device's (the default)");
+  app.add_flag("--no-async-scheduling", o.no_async_scheduling, "run the steps one after another");
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 
@@ -84,7 +85,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.gpu_memory_utilization = o.gpu_memory_utilization;
   c.block_size = o.block_size;
   c.enforce_eager = o.enforce_eager;
-  c.async_scheduling = o.async_scheduling;
+  c.async_scheduling = !o.no_async_scheduling;
   c.max_num_seqs = o.max_num_seqs;
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.max_model_len = o.max_model_len;

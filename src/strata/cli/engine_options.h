@@ -21,6 +21,7 @@ struct EngineOptions {
   int tensor_parallel_size = 1;
   bool enable_expert_parallel = false;
   bool no_prefix_caching = false;  // --no-enable-prefix-caching
+  bool no_async_scheduling = false;  // --no-async-scheduling (--async-scheduling is the default)
   std::string model_argument;      // `strata serve MODEL` (add_model_argument)
   CLI::Option* gpu_util_flag = nullptr;
 };
