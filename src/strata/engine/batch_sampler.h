@@ -36,7 +36,6 @@ class BatchSampler {
   std::vector<SampleResult> end(int slot);
   // The device ids of slot's draws, in job order (ForwardBatch::feed_ids).
   const Tensor& draw_ids(int slot) const { return slots_[size_t(slot)].draws.ids; }
-  bool in_flight(int slot) const { return slots_[size_t(slot)].draws.pending; }
   // A sequence whose next draw needs its latest token on the host (repetition, presence or
   // frequency penalties).
   static bool reads_tokens(const Sequence& seq);
