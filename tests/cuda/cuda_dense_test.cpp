@@ -326,6 +326,11 @@ void sample_tokens_case(bool raw, std::mt19937& rng) {
     for (int64_t i = 0; i < v; ++i) logits.data<float>()[r * v + i] = nd(rng) * scale;
   }
   logits.data<float>()[3 * v + 17] = logits.data<float>()[3 * v + 90000] = 40.f;  // a greedy tie
+  // Ties at the top-k cut of draws on the many-block path (kind 2): 60 equal tokens spread over
+  // the row; 200 in one part (more than a part keeps: the full path); 2000 in one part.
+  for (int j = 0; j < 60; ++j) logits.data<float>()[2 * v + j * 4001] = 30.f;
+  for (int j = 0; j < 200; ++j) logits.data<float>()[10 * v + 100 + j] = 35.f;
+  for (int j = 0; j < 2000; ++j) logits.data<float>()[18 * v + 20000 + j] = 35.f;
   Tensor glogits = to_gpu(logits, DType::kF32);
   ops::SampleBatch batch;
   batch.raw_logprobs = raw;
@@ -333,15 +338,15 @@ void sample_tokens_case(bool raw, std::mt19937& rng) {
   for (int i = 0; i < 300; ++i) {
     ops::SampleSpec s;
     s.logits_row = int32_t(i < rows ? i : (i * 7) % rows);
-    const int kind = i % 7;
+    const int kind = i % 8;  // 2 and 7: top-k over many blocks a row
     s.greedy = kind == 0 || kind == 1;
-    s.inv_temperature = kind == 3 ? 1.f / 0.7f : 1.f;
-    s.top_k = kind == 2 ? 50 : kind == 5 ? 1000 : 0;
+    s.inv_temperature = kind == 3 || kind == 7 ? 1.f / 0.7f : 1.f;
+    s.top_k = kind == 2 ? 50 : kind == 5 ? 1000 : kind == 7 ? 8 : 0;
     s.top_p = kind == 2 || kind == 4 ? 0.9f : kind == 5 ? 0.5f : 1.f;
-    s.min_p = kind == 6 ? 0.1f : 0.f;
-    s.num_top_logprobs = kind == 1 ? 20 : kind == 2 ? 5 : kind == 4 ? 0 : -1;
+    s.min_p = kind == 6 ? 0.1f : kind == 7 ? 0.05f : 0.f;
+    s.num_top_logprobs = kind == 1 || kind == 7 ? 20 : kind == 2 ? 5 : kind == 4 ? 0 : -1;
     s.uniform = u(rng) * 0.9999f;
-    if (kind == 1 || kind == 5) {  // penalties, bias and masks on 300 ids
+    if (kind == 1 || kind == 5 || kind == 7) {  // penalties, bias and masks on 300 ids
       s.repetition_penalty = 1.2f;
       s.adjust_begin = int32_t(batch.adjust.size());
       for (int j = 0; j < 300; ++j) {
@@ -385,8 +390,8 @@ void sample_tokens_case(bool raw, std::mt19937& rng) {
   EXPECT_LE(differ, sampled / 100);
   EXPECT_LE(max_lp, 2e-4);
 #if defined(STRATA_WITH_CUDA)
-  // Device time per call at batch 256: greedy arg max, greedy with adjustments and top-20
-  // log-probabilities, and temperature 1 / top-k 50 / top-p 0.9.
+  // Time per call (the host's part and its wait for the copy back included) at batch 256 and 1:
+  // greedy arg max, and temperature 1 / top-k 50 / top-p 0.9.
   auto time_batch = [&](const ops::SampleBatch& b) {
     ops::SampledTokens out;
     ops::sample_tokens(glogits, b, out);
@@ -405,7 +410,7 @@ void sample_tokens_case(bool raw, std::mt19937& rng) {
     ops::SampleBatch g, t;
     for (int64_t r = 0; r < rows; ++r) {
       ops::SampleSpec s;
-      s.logits_row = int32_t(r);
+      s.logits_row = int32_t(r == 2 || r == 10 || r == 18 ? r + 4 : r);  // not the rows of many ties
       g.rows.push_back(s);
       s.greedy = false;
       s.top_k = 50;
@@ -415,6 +420,10 @@ void sample_tokens_case(bool raw, std::mt19937& rng) {
     }
     std::printf("sample_tokens at batch 256, vocab %lld: greedy %.3f ms, temperature 1 / top-k 50 / top-p 0.9 "
                 "%.3f ms\n", (long long)v, time_batch(g), time_batch(t));
+    g.rows.resize(1);
+    t.rows.resize(1);
+    std::printf("sample_tokens at batch 1: greedy %.3f ms, temperature 1 / top-k 50 / top-p 0.9 %.3f ms\n",
+                time_batch(g), time_batch(t));
   }
 #endif
 }

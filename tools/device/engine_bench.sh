@@ -5,7 +5,7 @@
 # the same batches, on dummy weights of the Qwen3.5-35B-A3B shape cut to LAYERS layers, greedy,
 # and at batch 256 also with temperature 1 / top-p 0.9 / top-k 50; then again with every prompt
 # prefilled in the first step (--max-num-batched-tokens = batch x 1024), so that each decode step
-# runs the whole batch and its time compares with the forward's. Logs go to $OUT.
+# runs the whole batch and its time compares with the forward's, greedy and sampled at each batch. Logs go to $OUT.
 # Usage: bash tools/device/engine_bench.sh [LAYERS] [BATCHES] [ENGINE FLAGS]   (defaults 8 and
 # 1,8,64,256; the engine flags, e.g. --no-async-scheduling, go to every `bench` run and put "-x"
 # in its log names)
@@ -45,5 +45,7 @@ engine b256-sampled 256 --temperature 1 --top-p 0.9 --top-k 50
 for b in ${batches//,/ }; do
   engine "b$b-aligned-greedy" "$b" --temperature 0 --max-num-batched-tokens $((b * 1024)) --gpu-memory-utilization 0.5
 done
-engine b256-aligned-sampled 256 --temperature 1 --top-p 0.9 --top-k 50 --max-num-batched-tokens 262144 \
-  --gpu-memory-utilization 0.5
+for b in ${batches//,/ }; do
+  engine "b$b-aligned-sampled" "$b" --temperature 1 --top-p 0.9 --top-k 50 --max-num-batched-tokens $((b * 1024)) \
+    --gpu-memory-utilization 0.5
+done

@@ -4,7 +4,9 @@
 // bits): the top_k-th largest z, tau for top-p with each token weighted by its mass, and the
 // n-th largest for the top log-probabilities. Masses are fixed point (e * 2^40 as integers), so
 // every sum, and with it every draw, is the same whatever the order of the additions. The draw
-// walks the row in id order: per-warp segment sums, then one warp scans its segment.
+// walks the row in id order: per-warp segment sums, then one warp scans its segment. Draws with
+// a small top_k first go over many blocks a row (topk_part_kernel), and sample_tokens_kernel
+// draws them from the candidates those leave.
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -142,6 +144,13 @@ struct SampleArgs {
   float* logprobs;
   int32_t* top_ids;  // [N, kMaxTopLogprobs]
   float* top_lp;
+  // The top-k path's per-part results (topk_part_kernel), [N, parts] and [N, parts, kPartKeep].
+  int parts;
+  int32_t* part_count;  // its candidates; -1: more than kPartKeep (the row takes the full path)
+  float* part_max;      // max z over the part
+  float* part_sum;      // sum of exp(z - part max), when log-probabilities are asked for
+  uint32_t* part_key;
+  int32_t* part_id;
 };
 
 struct Smem {
@@ -585,6 +594,252 @@ __device__ int list_draw(int n, KeptQ kept_q, float top_p, float uniform, Smem& 
   return sm.found == INT_MAX ? -1 : sm.list_id[sm.found];
 }
 
+// ---- top-k draws over many blocks a row ----
+// A draw with 0 < top_k <= kFastK (and, when it asks for them, processed log-probabilities) is
+// decided by its top max(top_k, top log-probabilities) tokens alone. topk_part_kernel splits the
+// row into parts of kPartSpan tokens, one block each with the part in registers, and leaves each
+// part's top K with their ties (at most kPartKeep, else -1), its max z and, for log-probabilities,
+// its sum of exp(z - max). fast_draw, in sample_tokens_kernel, merges them: the top_k-th key over
+// the candidates, the candidates at or above it in id order, and list_draw, as the full path does
+// with its list. Every token of the kept set is a candidate (a token with fewer than top_k larger
+// ones in the row has fewer in its part), so the draw is the full path's.
+constexpr int kPartThreads = 256, kPartEach = 64;
+constexpr int64_t kPartSpan = int64_t(kPartThreads) * kPartEach;
+constexpr int kFastK = 64, kPartKeep = 128, kPartGather = 1024;
+
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// K of the top-k path for draw s, or 0: the full path.
+__host__ __device__ __forceinline__ int fast_k(const SampleSpec& s, int64_t v, bool raw) {
+  if (s.greedy || s.top_k <= 0 || int64_t(s.top_k) >= v) return 0;
+  const bool want = s.num_top_logprobs >= 0;
+  if (want && raw) return 0;
+  const int k = s.top_k > (want ? s.num_top_logprobs : 0) ? s.top_k : s.num_top_logprobs;
+  return k <= kFastK ? k : 0;
+}
+
+// The processed logits x of draw r: its adjusted copy in `work`, or its logits row.
+__device__ __forceinline__ const float* processed_row(const SampleArgs& a, const SampleSpec& s, int r) {
+  return a.work_row[r] >= 0 ? a.work + int64_t(a.work_row[r]) * a.v : a.logits + int64_t(s.logits_row) * a.v;
+}
+
+// Draw blockIdx.y's part blockIdx.x. Keys are order_key(z); 0 marks a position past the row.
+__global__ void __launch_bounds__(kPartThreads) topk_part_kernel(SampleArgs a) {
+  pdl_begin();
+  __shared__ uint32_t g_key[kPartGather];
+  __shared__ int g_id[kPartGather];
+  __shared__ uint32_t warp_bound[kPartThreads / 32], warp_top[kPartThreads / 32];
+  __shared__ float warp_e[kPartThreads / 32];
+  __shared__ int g_n, keep_n;
+  const int r = blockIdx.y, p = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const SampleSpec s = a.specs[r];
+  const int k = fast_k(s, a.v, a.raw);
+  if (!k) return;
+  const float* x = processed_row(a, s, r);
+  const int64_t base = int64_t(p) * kPartSpan;
+  const float inv = s.inv_temperature;
+  uint32_t key[kPartEach];
+  uint32_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kPartEach; ++j) {
+    const int64_t i = base + int64_t(j) * kPartThreads + tid;
+    key[j] = i < a.v ? order_key(__fmul_rn(x[i], inv)) : 0u;
+    mine = max(mine, key[j]);
+  }
+  // A lower bound on the part's K-th largest key: each warp's ceil(K/8)-th largest thread max
+  // (those are distinct tokens, 8 * ceil(K/8) >= K of them at or above the smallest).
+  const int wk = (k + kPartThreads / 32 - 1) / (kPartThreads / 32);
+  int rank = 0;
+#pragma unroll
+  for (int o = 0; o < 32; ++o) {
+    const uint32_t other = __shfl_sync(0xffffffffu, mine, o);
+    rank += other > mine || (other == mine && o < lane);
+  }
+  if (rank == wk - 1) warp_bound[warp] = mine;
+  if (rank == 0) warp_top[warp] = mine;
+  if (tid == 0) g_n = keep_n = 0;
+  __syncthreads();
+  uint32_t bound = 0xffffffffu, top = 0;
+#pragma unroll
+  for (int w = 0; w < kPartThreads / 32; ++w) {
+    bound = min(bound, warp_bound[w]);
+    top = max(top, warp_top[w]);
+  }
+#pragma unroll
+  for (int j = 0; j < kPartEach; ++j) {
+    if (key[j] && key[j] >= bound) {
+      const int slot = atomicAdd(&g_n, 1);
+      if (slot < kPartGather) {
+        g_key[slot] = key[j];
+        g_id[slot] = int(base + int64_t(j) * kPartThreads + tid);
+      }
+    }
+  }
+  const int64_t out = int64_t(r) * a.parts + p;
+  if (s.num_top_logprobs >= 0) {  // sum of exp(z - part max) for the row's log-sum-exp
+    const float m = top ? key_value(top) : -INFINITY;
+    float e = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPartEach; ++j) {
+      if (key[j] && m != -INFINITY) e += expf(key_value(key[j]) - m);
+    }
+    e = warp_sum(e);
+    if (lane == 0) warp_e[warp] = e;
+  }
+  __syncthreads();
+  const int n = g_n;
+  if (n > kPartGather) {
+    if (tid == 0) a.part_count[out] = -1;
+    return;
+  }
+  // The part's top K with their ties: the gathered keys with fewer than K larger ones.
+  for (int c = tid; c < n; c += kPartThreads) {
+    const uint32_t kc = g_key[c];
+    int greater = 0;
+    for (int m = 0; m < n; ++m) greater += g_key[m] > kc;
+    if (greater < k) {
+      const int slot = atomicAdd(&keep_n, 1);
+      if (slot < kPartKeep) {
+        a.part_key[out * kPartKeep + slot] = kc;
+        a.part_id[out * kPartKeep + slot] = g_id[c];
+      }
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    a.part_count[out] = keep_n <= kPartKeep ? keep_n : -1;
+    a.part_max[out] = top ? key_value(top) : -INFINITY;
+    float e = 0.f;
+    for (int w = 0; w < kPartThreads / 32; ++w) e += warp_e[w];
+    a.part_sum[out] = s.num_top_logprobs >= 0 ? e : 0.f;
+  }
+}
+
+// Draw r from its parts' candidates (see above); false, with nothing written, when a part had
+// more than kPartKeep (ties at its cut), and the row takes the full path.
+__device__ bool fast_draw(const SampleArgs& a, const SampleSpec& s, int r, const float* x, Smem& sm) {
+  const int tid = threadIdx.x, parts = a.parts;
+  const int32_t* count = a.part_count + int64_t(r) * parts;
+  if (tid == 0) {
+    sm.ncand = 0;
+    sm.found = 0;
+  }
+  __syncthreads();
+  for (int q = tid; q < parts; q += blockDim.x) {
+    if (count[q] < 0) sm.found = 1;
+  }
+  for (int c = tid; c < parts * kPartKeep; c += blockDim.x) {
+    const int q = c / kPartKeep, j = c % kPartKeep;
+    if (j < count[q]) {
+      const int slot = atomicAdd(&sm.ncand, 1);
+      if (slot < kCand) {
+        const int64_t at = (int64_t(r) * parts + q) * kPartKeep + j;
+        sm.cand_key[slot] = a.part_key[at];
+        sm.cand_id[slot] = a.part_id[at];
+      }
+    }
+  }
+  __syncthreads();
+  const int n = sm.ncand;
+  if (sm.found || n > kCand) return false;
+  const bool want = s.num_top_logprobs >= 0;
+  float mz = -INFINITY, lse = 0.f;
+  {
+    const float* pm = a.part_max + int64_t(r) * parts;
+    const float* ps = a.part_sum + int64_t(r) * parts;
+    for (int q = 0; q < parts; ++q) mz = fmaxf(mz, pm[q]);
+    if (want) {
+      float e = 0.f;
+      for (int q = 0; q < parts; ++q) {
+        if (pm[q] != -INFINITY) e += ps[q] * expf(pm[q] - mz);
+      }
+      lse = mz + logf(e);
+    }
+  }
+  auto cand_key = [&](int64_t i) { return sm.cand_key[i]; };
+  auto count1 = [](int64_t, uint32_t) { return u64(1); };
+  const uint32_t floor_key = radix_select<true>(n, cand_key, count1, u64(s.top_k), sm);
+  // The kept candidates (id, key) into sm.hist, then in id order into the list.
+  if (tid == 0) sm.nlist = 0;
+  __syncthreads();
+  for (int c = tid; c < n; c += blockDim.x) {
+    if (sm.cand_key[c] >= floor_key) sm.hist[atomicAdd(&sm.nlist, 1)] = u64(sm.cand_id[c]) << 32 | sm.cand_key[c];
+  }
+  __syncthreads();
+  const int listed = sm.nlist;
+  for (int c = tid; c < listed; c += blockDim.x) {
+    const u64 e = sm.hist[c];
+    int at = 0;
+    for (int m = 0; m < listed; ++m) at += sm.hist[m] < e;  // ids are unique: id order
+    sm.list_id[at] = int(e >> 32);
+    sm.list_z[at] = key_value(uint32_t(e));
+  }
+  __syncthreads();
+  const float min_p = s.min_p;
+  auto list_q = [&](int j) -> u64 {
+    const float e = expf(__fsub_rn(sm.list_z[j], mz));
+    return e >= min_p ? u64(e * kMassScale) : 0ull;
+  };
+  int token = list_draw(listed, list_q, s.top_p, s.uniform, sm);
+  if (token < 0) token = row_argmax(x, a.v, sm.redf, sm.redi);
+  if (want) {
+    const int nt = s.num_top_logprobs;
+    int32_t* top_ids = a.top_ids + int64_t(r) * kMaxTopLogprobs;
+    float* top_lp = a.top_lp + int64_t(r) * kMaxTopLogprobs;
+    const uint32_t t = nt > 0 ? radix_select<true>(n, cand_key, count1, u64(nt), sm) : 0xffffffffu;
+    for (int c = tid; c < n && nt > 0; c += blockDim.x) {
+      const uint32_t kc = sm.cand_key[c];
+      if (kc < t) continue;
+      const int id = sm.cand_id[c];
+      int at = 0;
+      for (int m = 0; m < n; ++m) {
+        const uint32_t km = sm.cand_key[m];
+        at += km > kc || (km == kc && sm.cand_id[m] < id);
+      }
+      if (at < nt) {
+        top_ids[at] = id;
+        top_lp[at] = key_value(kc) - lse;
+      }
+    }
+    if (tid == 0) a.logprobs[r] = __fmul_rn(x[token], s.inv_temperature) - lse;
+  }
+  if (tid == 0) a.ids[r] = token;
+  return true;
+}
+
+// The adjustments (ops.h's LogitAdjust) of the draws that have them, into their rows of `work`:
+// the copy over many blocks a row, then the entries, a block a draw.
+constexpr int kCopyThreads = 256;
+constexpr int64_t kCopySpan = kCopyThreads * 16;
+
+__global__ void __launch_bounds__(kCopyThreads) adjust_copy_kernel(SampleArgs a) {
+  pdl_begin();
+  const int r = blockIdx.y;
+  if (a.work_row[r] < 0) return;
+  const float* l = a.logits + int64_t(a.specs[r].logits_row) * a.v;
+  float* w = a.work + int64_t(a.work_row[r]) * a.v;
+  const int64_t end = min(a.v, int64_t(blockIdx.x + 1) * kCopySpan);
+  for (int64_t i = int64_t(blockIdx.x) * kCopySpan + threadIdx.x; i < end; i += kCopyThreads) w[i] = l[i];
+}
+
+__global__ void __launch_bounds__(kCopyThreads) adjust_apply_kernel(SampleArgs a) {
+  pdl_begin();
+  const int r = blockIdx.x;
+  if (a.work_row[r] < 0) return;
+  const SampleSpec& s = a.specs[r];
+  float* w = a.work + int64_t(a.work_row[r]) * a.v;
+  const float rp = s.repetition_penalty;
+  for (int j = threadIdx.x; j < s.adjust_count; j += kCopyThreads) {
+    const LogitAdjust& e = a.adjust[s.adjust_begin + j];
+    float y = __fadd_rn(w[e.id], e.bias);
+    if (e.mask) y = -INFINITY;
+    if (e.repeat) y = y > 0.f ? __fdiv_rn(y, rp) : __fmul_rn(y, rp);
+    w[e.id] = __fsub_rn(y, e.subtract);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) sample_tokens_kernel(SampleArgs a) {
   pdl_begin();
   __shared__ Smem sm;
@@ -601,22 +856,8 @@ __global__ void __launch_bounds__(kThreads) sample_tokens_kernel(SampleArgs a) {
     raw_lse = block_lse(v, raw_of, sm, &unused);
     block_top(v, s.num_top_logprobs, raw_of, raw_lse, top_ids, top_lp, sm);
   }
-  const float* x = l;
-  if (a.work_row[r] >= 0) {
-    float* w = a.work + int64_t(a.work_row[r]) * v;
-    for (int64_t i = tid; i < v; i += blockDim.x) w[i] = l[i];
-    __syncthreads();
-    const float rp = s.repetition_penalty;
-    for (int j = tid; j < s.adjust_count; j += blockDim.x) {
-      const LogitAdjust& e = a.adjust[s.adjust_begin + j];
-      float y = __fadd_rn(w[e.id], e.bias);
-      if (e.mask) y = -INFINITY;
-      if (e.repeat) y = y > 0.f ? __fdiv_rn(y, rp) : __fmul_rn(y, rp);
-      w[e.id] = __fsub_rn(y, e.subtract);
-    }
-    __syncthreads();
-    x = w;
-  }
+  const float* x = processed_row(a, s, r);  // adjusted by adjust_copy / adjust_apply
+  if (const int k = fast_k(s, v, a.raw); k && fast_draw(a, s, r, x, sm)) return;
   int token;
   if (s.greedy) {
     token = row_argmax(x, v, sm.redf, sm.redi);
@@ -845,6 +1086,14 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
     check_launch("pick_rows");
   } else if (n) {
     Tensor work = scratch({std::max<int64_t>(n_work, 1), v}, DType::kF32);
+    const bool any_fast = std::any_of(batch.rows.begin(), batch.rows.end(), [&](const SampleSpec& s) {
+      return fast_k(s, v, batch.raw_logprobs) > 0;
+    });
+    const int parts = int((v + kPartSpan - 1) / kPartSpan);
+    const int64_t slots = any_fast ? n * parts : 1;
+    Tensor part_count = scratch({slots}, DType::kI32), part_max = scratch({slots}, DType::kF32),
+           part_sum = scratch({slots}, DType::kF32), part_key = scratch({slots * kPartKeep}, DType::kI32),
+           part_id = scratch({slots * kPartKeep}, DType::kI32);
     SampleArgs a{logits.data<float>(),
                  v,
                  d_specs,
@@ -855,8 +1104,25 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
                  d,
                  reinterpret_cast<float*>(d + n),
                  d + 2 * n,
-                 reinterpret_cast<float*>(d + 2 * n + n * kMaxTopLogprobs)};
+                 reinterpret_cast<float*>(d + 2 * n + n * kMaxTopLogprobs),
+                 parts,
+                 part_count.data<int32_t>(),
+                 part_max.data<float>(),
+                 part_sum.data<float>(),
+                 reinterpret_cast<uint32_t*>(part_key.data<int32_t>()),
+                 part_id.data<int32_t>()};
     STRATA_CUDA_CHECK(cudaMemsetAsync(d, 0, words * 4, stream()));  // slots not asked for read 0, as on the CPU
+    if (n_work > 0) {
+      launch_pdl(adjust_copy_kernel, dim3(unsigned((v + kCopySpan - 1) / kCopySpan), unsigned(n)), kCopyThreads, 0,
+                 a);
+      check_launch("sample_tokens adjust_copy");
+      launch_pdl(adjust_apply_kernel, unsigned(n), kCopyThreads, 0, a);
+      check_launch("sample_tokens adjust_apply");
+    }
+    if (any_fast) {
+      launch_pdl(topk_part_kernel, dim3(unsigned(parts), unsigned(n)), kPartThreads, 0, a);
+      check_launch("sample_tokens topk_part");
+    }
     launch_pdl(sample_tokens_kernel, unsigned(n), kThreads, 0, a);
     check_launch("sample_tokens");
     down_words = size_t(n) * (2 + 2 * kMaxTopLogprobs);
