@@ -67,6 +67,84 @@ test('completions: greedy is deterministic, usage adds up, echo', async () => {
   assert.deepEqual(multi.choices.map((c) => c.index), [0, 1]);
 });
 
+// vLLM's shape of echo with logprobs: prompt then completion in every list, null at the first
+// prompt token, each later prompt token's top_logprobs the N best plus itself. lm-evaluation-
+// harness's local-completions scores log-likelihoods this way (echo, logprobs 1, max_tokens 0).
+function checkEchoLogprobs(lp, promptTokens, total, top) {
+  assert.deepEqual(Object.keys(lp).sort(), ['text_offset', 'token_logprobs', 'tokens', 'top_logprobs']);
+  for (const k of Object.keys(lp)) assert.equal(lp[k].length, total, k);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  assert.equal(lp.text_offset[0], 0);
+  for (let i = 1; i < total; i++) {
+    assert.equal(lp.text_offset[i], lp.text_offset[i - 1] + lp.tokens[i - 1].length, `text_offset[${i}]`);
+    assert.equal(typeof lp.token_logprobs[i], 'number');
+    assert.ok(lp.token_logprobs[i] <= 0, `token_logprobs[${i}]`);
+    const alts = lp.top_logprobs[i];
+    const size = Object.keys(alts).length;
+    if (i < promptTokens) {
+      assert.ok(size >= 1 && size <= top + 1, `top_logprobs[${i}] has ${size}`);
+      assert.equal(alts[lp.tokens[i]], lp.token_logprobs[i], `top_logprobs[${i}] holds the prompt token`);
+      assert.ok(Math.max(...Object.values(alts)) >= lp.token_logprobs[i]);
+    } else {
+      assert.ok(size >= 1 && size <= top, `top_logprobs[${i}] has ${size}`);
+    }
+  }
+}
+
+test('completions: echo with logprobs returns the prompt logprobs (vLLM shape)', async () => {
+  const prompt = 'The capital of France is Paris, and the capital of Italy is';
+  const tok = await (await post('/tokenize', { prompt })).json();
+  const n = tok.tokens.length;
+  const base = { model: 'tiny', prompt, echo: true, temperature: 0 };
+  // The prompt alone.
+  const scored = await client.completions.create({ ...base, logprobs: 1, max_tokens: 0 });
+  const s = scored.choices[0];
+  assert.equal(s.text, prompt);
+  assert.equal(s.finish_reason, 'length');
+  assert.equal(scored.usage.prompt_tokens, n);
+  assert.equal(scored.usage.completion_tokens, 0);
+  checkEchoLogprobs(s.logprobs, n, n, 1);
+  assert.equal(s.logprobs.tokens.join(''), prompt);
+  // With a completion: the same prompt part, then the completion's tokens.
+  const plain = await client.completions.create({ model: 'tiny', prompt, max_tokens: 5, temperature: 0 });
+  const gen = await client.completions.create({ ...base, logprobs: 2, max_tokens: 5 });
+  const g = gen.choices[0];
+  assert.equal(g.text, prompt + plain.choices[0].text);
+  checkEchoLogprobs(g.logprobs, n, n + 5, 2);
+  for (let i = 1; i < n; i++) assert.ok(Math.abs(g.logprobs.token_logprobs[i] - s.logprobs.token_logprobs[i]) < 1e-4);
+  assert.equal(g.logprobs.tokens.join(''), g.text);
+  // Streaming: the echo comes with the prompt's logprobs, and the lists add up to the same.
+  const stream = await client.completions.create({ ...base, logprobs: 2, max_tokens: 5, stream: true });
+  let text = '';
+  const joined = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.logprobs) for (const k of Object.keys(joined)) joined[k].push(...c.logprobs[k]);
+    }
+  }
+  assert.equal(text, g.text);
+  assert.deepEqual(joined.tokens, g.logprobs.tokens);
+  assert.deepEqual(joined.text_offset, g.logprobs.text_offset);
+  checkEchoLogprobs(joined, n, n + 5, 2);
+  // Streaming with max_tokens 0: the prompt alone.
+  const only = await client.completions.create({ ...base, logprobs: 1, max_tokens: 0, stream: true });
+  let onlyText = '', onlyTokens = 0;
+  for await (const chunk of only) {
+    for (const c of chunk.choices) {
+      onlyText += c.text;
+      if (c.logprobs) onlyTokens += c.logprobs.tokens.length;
+    }
+  }
+  assert.equal(onlyText, prompt);
+  assert.equal(onlyTokens, n);
+  // max_tokens 0 without echo names the field.
+  const bad = await post('/v1/completions', { prompt, max_tokens: 0 });
+  assert.equal(bad.status, 400);
+  assert.equal((await bad.json()).error.param, 'max_tokens');
+});
+
 test('completions streaming equals non-streaming, with usage', async () => {
   const req = { model: 'tiny', prompt: 'The weather today', max_tokens: 16, temperature: 0 };
   const whole = await client.completions.create(req);

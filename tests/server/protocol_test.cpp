@@ -133,8 +133,20 @@ TEST(ServerProtocol, CompletionErrorsNameTheField) {
       {kCmp, cmp(R"(, "logprobs": 21)"), "logprobs"},
       {kCmp, cmp(R"(, "suffix": "x")"), "suffix"},
       {kCmp, cmp(R"(, "suffix": 3)"), "suffix"},
-      {kCmp, cmp(R"(, "echo": true, "logprobs": 1)"), "echo"},
+      {kCmp, cmp(R"(, "prompt_logprobs": 1)"), "prompt_logprobs"},
+      {kCmp, cmp(R"(, "max_tokens": -1, "echo": true)"), "max_tokens"},
   });
+}
+
+TEST(ServerProtocol, MaxTokensZeroOnlyWithEcho) {
+  const CompletionRequest r = parse_completion_request(
+      body(R"({"prompt": "x", "echo": true, "logprobs": 1, "max_tokens": 0})"), kLimits);
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.logprobs, 1);
+  EXPECT_EQ(r.gen.max_tokens, 0);
+  expect_param({{kChat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens"},
+                {kChat, R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})",
+                 "max_completion_tokens"}});
 }
 
 TEST(ServerProtocol, ChatErrorsNameTheField) {

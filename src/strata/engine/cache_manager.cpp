@@ -46,6 +46,7 @@ PrefixHit CacheManager::find_prefix(Sequence& seq) {
   if (!config_.prefix_caching) return hit;
   const int32_t bs = config_.block_size;
   extend_page_hashes(seq.tokens, bs, seq.page_hashes);
+  if (seq.needs_prompt_logits()) return hit;  // every prompt position's logits are wanted
   // At least the last token is computed, for its logits.
   const int32_t usable = (seq.num_tokens() - 1) / bs;
   std::vector<PageId> matched;

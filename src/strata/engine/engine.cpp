@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "strata/core/error.h"
+#include "strata/engine/prompt_logprobs.h"
 #include "strata/models/parallel_model.h"
 
 namespace strata {
@@ -125,6 +126,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     seq->index = i;
     seq->tokens = prompt;
     seq->prompt_len = int32_t(prompt.size());
+    seq->request_wants_prompt_logprobs = params.prompt_logprobs.has_value();
     seq->token_limit = int32_t(std::min<int64_t>(int64_t(prompt.size()) + params.max_tokens, max_model_len_));
     if (params.seed) {
       std::seed_seq ss{uint32_t(*params.seed), uint32_t(*params.seed >> 32), uint32_t(i)};
@@ -317,7 +319,7 @@ std::vector<RequestOutput> Engine::step() {
   for (Request* req : order) {
     if (!req->finished_reported) {
       RequestOutput o = report(*req);
-      if (!o.outputs.empty() || o.finished) out.push_back(std::move(o));
+      if (!o.outputs.empty() || o.finished || !o.prompt_logprobs.empty()) out.push_back(std::move(o));
     }
     // A finished request stays until no draw in flight points at it.
     const bool drawing = std::any_of(req->seqs.begin(), req->seqs.end(),
@@ -342,6 +344,8 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
   batch.token_ids.reserve(size_t(so.num_tokens));
   batch.positions.reserve(size_t(so.num_tokens));
   std::vector<bool> fed(so.chunks.size(), false);
+  std::vector<PromptLogitsRow> prompt_rows;  // logits rows for prompt logprobs still to compute
+  std::vector<int32_t> sample_row(so.chunks.size(), -1);
   for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
     const ScheduledChunk& c = so.chunks[ci];
     SeqInBatch s;
@@ -364,18 +368,30 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
       }
       batch.positions.push_back(pos);
     }
-    if (c.samples) batch.logit_rows.push_back(s.q_start + s.q_len - 1);
+    if (c.seq->needs_prompt_logits()) {
+      // Position pos's logits score prompt token pos + 1; the last prompt position samples.
+      const int32_t first = std::max(c.ctx_len, int32_t(c.seq->prompt_logprobs.size()));
+      const int32_t end = std::min(c.ctx_len + c.q_len, c.seq->prompt_len - 1);
+      for (int32_t pos = first; pos < end; ++pos) {
+        prompt_rows.push_back({c.seq, pos, int32_t(batch.logit_rows.size())});
+        batch.logit_rows.push_back(s.q_start + pos - c.ctx_len);
+      }
+    }
+    if (c.samples) {
+      sample_row[ci] = int32_t(batch.logit_rows.size());
+      batch.logit_rows.push_back(s.q_start + s.q_len - 1);
+    }
     batch.seqs.push_back(std::move(s));
   }
   if (!batch.feed_rows.empty()) batch.feed_ids = sampler_->draw_ids(inflight_->slot);
   const Tensor& logits = runner_->run(batch, cache_->caches());
+  if (!prompt_rows.empty()) take_prompt_logprobs(prompt_rows, logits);
   ++stats_.steps;
   stats_.graph_steps = runner_->graph_steps();
   stats_.computed_tokens += so.num_tokens;
   StepInFlight f;
   f.slot = next_slot_;
   next_slot_ ^= 1;
-  int32_t row = 0;
   for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
     const ScheduledChunk& c = so.chunks[ci];
     Sequence& seq = *c.seq;
@@ -391,9 +407,9 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
       cache_->on_computed(seq, c.samples);
     }
     if (c.samples) {
+      const int32_t row = sample_row[ci];
       f.jobs.push_back({&seq, row});
       if (seq.index == 0 && seq.num_generated_drawn() == 0 && req.seqs.size() > 1) fork_children(seq, row, f.jobs);
-      ++row;
     }
   }
   sampler_->begin(logits, f.jobs, f.slot);
@@ -404,6 +420,20 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
     f.reads_tokens = f.reads_tokens || BatchSampler::reads_tokens(seq);
   }
   return f;
+}
+
+// The raw logits are read on the host in the step that computes them (on CUDA this waits for
+// the forward: only steps with such rows pay it).
+void Engine::take_prompt_logprobs(const std::vector<PromptLogitsRow>& rows, const Tensor& logits) {
+  const Tensor host = logits.device() == Device::kCpu ? logits : logits.to(Device::kCpu);
+  const int64_t vocab = host.dim(1);
+  for (const PromptLogitsRow& r : rows) {
+    Sequence& seq = *r.seq;
+    STRATA_CHECK(int32_t(seq.prompt_logprobs.size()) == r.pos, "engine: prompt logprobs out of order at ", r.pos);
+    append_prompt_logprob(host.data<float>() + size_t(r.row) * size_t(vocab), vocab,
+                          seq.tokens[size_t(r.pos) + 1], *seq.request->sampling.params.prompt_logprobs,
+                          seq.prompt_logprobs, seq.prompt_top_logprobs);
+  }
 }
 
 void Engine::complete_step() {
@@ -427,6 +457,13 @@ RequestOutput Engine::report(Request& req) {
   o.request_id = req.id;
   o.metrics = req.metrics;
   bool finished = true;
+  Sequence& first = *req.seqs[0];
+  if (first.request_wants_prompt_logprobs && !first.prompt_logprobs_reported &&
+      !first.needs_prompt_logits()) {
+    o.prompt_logprobs = first.prompt_logprobs;
+    o.prompt_top_logprobs = first.prompt_top_logprobs;
+    first.prompt_logprobs_reported = true;
+  }
   for (auto& sp : req.seqs) {
     Sequence& s = *sp;
     finished = finished && s.is_finished();

@@ -141,6 +141,12 @@ class Engine {
   bool overlap_possible() const;
   std::optional<StepInFlight> launch_step();
   void complete_step();                  // reads inflight_'s draws and applies them
+  struct PromptLogitsRow {
+    Sequence* seq;
+    int32_t pos;  // the prompt position; its logits score prompt token pos + 1
+    int32_t row;  // in the step's logits
+  };
+  void take_prompt_logprobs(const std::vector<PromptLogitsRow>& rows, const Tensor& logits);
   void drain_inbox();
   void admit_request(std::unique_ptr<Request> req);
   void abort_now(const std::string& id);

@@ -17,6 +17,10 @@ void accumulate_output(RequestOutput& whole, const RequestOutput& delta) {
   whole.request_id = delta.request_id;
   whole.finished = delta.finished;
   whole.metrics = delta.metrics;
+  if (!delta.prompt_logprobs.empty()) {
+    whole.prompt_logprobs = delta.prompt_logprobs;
+    whole.prompt_top_logprobs = delta.prompt_top_logprobs;
+  }
   for (const CompletionOutput& d : delta.outputs) {
     auto it = std::find_if(whole.outputs.begin(), whole.outputs.end(),
                            [&](const CompletionOutput& c) { return c.index == d.index; });

@@ -42,6 +42,11 @@ struct RequestOutput {
   std::string request_id;
   std::vector<CompletionOutput> outputs;  // step(): only completions that changed
   bool finished = false;                  // every completion has finished
+  // With SamplingParams::prompt_logprobs: for prompt tokens 1..prompt_len-1 (the first has no
+  // context), each one's logprob and the top alternatives. Reported once, in the first output
+  // after the prompt is computed (accumulate_output keeps them).
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   RequestMetrics metrics;
 };
 

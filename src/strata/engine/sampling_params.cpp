@@ -90,6 +90,10 @@ ResolvedSampling resolve_sampling(const SamplingParams& p, const GenerationDefau
     STRATA_CHECK_FIELD(*p.logprobs >= 0 && *p.logprobs <= kMaxLogprobs, "logprobs",
                        "sampling: logprobs must be in [0, ", kMaxLogprobs, "], got ", *p.logprobs);
   }
+  if (p.prompt_logprobs) {
+    STRATA_CHECK_FIELD(*p.prompt_logprobs >= 0 && *p.prompt_logprobs <= kMaxLogprobs, "prompt_logprobs",
+                       "sampling: prompt_logprobs must be in [0, ", kMaxLogprobs, "], got ", *p.prompt_logprobs);
+  }
   if (!p.ignore_eos) {
     for (int64_t e : model_eos) r.eos_ids.push_back(int32_t(e));
     for (int64_t e : defaults.eos_token_ids) r.eos_ids.push_back(int32_t(e));

@@ -31,6 +31,10 @@ struct SamplingParams {
   bool ignore_eos = false;
   // Log-probabilities of the sampled token plus this many top alternatives, [0, 20].
   std::optional<int> logprobs;
+  // Log-probabilities of every prompt token after the first (given the tokens before it) plus
+  // this many top alternatives, [0, 20]; from the raw logits. The request then computes its
+  // whole prompt (no prefix-cache hit), as vLLM does.
+  std::optional<int> prompt_logprobs;
   // Decode the output to text with the engine's Detokenizer when one is set.
   bool detokenize = true;
 };

@@ -50,6 +50,19 @@ struct Sequence {
   PageId tail_page;
   int32_t branch_point = 0;  // a snapshot point where this prompt leaves the cached prefixes
 
+  // Prompt logprobs (completion 0 of a request that asks for them): those computed so far, for
+  // prompt tokens 1.. in order, and whether they were reported.
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
+  bool prompt_logprobs_reported = false;
+  // Prompt positions whose logits give prompt logprobs still to compute: the prefix cache must
+  // not skip them.
+  bool needs_prompt_logits() const {
+    return index == 0 && request_wants_prompt_logprobs &&
+           int32_t(prompt_logprobs.size()) < prompt_len - 1;
+  }
+  bool request_wants_prompt_logprobs = false;
+
   // Sampling.
   std::mt19937_64 rng;
   std::unordered_map<int32_t, int32_t> output_counts;

@@ -14,12 +14,8 @@
 
 namespace strata::server {
 
-namespace {
-
 // ---- engine submission ----
 
-// Fills max_tokens (default: the rest of the context, as vLLM), checks every prompt before
-// any is queued, then queues them; an input the engine refuses is a 400 naming the field.
 std::vector<Submitted> submit_all(ServerState& st, const std::string& base_id,
                                   const std::vector<std::vector<int32_t>>& prompts,
                                   SamplingParams params, std::optional<int> max_tokens,
@@ -93,6 +89,8 @@ std::vector<RequestOutput> collect(ServerState& st, const std::vector<Submitted>
   return wholes;
 }
 
+namespace {
+
 Json stop_reason_json(const CompletionOutput& c) {
   if (c.stop_reason.empty()) return nullptr;
   if (c.stop_reason.find_first_not_of("0123456789") == std::string::npos) return std::stoll(c.stop_reason);
@@ -138,22 +136,63 @@ Json chat_logprobs(const ServerState& st, const CompletionOutput& c) {
 }
 
 // Completions form: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; offsets count
-// from `offset` (the text already sent for this choice).
-Json completion_logprobs(const ServerState& st, const CompletionOutput& c, size_t offset) {
-  Json tokens = Json::array(), lps = Json::array(), tops = Json::array(), offsets = Json::array();
-  for (size_t t = 0; t < c.logprobs.size() && t < c.token_ids.size(); ++t) {
-    const std::string text = st.token_text(c.token_ids[t]);
-    tokens.push_back(text);
-    lps.push_back(c.logprobs[t]);
-    Json top = Json::object();
-    if (t < c.top_logprobs.size()) {
-      for (const TokenLogprob& a : c.top_logprobs[t]) top[st.token_text(a.token_id)] = a.logprob;
+// on from `offset` (the text already sent for this choice).
+class CompletionLogprobs {
+ public:
+  CompletionLogprobs(const ServerState& st, size_t offset) : st_(st), offset_(offset) {}
+
+  // echo: the prompt's tokens, as vLLM: the first has null logprob and top_logprobs, each later
+  // one its logprob and a dict of the top alternatives plus itself.
+  void add_prompt(const std::vector<int32_t>& prompt, const RequestOutput& o) {
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      if (t == 0 || t > o.prompt_logprobs.size()) {
+        add(prompt[t], nullptr, nullptr);
+        continue;
+      }
+      Json top = Json::object();
+      if (t - 1 < o.prompt_top_logprobs.size()) {
+        for (const TokenLogprob& a : o.prompt_top_logprobs[t - 1]) top[st_.token_text(a.token_id)] = a.logprob;
+      }
+      top[st_.token_text(prompt[t])] = o.prompt_logprobs[t - 1];
+      add(prompt[t], o.prompt_logprobs[t - 1], std::move(top));
     }
-    tops.push_back(std::move(top));
-    offsets.push_back(offset);
-    offset += text.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+
+  void add_completion(const CompletionOutput& c) {
+    for (size_t t = 0; t < c.logprobs.size() && t < c.token_ids.size(); ++t) {
+      Json top = Json::object();
+      if (t < c.top_logprobs.size()) {
+        for (const TokenLogprob& a : c.top_logprobs[t]) top[st_.token_text(a.token_id)] = a.logprob;
+      }
+      add(c.token_ids[t], c.logprobs[t], std::move(top));
+    }
+  }
+
+  size_t offset() const { return offset_; }  // where the next token's text starts
+
+  Json json() const {
+    return {{"tokens", tokens_}, {"token_logprobs", lps_}, {"top_logprobs", tops_}, {"text_offset", offsets_}};
+  }
+
+ private:
+  void add(int32_t id, Json logprob, Json top) {
+    const std::string text = st_.token_text(id);
+    tokens_.push_back(text);
+    lps_.push_back(std::move(logprob));
+    tops_.push_back(std::move(top));
+    offsets_.push_back(offset_);
+    offset_ += text.size();
+  }
+
+  const ServerState& st_;
+  size_t offset_;
+  Json tokens_ = Json::array(), lps_ = Json::array(), tops_ = Json::array(), offsets_ = Json::array();
+};
+
+Json completion_logprobs(const ServerState& st, const CompletionOutput& c, size_t offset) {
+  CompletionLogprobs lp(st, offset);
+  lp.add_completion(c);
+  return lp.json();
 }
 
 // ---- streaming ----
@@ -289,28 +328,50 @@ void stream_response(ServerState& st, httplib::Response& res, std::vector<Submit
 
 class CompletionChunks : public ChunkWriter {
  public:
+  // `prompts`: the token ids, whose logprobs an echo with logprobs sends with the prompt text.
   CompletionChunks(ServerState& st, std::string id, const CompletionRequest& r,
-                   std::vector<std::string> echoes, size_t n)
+                   std::vector<std::string> echoes, std::vector<std::vector<int32_t>> prompts, size_t n)
       : ChunkWriter(st, std::move(id), "text_completion", r.gen.include_usage),
-        logprobs_(r.logprobs.has_value()), echoes_(std::move(echoes)), n_(n),
-        sent_(echoes_.size() * n, 0) {}
+        logprobs_(r.logprobs.has_value()), echo_only_(r.gen.max_tokens == 0),
+        echo_logprobs_(r.echo && r.logprobs), echoes_(std::move(echoes)), prompts_(std::move(prompts)),
+        n_(n), sent_(echoes_.size() * n, 0), echoed_(echoes_.size(), false) {}
 
+  // The echoes, unless they wait for their prompt logprobs (the first output of each prompt).
   std::vector<Json> start() override {
     std::vector<Json> out;
-    for (size_t p = 0; p < echoes_.size(); ++p) {
-      for (size_t j = 0; j < n_ && !echoes_[p].empty(); ++j) {
-        out.push_back(text_choice(p * n_ + j, echoes_[p], nullptr, ""));
-        sent_[p * n_ + j] += echoes_[p].size();
-      }
-    }
+    if (echo_logprobs_) return out;
+    for (size_t p = 0; p < echoes_.size(); ++p) echo(p, nullptr, out);
     return out;
   }
 
  private:
+  void echo(size_t p, const RequestOutput* with_logprobs, std::vector<Json>& out) {
+    echoed_[p] = true;
+    for (size_t j = 0; j < n_; ++j) {
+      if (echoes_[p].empty() && !with_logprobs) continue;
+      Json lp;
+      // With logprobs, offsets count the tokens' texts (as the whole response does).
+      size_t sent = echoes_[p].size();
+      if (with_logprobs) {
+        CompletionLogprobs b(st_, 0);
+        b.add_prompt(prompts_[p], *with_logprobs);
+        lp = b.json();
+        sent = b.offset();
+      }
+      out.push_back(text_choice(p * n_ + j, echoes_[p], std::move(lp), ""));
+      sent_[p * n_ + j] += sent;
+    }
+  }
+
   std::vector<Json> chunks(size_t prompt, const RequestOutput& d) override {
     std::vector<Json> out;
+    if (echo_logprobs_ && !echoed_[prompt]) echo(prompt, &d, out);
     for (const CompletionOutput& c : d.outputs) {
       const size_t index = prompt * n_ + size_t(c.index);
+      if (echo_only_) {  // max_tokens 0: the prompt alone, and the drawn token is dropped
+        if (c.finished()) out.push_back(text_choice(index, "", nullptr, c.finish_reason == "abort" ? "abort" : "length"));
+        continue;
+      }
       if (c.text.empty() && !c.finished() && !(logprobs_ && !c.token_ids.empty())) continue;
       Json lp = logprobs_ ? completion_logprobs(st_, c, sent_[index]) : Json();
       sent_[index] += c.text.size();
@@ -328,10 +389,12 @@ class CompletionChunks : public ChunkWriter {
                    {"finish_reason", finish_json(finish)}});
   }
 
-  bool logprobs_;
+  bool logprobs_, echo_only_, echo_logprobs_;
   std::vector<std::string> echoes_;
+  std::vector<std::vector<int32_t>> prompts_;
   size_t n_;
   std::vector<size_t> sent_;
+  std::vector<bool> echoed_;
 };
 
 // ---- /v1/chat/completions ----
@@ -472,12 +535,16 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
   if (!r.echo) echoes.assign(prompts.size(), "");
   SamplingParams params = r.gen.sampling;
   if (r.logprobs) params.logprobs = *r.logprobs;
+  if (r.echo && r.logprobs) params.prompt_logprobs = *r.logprobs;
+  // max_tokens 0 (with echo): the engine draws one token, which the response leaves out.
+  const bool echo_only = r.gen.max_tokens == 0;
   const std::string id = st.new_id("cmpl");
-  std::vector<Submitted> subs = submit_all(st, id, prompts, params, r.gen.max_tokens, "prompt");
+  std::vector<Submitted> subs =
+      submit_all(st, id, prompts, params, echo_only ? std::optional<int>(1) : r.gen.max_tokens, "prompt");
   const size_t n = size_t(params.n);
   if (r.gen.stream) {
     stream_response(st, res, std::move(subs),
-                    std::make_unique<CompletionChunks>(st, id, r, std::move(echoes), n));
+                    std::make_unique<CompletionChunks>(st, id, r, std::move(echoes), std::move(prompts), n));
     return;
   }
   const std::vector<RequestOutput> wholes = collect(st, subs);
@@ -488,12 +555,20 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
     usage.prompt += whole.metrics.num_prompt_tokens;
     usage.cached += whole.metrics.num_cached_tokens;
     for (const CompletionOutput& c : whole.outputs) {
-      usage.completion += int64_t(c.token_ids.size());
+      Json logprobs;
+      if (r.logprobs) {
+        CompletionLogprobs lp(st, r.echo ? 0 : echoes[p].size());
+        if (r.echo) lp.add_prompt(prompts[p], whole);
+        if (!echo_only) lp.add_completion(c);
+        logprobs = lp.json();
+      }
+      const bool aborted = c.finish_reason == "abort";
+      usage.completion += echo_only ? 0 : int64_t(c.token_ids.size());
       choices.push_back({{"index", p * n + size_t(c.index)},
-                         {"text", echoes[p] + c.text},
-                         {"logprobs", r.logprobs ? completion_logprobs(st, c, echoes[p].size()) : Json()},
-                         {"finish_reason", finish_json(c.finish_reason)},
-                         {"stop_reason", stop_reason_json(c)}});
+                         {"text", echo_only ? echoes[p] : echoes[p] + c.text},
+                         {"logprobs", std::move(logprobs)},
+                         {"finish_reason", finish_json(echo_only && !aborted ? "length" : c.finish_reason)},
+                         {"stop_reason", echo_only ? Json() : stop_reason_json(c)}});
     }
   }
   send_json(res, {{"id", id},

@@ -107,8 +107,9 @@ void parse_generation_fields(const Json& b, const RequestLimits& limits, Generat
     throw bad_request("'best_of' other than n is not supported", "best_of");
   }
   // max_completion_tokens is the newer name; when both are given it wins, as in vLLM.
-  if (auto m = get_int(b, "max_tokens", 1, INT32_MAX)) g->max_tokens = int(*m);
-  if (auto m = get_int(b, "max_completion_tokens", 1, INT32_MAX)) g->max_tokens = int(*m);
+  // 0 only for /v1/completions with echo (the prompt alone); the routes' parsers check it.
+  if (auto m = get_int(b, "max_tokens", 0, INT32_MAX)) g->max_tokens = int(*m);
+  if (auto m = get_int(b, "max_completion_tokens", 0, INT32_MAX)) g->max_tokens = int(*m);
   if (auto m = get_int(b, "min_tokens", 0, INT32_MAX)) s.min_tokens = int(*m);
   if (auto t = get_number(b, "temperature")) s.temperature = *t;
   if (auto t = get_number(b, "top_p")) s.top_p = *t;
@@ -335,6 +336,18 @@ Json parse_body(const std::string& body, const RequestLimits& limits) {
   return j;
 }
 
+// The name the request gave max_tokens by (max_completion_tokens wins when both are given).
+static std::string max_tokens_name(const Json& b) {
+  return field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+}
+
+static void require_tokens(const Json& b, const GenerationFields& g) {
+  if (g.max_tokens == 0) {
+    const std::string name = max_tokens_name(b);
+    throw bad_request("'" + name + "' must be >= 1, got 0", name);
+  }
+}
+
 CompletionRequest parse_completion_request(const Json& b, const RequestLimits& limits) {
   CompletionRequest r;
   parse_generation_fields(b, limits, &r.gen);
@@ -371,9 +384,13 @@ CompletionRequest parse_completion_request(const Json& b, const RequestLimits& l
   if (auto suffix = get_string(b, "suffix"); suffix && !suffix->empty()) {
     throw bad_request("'suffix' is not supported", "suffix");
   }
-  if (r.echo && r.logprobs) {
-    throw bad_request("'echo' with 'logprobs' needs prompt log-probabilities, which this server "
-                      "does not compute", "echo");
+  if (r.gen.max_tokens == 0 && !r.echo) {
+    const std::string name = max_tokens_name(b);
+    throw bad_request("'" + name + "' must be >= 1, or 0 with 'echo': true (the prompt alone)", name);
+  }
+  if (field(b, "prompt_logprobs")) {
+    throw bad_request("'prompt_logprobs' is not supported; 'echo': true with 'logprobs' returns "
+                      "the prompt's log-probabilities", "prompt_logprobs");
   }
   return r;
 }
@@ -381,6 +398,7 @@ CompletionRequest parse_completion_request(const Json& b, const RequestLimits& l
 ChatRequest parse_chat_request(const Json& b, const RequestLimits& limits) {
   ChatRequest r;
   parse_generation_fields(b, limits, &r.gen);
+  require_tokens(b, r.gen);
   const Json* messages = field(b, "messages");
   if (!messages) throw bad_request("'messages' is required", "messages");
   r.messages = normalize_messages(*messages, limits.max_nesting);

@@ -235,6 +235,9 @@ void ApiServer::Impl::routes() {
   http->Post("/v1/chat/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
     handle_chat(st, q, r);
   }));
+  http->Post("/v1/responses", guarded([this](const httplib::Request& q, httplib::Response& r) {
+    handle_responses(st, q, r);
+  }));
   http->Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& r) {
     Json model = {{"id", st.model_name},       {"object", "model"},
                   {"created", st.created},     {"owned_by", "strata"},

@@ -51,6 +51,17 @@ struct Submitted {
   size_t prompt_tokens = 0;
 };
 
+// Fills max_tokens (default: the rest of the context, as vLLM), checks every prompt before
+// any is queued, then queues them; an input the engine refuses is a 400 naming the field
+// (`prompt_param` when the prompt is too long).
+std::vector<Submitted> submit_all(ServerState& st, const std::string& base_id,
+                                  const std::vector<std::vector<int32_t>>& prompts,
+                                  SamplingParams params, std::optional<int> max_tokens,
+                                  const char* prompt_param);
+// Waits for the whole output of every request; when the client goes away (as vLLM, which
+// aborts a request whose connection closes), aborts them all and throws.
+std::vector<RequestOutput> collect(ServerState& st, const std::vector<Submitted>& subs);
+
 // Sends `body` as JSON with `status`.
 void send_json(httplib::Response& res, const Json& body, int status = 200);
 
@@ -61,5 +72,7 @@ std::string render_chat(const ServerState& st, const ChatRequest& r);
 // Routes of openai_routes.cpp.
 void handle_completions(ServerState& st, const httplib::Request& req, httplib::Response& res);
 void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response& res);
+// Route of responses_routes.cpp.
+void handle_responses(ServerState& st, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace strata::server
