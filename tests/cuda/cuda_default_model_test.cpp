@@ -106,5 +106,63 @@ TEST(CudaDefaultModel, GreedyPicksEqualTheCpuWhereTheMarginIsClear) {
   EXPECT_GE(compared, positions / 2);  // a trained model's margins leave most positions comparable
 }
 
+// The multi-token-prediction head on CUDA against transformers' fp32 mtp_logits.npy (the
+// reference prompt through the model, then the head over every row): within the same bf16 bound
+// as the main model's logits, and the same arg max wherever the reference's margin is clear.
+TEST(CudaDefaultModel, MtpHeadFollowsTheReference) {
+  STRATA_REQUIRE_GPU();
+  LoadOptions o;
+  o.device = Device::kCuda;
+  o.mtp = true;
+  std::unique_ptr<Model> model = load_model(kDir, o);
+  const nlohmann::json ref = read_json_file(kDir + "/reference/reference.json");
+  const std::vector<int32_t> prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  const Tensor want = read_npy(kDir + "/reference/mtp_logits.npy");
+  const int32_t t = int32_t(prompt.size()), pages = (t + 15) / 16;
+  const int64_t vocab = model->info().vocab_size;
+  auto batch = [&](std::vector<int32_t> ids) {
+    ForwardBatch b;
+    SeqInBatch s;
+    s.q_len = int32_t(ids.size());
+    for (int32_t i = 0; i < pages; ++i) s.block_table.push_back(i);
+    s.state_slot = 0;
+    b.seqs.push_back(s);
+    for (int32_t i = 0; i < int32_t(ids.size()); ++i) {
+      b.positions.push_back(i);
+      b.logit_rows.push_back(i);
+    }
+    b.token_ids = std::move(ids);
+    return b;
+  };
+  Caches caches = model->allocate_caches(pages, 16, 1, true);
+  Tensor logits, hidden, draft;
+  model->forward_with_hidden(batch(prompt), caches, logits, hidden);
+  model->mtp_forward(batch(std::vector<int32_t>(prompt.begin() + 1, prompt.end())),
+                     hidden.rows(0, t - 1), caches, draft);
+  const Tensor got = draft.to(Device::kCpu);
+  ASSERT_EQ(got.shape(), want.shape());
+  double max_d = 0, scale = 0;
+  int compared = 0;
+  for (int32_t r = 0; r < t - 1; ++r) {
+    const float *g = got.data<float>() + int64_t(r) * vocab, *w = want.data<float>() + int64_t(r) * vocab;
+    double err = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      err = std::max(err, double(std::fabs(g[i] - w[i])));
+      scale = std::max(scale, double(std::fabs(w[i])));
+    }
+    max_d = std::max(max_d, err);
+    float margin = 0, unused = 0;
+    const int32_t best = argmax_row(w, vocab, &margin);
+    if (margin > 2 * err) {
+      ++compared;
+      EXPECT_EQ(argmax_row(g, vocab, &unused), best) << "MTP row " << r;
+    }
+  }
+  std::printf("default model MTP head on CUDA: max |d logit| %.4f against max |logit| %.2f; %d of %d rows "
+              "compared, arg max equal\n", max_d, scale, compared, t - 1);
+  EXPECT_LE(max_d, 0.1 * scale);
+  EXPECT_GE(compared, (t - 1) / 2);
+}
+
 }  // namespace
 }  // namespace strata::testing

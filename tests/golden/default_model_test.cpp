@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "golden_util.h"
+#include "strata/core/error.h"
 #include "strata/engine/single_sequence.h"
 #include "strata/models/model.h"
 #include "strata/tokenizer/tokenizer.h"
@@ -75,6 +77,72 @@ TEST(DefaultModel, LogitsMatchReferenceFullAndStepwise) {
                 ref.tolerance);
     EXPECT_LE(d, ref.tolerance) << "mode " << mode;
   }
+}
+
+// One sequence's batch: `ids` at positions [start, start + ids.size()), every row's logits.
+ForwardBatch sequence_batch(const std::vector<int32_t>& ids, int32_t start, int32_t pages) {
+  ForwardBatch b;
+  b.token_ids = ids;
+  SeqInBatch s;
+  s.q_len = int32_t(ids.size());
+  s.ctx_len = start;
+  for (int32_t i = 0; i < pages; ++i) s.block_table.push_back(i);
+  s.state_slot = 0;
+  b.seqs.push_back(s);
+  for (int32_t i = 0; i < int32_t(ids.size()); ++i) {
+    b.positions.push_back(start + i);
+    b.logit_rows.push_back(i);
+  }
+  return b;
+}
+
+// The multi-token-prediction head (mtp.*) against transformers' mtp_logits.npy: row t is the
+// head over the main model's final-norm state at t and the token at t + 1 (reference.json's
+// "mtp_logits"). Full: the prompt through the model, then the head over every row at once;
+// stepwise: one main step, then one head step, position by position (both through the caches).
+TEST(DefaultModel, MtpHeadMatchesReferenceFullAndStepwise) {
+  const std::string missing = missing_files();
+  ASSERT_TRUE(missing.empty()) << missing;
+  Reference ref = load_reference();
+  LoadOptions options;
+  options.mtp = true;
+  auto model = load_model(default_dir(), options);
+  ASSERT_EQ(model->info().mtp_layers, 1);
+  const Tensor want = read_npy(default_dir() + "/reference/mtp_logits.npy");
+  const int32_t t = int32_t(ref.prompt.size()), pages = (t + 15) / 16;
+  const int64_t vocab = model->info().vocab_size, hsz = model->info().hidden_size;
+  ASSERT_EQ(want.shape(), Shape({t - 1, vocab}));
+  const std::vector<int32_t> next(ref.prompt.begin() + 1, ref.prompt.end());
+  for (const std::string mode : {"full", "stepwise"}) {
+    Caches caches = model->allocate_caches(pages, 16, 1, true);
+    Tensor got = Tensor::empty({t - 1, vocab}, DType::kF32);
+    Tensor logits, hidden, draft;
+    if (mode == "full") {
+      model->forward_with_hidden(sequence_batch(ref.prompt, 0, pages), caches, logits, hidden);
+      Tensor rows = Tensor::empty({t - 1, hsz}, hidden.dtype());
+      std::memcpy(rows.raw(), hidden.raw(), rows.nbytes());
+      model->mtp_forward(sequence_batch(next, 0, pages), rows, caches, got);
+    } else {
+      for (int32_t p = 0; p + 1 < t; ++p) {
+        model->forward_with_hidden(sequence_batch({ref.prompt[size_t(p)]}, p, pages), caches, logits, hidden);
+        model->mtp_forward(sequence_batch({next[size_t(p)]}, p, pages), hidden, caches, draft);
+        std::memcpy(got.data<float>() + int64_t(p) * vocab, draft.raw(), draft.nbytes());
+      }
+    }
+    const double d = max_abs_diff(got, want);
+    std::printf("  default model MTP head %-8s max|d| = %.3g (tolerance %.3g)\n", mode.c_str(), d, ref.tolerance);
+    EXPECT_LE(d, ref.tolerance) << "mode " << mode;
+  }
+}
+
+// Loading without the head leaves it out; asking a model without one for it names the field.
+TEST(DefaultModel, MtpHeadIsLoadedOnlyWhenAsked) {
+  auto model = load_model(default_dir());
+  EXPECT_EQ(model->info().mtp_layers, 0);
+  Tensor logits, hidden;
+  Caches caches = model->allocate_caches(1, 16, 1);
+  EXPECT_THROW(model->forward_with_hidden(sequence_batch({5, 6}, 0, 1), caches, logits, hidden), Error);
+  EXPECT_THROW(model->allocate_caches(1, 16, 1, true), Error);
 }
 
 TEST(DefaultModel, GreedyIdsMatchReference) {

@@ -72,4 +72,20 @@ Caches Model::allocate_caches(int num_blocks, int block_size, int num_slots) con
   return Caches::allocate(info().cache, num_blocks, block_size, num_slots, device());
 }
 
+Caches Model::allocate_caches(int num_blocks, int block_size, int num_slots, bool with_mtp) const {
+  if (!with_mtp) return allocate_caches(num_blocks, block_size, num_slots);
+  STRATA_CHECK(info().mtp_layers > 0, info().model_type, ": no multi-token-prediction head is loaded");
+  CacheSpec spec = info().cache;
+  spec.layers.insert(spec.layers.end(), info().mtp_cache.begin(), info().mtp_cache.end());
+  return Caches::allocate(spec, num_blocks, block_size, num_slots, device());
+}
+
+void Model::forward_with_hidden(const ForwardBatch&, Caches&, Tensor&, Tensor&) {
+  fail(info().model_type, ": no multi-token-prediction head is loaded (or the family has none yet)");
+}
+
+void Model::mtp_forward(const ForwardBatch&, const Tensor&, Caches&, Tensor&) {
+  fail(info().model_type, ": no multi-token-prediction head is loaded (or the family has none yet)");
+}
+
 }  // namespace strata

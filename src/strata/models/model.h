@@ -87,6 +87,11 @@ struct ModelInfo {
   // same launches and workspace whatever the batch's contents (engine/model_runner.h). It also
   // reads the token ids only on the device, so the engine may feed them there (core/batch.h).
   bool cuda_graphs = false;
+  // The multi-token-prediction (draft) head, when loaded (LoadOptions::mtp): its layers, and
+  // their caches, which a Caches for drafting holds after cache.layers (allocate_caches with
+  // with_mtp).
+  int64_t mtp_layers = 0;
+  std::vector<LayerCacheSpec> mtp_cache;
 };
 
 class Model {
@@ -100,6 +105,18 @@ class Model {
   // The pools forward() reads and writes: Caches::allocate of info().cache on device(); a
   // tensor-parallel model (models/parallel_model.h) adds its other ranks' pools as peers.
   virtual Caches allocate_caches(int num_blocks, int block_size, int num_slots) const;
+
+  // ---- the multi-token-prediction head (info().mtp_layers > 0; else these throw Error) ----
+  // forward(), and also `hidden` [T, hidden_size]: the final-norm hidden state of every token
+  // row, which the head reads. forward() accepts caches with the head's layers too.
+  virtual void forward_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor& hidden);
+  // The head over `batch`: row i pairs hidden[i], the main model's state at position p, with
+  // token_ids[i], the token at p + 1, at positions[i] = p; its layers' KV in
+  // caches.layers[num_layers + j]. Writes the logits of batch.logit_rows (the draft of the
+  // token at p + 2).
+  virtual void mtp_forward(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits);
+  // The pools of allocate_caches plus the head's layers after them (with_mtp).
+  Caches allocate_caches(int num_blocks, int block_size, int num_slots, bool with_mtp) const;
 };
 
 // Loads a checkpoint folder, picking the family from config.json (models/registry.cpp).
@@ -114,6 +131,9 @@ struct LoadOptions {
   LoadFormat format = LoadFormat::kSafetensors;
   // Tensor/expert parallelism: which shard this rank loads and runs (size 1: the whole model).
   dist::Parallel parallel;
+  // Load the multi-token-prediction head (mtp.*) too, for speculative decoding; an Error when
+  // the checkpoint has none. Without it the head's tensors are skipped.
+  bool mtp = false;
 };
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
 // "auto" or "safetensors" -> kSafetensors, "dummy" -> kDummy; an Error naming --load-format else.

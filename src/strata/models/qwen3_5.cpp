@@ -24,6 +24,7 @@ struct Qwen35Config {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, conv_kernel = 0;
   int64_t experts = 0, top_k = 0, moe_inter = 0, shared_inter = 0, sparse_step = 1;
+  int64_t mtp_layers = 0;  // mtp_num_hidden_layers
   bool norm_topk = true;
   std::vector<int64_t> mlp_only_layers;
   std::vector<std::string> layer_types;
@@ -107,6 +108,7 @@ Qwen35Config parse_config(const nlohmann::json& root, const std::string& origin)
     if (text.has("mlp_only_layers")) c.mlp_only_layers = text.get_int_list("mlp_only_layers");
   }
   c.eps = require_positive_float(text, "rms_norm_eps", text.get_float("rms_norm_eps", 1e-6));
+  c.mtp_layers = require_non_negative(text, "mtp_num_hidden_layers", text.get_int("mtp_num_hidden_layers", 0));
   c.tie_embeddings = text.get_bool("tie_word_embeddings", top.get_bool("tie_word_embeddings", false));
   if (top.has("tie_word_embeddings")) c.tie_embeddings = top.get_bool("tie_word_embeddings", false);
   c.max_pos = require_positive(text, "max_position_embeddings", text.get_int("max_position_embeddings", 32768));
@@ -178,8 +180,16 @@ Qwen35Config local_config(const Qwen35Config& full, const dist::Parallel& par, c
 }
 
 class Qwen35Model final : public Model {
+  // The residual stream into a sublayer: h, the previous sublayer's output y still to be added
+  // (undefined before the first layer), and the norm the sublayer applies to h + y.
+  struct Residual {
+    Tensor h, spare, y;
+    const Tensor* norm = nullptr;
+  };
+
  public:
-  Qwen35Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par) : device_(device), par_(par) {
+  Qwen35Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par, bool mtp)
+      : device_(device), par_(par) {
     const std::string origin = ckpt.dir() + "/config.json";
     full_ = parse_config(ckpt.config(), origin);
     cfg_ = local_config(full_, par_, origin);
@@ -198,17 +208,12 @@ class Qwen35Model final : public Model {
     info_.bos_token_id = cfg_.bos;
     info_.weight_bytes = w.bytes_loaded();
     info_.cuda_graphs = true;  // decode: device-side routing and padding rows, no host syncs
-    for (const Layer& l : layers_) {
-      LayerCacheSpec s;
-      if (l.linear) {
-        const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
-        s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, DType::kF32});
-        s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
-      } else {
-        s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
-        s.paged.push_back({"v", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
-      }
-      info_.cache.layers.push_back(std::move(s));
+    for (const Layer& l : layers_) info_.cache.layers.push_back(cache_spec(l));
+    if (mtp) {
+      load_mtp(ckpt, origin);
+      info_.weight_bytes += mtp_.bytes;
+      info_.mtp_layers = int64_t(mtp_.layers.size());
+      for (const Layer& l : mtp_.layers) info_.mtp_cache.push_back(cache_spec(l));
     }
   }
 
@@ -216,27 +221,78 @@ class Qwen35Model final : public Model {
   Device device() const override { return device_; }
 
   void forward(const ForwardBatch& batch, Caches& caches, Tensor& logits) override {
+    run(batch, caches, logits, nullptr);
+  }
+
+  void forward_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor& hidden) override {
+    STRATA_CHECK(info_.mtp_layers > 0, cfg_.model_type, ": the multi-token-prediction head is not loaded");
+    run(batch, caches, logits, &hidden);
+  }
+
+  void mtp_forward(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits) override {
+    STRATA_CHECK(info_.mtp_layers > 0, cfg_.model_type, ": the multi-token-prediction head is not loaded");
     batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
-    STRATA_CHECK(caches.layers.size() == layers_.size(), "forward: caches for ", caches.layers.size(),
-                 " layers, model has ", layers_.size());
+    STRATA_CHECK(caches.layers.size() == layers_.size() + mtp_.layers.size(), "mtp_forward: caches for ",
+                 caches.layers.size(), " layers; the model and its head have ", layers_.size() + mtp_.layers.size(),
+                 " (allocate_caches with with_mtp)");
+    const int64_t t = batch.num_tokens();
+    STRATA_CHECK(hidden.shape() == Shape({t, cfg_.hidden}) && hidden.device() == device_ &&
+                     hidden.dtype() == act_dtype(),
+                 "mtp_forward: hidden ", hidden.describe(), " for ", t, " rows (forward_with_hidden's)");
+    prepare_logits(batch, logits);
+    ops::ForwardScope scope(device_, batch);
+    // fc([norm(embed(token)); norm(hidden)]) as fc's two column blocks, their sum left to the
+    // first layer's fused add and norm.
+    Tensor e = act({t, cfg_.hidden}), en = act({t, cfg_.hidden}), hn = act({t, cfg_.hidden});
+    ops::embedding(embed_, batch.token_ids, e);
+    ops::rms_norm(e, mtp_.embed_norm, float(cfg_.eps), true, en);
+    ops::rms_norm(hidden, mtp_.hidden_norm, float(cfg_.eps), true, hn);
+    Residual r{act({t, cfg_.hidden}), act({t, cfg_.hidden}), act({t, cfg_.hidden}), nullptr};
+    ops::linear(en, mtp_.fc_embed, r.h);
+    ops::linear(hn, mtp_.fc_hidden, r.y);
+    decoder_layers(mtp_.layers, layers_.size(), r, batch, caches);
+    head(r, batch, mtp_.norm, logits, nullptr);
+  }
+
+ private:
+  void prepare_logits(const ForwardBatch& batch, Tensor& logits) const {
     const int64_t n = int64_t(batch.logit_rows.size());
     if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
       logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
     }
+  }
+
+  void run(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor* hidden) {
+    batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
+    STRATA_CHECK(caches.layers.size() == layers_.size() || caches.layers.size() == layers_.size() + mtp_.layers.size(),
+                 "forward: caches for ", caches.layers.size(), " layers, model has ", layers_.size());
+    prepare_logits(batch, logits);
+    const int64_t t = batch.num_tokens();
+    if (hidden && (!hidden->defined() || hidden->shape() != Shape{t, cfg_.hidden} || hidden->device() != device_ ||
+                   hidden->dtype() != act_dtype())) {
+      *hidden = act({t, cfg_.hidden});  // before the scope: it outlives the forward's workspace
+    }
     // Everything below is the forward's workspace (on CUDA: an arena reset per forward).
     ops::ForwardScope scope(device_, batch);
-    const int64_t t = batch.num_tokens();
     // Each residual add and the norm after it run inside the next sublayer's first projection.
-    Residual r{act({t, cfg_.hidden}), act({t, cfg_.hidden}), Tensor(), &layers_[0].input_norm};
+    Residual r{act({t, cfg_.hidden}), act({t, cfg_.hidden}), Tensor(), nullptr};
     ops::embedding(embed_, batch.token_ids, r.h);
+    decoder_layers(layers_, 0, r, batch, caches);
+    head(r, batch, final_norm_, logits, hidden);
+  }
+
+  // The decoder layers `ls` over the residual stream r, their caches from caches.layers[first].
+  void decoder_layers(const std::vector<Layer>& ls, size_t first, Residual& r, const ForwardBatch& batch,
+                      Caches& caches) {
+    const int64_t t = batch.num_tokens();
     Tensor x = act({t, cfg_.hidden}), y = act({t, cfg_.hidden});
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const Layer& l = layers_[i];
+    for (size_t i = 0; i < ls.size(); ++i) {
+      const Layer& l = ls[i];
       r.norm = &l.input_norm;
       if (l.linear) {
-        gated_delta_net(l, r, x, batch, caches.layers[i], y);
+        gated_delta_net(l, r, x, batch, caches.layers[first + i], y);
       } else {
-        attention(l, r, x, batch, caches.layers[i], y);
+        attention(l, r, x, batch, caches.layers[first + i], y);
       }
       r.y = y;
       r.norm = &l.post_norm;
@@ -247,11 +303,23 @@ class Qwen35Model final : public Model {
       }
       r.y = y;
     }
+  }
+
+  // The last residual add, the final norm and lm_head over the logit rows; with `hidden`, the
+  // normed state of every row into it as well.
+  void head(Residual& r, const ForwardBatch& batch, const Tensor& norm, Tensor& logits, Tensor* hidden) {
+    const int64_t n = int64_t(batch.logit_rows.size());
     Tensor& h = r.h;
     ops::add(h, r.y, h);
-    Tensor last = act({n, cfg_.hidden}), normed = act({n, cfg_.hidden});
-    ops::gather_rows(h, batch.logit_rows, last);
-    ops::rms_norm(last, final_norm_, float(cfg_.eps), true, normed);
+    Tensor normed = act({n, cfg_.hidden});
+    if (hidden) {
+      ops::rms_norm(h, norm, float(cfg_.eps), true, *hidden);
+      ops::gather_rows(*hidden, batch.logit_rows, normed);
+    } else {
+      Tensor last = act({n, cfg_.hidden});
+      ops::gather_rows(h, batch.logit_rows, last);
+      ops::rms_norm(last, norm, float(cfg_.eps), true, normed);
+    }
     if (par_.size == 1) {
       ops::linear(normed, lm_head_, logits);
       return;
@@ -263,14 +331,6 @@ class Qwen35Model final : public Model {
     dist::gather_vocab(*par_.comm, mine, logits);
   }
 
- private:
-  // The residual stream into a sublayer: h, the previous sublayer's output y still to be added
-  // (undefined before the first layer), and the norm the sublayer applies to h + y.
-  struct Residual {
-    Tensor h, spare, y;
-    const Tensor* norm = nullptr;
-  };
-
   // x = norm(h + y) and the sublayer's first projection of x (w into outs), one op; h becomes
   // h + y (written into the spare buffer, which then swaps with h).
   void project(Residual& r, Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) const {
@@ -280,6 +340,58 @@ class Qwen35Model final : public Model {
     } else {
       ops::add_rms_norm_linear(r.h, Tensor(), *r.norm, float(cfg_.eps), true, Tensor(), x, w, outs);
     }
+  }
+
+  LayerCacheSpec cache_spec(const Layer& l) const {
+    LayerCacheSpec s;
+    if (l.linear) {
+      const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
+      s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, DType::kF32});
+      s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
+    } else {
+      s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+      s.paged.push_back({"v", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+    }
+    return s;
+  }
+
+  // The multi-token-prediction head, as HF's and vLLM's Qwen3.5 MTP: fc over [pre_fc_norm_embedding
+  // (embed(next token)); pre_fc_norm_hidden(hidden)], mtp_num_hidden_layers full-attention
+  // decoder layers with the model's feed-forward kind, its own final norm, the shared lm_head.
+  // Its tensors sit under "mtp." ("model.mtp." in some exports), read by a loader of their own.
+  void load_mtp(const Checkpoint& ckpt, const std::string& origin) {
+    STRATA_CHECK(par_.size == 1, "the multi-token-prediction head runs without tensor parallelism so far");
+    if (full_.mtp_layers == 0) {
+      fail(origin, ": field 'mtp_num_hidden_layers' is 0 or missing: the checkpoint has no multi-token-prediction head");
+    }
+    const std::string prefix = !ckpt.weightless() && ckpt.has("model.mtp.fc.weight") ? "model.mtp." : "mtp.";
+    WeightLoader w(ckpt, prefix, device_, false);
+    const int64_t hsz = full_.hidden;
+    mtp_.fc_embed = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, 0, hsz}});
+    mtp_.fc_hidden = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, hsz, hsz}});
+    mtp_.embed_norm = w.get("pre_fc_norm_embedding.weight", {hsz});
+    mtp_.hidden_norm = w.get("pre_fc_norm_hidden.weight", {hsz});
+    mtp_.norm = w.get("norm.weight", {hsz});
+    for (int64_t i = 0; i < full_.mtp_layers; ++i) {
+      const std::string p = cat("layers.", i, ".");
+      Layer l;
+      l.input_norm = w.get(p + "input_layernorm.weight", {hsz});
+      l.post_norm = w.get(p + "post_attention_layernorm.weight", {hsz});
+      load_attention(w, p + "self_attn.", l);
+      l.moe = full_.experts > 0;
+      if (l.moe) {
+        load_moe(w, p + "mlp.", l);
+      } else {
+        l.mlp = load_mlp(w, p + "mlp.", full_.inter);
+      }
+      mtp_.layers.push_back(std::move(l));
+    }
+    w.finish();
+    for (const std::string& name : w.unused({})) {
+      STRATA_CHECK(name.rfind(prefix, 0) != 0, ckpt.dir(), ": unexpected tensor '", name, "' of the ",
+                   full_.mtp_layers, "-layer multi-token-prediction head");
+    }
+    mtp_.bytes = w.bytes_loaded();
   }
 
   // Activations, KV and conv caches: F32 on the CPU, BF16 on CUDA (the GDN state stays F32).
@@ -518,12 +630,18 @@ class Qwen35Model final : public Model {
   ModelInfo info_;
   Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
+  struct Mtp {
+    Tensor fc_embed, fc_hidden, embed_norm, hidden_norm, norm;  // fc's columns for each input
+    std::vector<Layer> layers;
+    size_t bytes = 0;
+  } mtp_;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel) {
-  return std::make_unique<Qwen35Model>(ckpt, device, parallel);
+std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel,
+                                    bool mtp) {
+  return std::make_unique<Qwen35Model>(ckpt, device, parallel, mtp);
 }
 
 }  // namespace strata

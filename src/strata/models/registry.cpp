@@ -21,7 +21,7 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> kFamilies = {
       {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"},
-       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel); }},
+       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel, o.mtp); }},
       {{"qwen4_exp", "qwen4_exp_text"},
        [](const Checkpoint& c, const LoadOptions& o) { return load_qwen4_exp(c, o.device, o.parallel); }},
       {{"deepseek_v4"},
@@ -51,7 +51,10 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   const std::string type = cfg["model_type"].get<std::string>();
   for (const Family& f : families()) {
     for (const std::string& t : f.model_types) {
-      if (t == type) return f.load(ckpt, options);
+      if (t != type) continue;
+      STRATA_CHECK(!options.mtp || f.model_types[0] == "qwen3_next", dir, ": a multi-token-prediction head for ",
+                   type, " is not supported yet (only the Qwen3.5 family)");
+      return f.load(ckpt, options);
     }
   }
   std::string known;
