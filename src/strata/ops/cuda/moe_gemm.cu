@@ -193,8 +193,7 @@ int moe_tile_rows(int64_t pairs, int64_t experts) { return pairs >= 96 * experts
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
                       unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out) {
   if (bm == 128) {
-    gate_up ? launch<128, true>(a, gather, w, tiles, max_tiles, k, n, out)
-            : launch<128, false>(a, gather, w, tiles, max_tiles, k, n, out);
+    moe_grouped_gemm_wgmma(a, gather, w, tiles, max_tiles, k, n, gate_up, out);
   } else {
     gate_up ? launch<64, true>(a, gather, w, tiles, max_tiles, k, n, out)
             : launch<64, false>(a, gather, w, tiles, max_tiles, k, n, out);

@@ -31,7 +31,11 @@ int moe_tile_rows(int64_t pairs, int64_t experts);
 // else:    out[p, :n] = w[e] [n, k] · a[p] (a [P, k]).
 // Tiles of bm (moe_tile_rows) rows; launches (n / 64 or n / 128) x max_tiles blocks, those past
 // *tiles.count exit at once.
+// 128-row tiles (bm 128) run on wgmma (moe_gemm_wgmma.cu), 64-row tiles on mma.sync.
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
                       unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out);
+// The wgmma kernel of 128-row tiles: (n / 128 (gate_up) or n / 256) x max_tiles blocks.
+void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+                            unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out);
 
 }  // namespace strata::ops::cuda
