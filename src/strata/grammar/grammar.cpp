@@ -38,8 +38,9 @@ bool GrammarBuilder::has_rule(const std::string& name) const {
 }
 
 int32_t GrammarBuilder::fresh_rule(const std::string& hint) {
-  std::string name = hint;
-  for (int i = 1; has_rule(name); ++i) name = cat(hint, "-", i);
+  // '/' cannot appear in a GBNF rule name, so a later definition never lands on this rule.
+  std::string name;
+  for (int i = int(rules_.size()); name.empty() || has_rule(name); ++i) name = cat(hint, "/", i);
   rules_.push_back(Rule{name, {}});
   return int32_t(rules_.size() - 1);
 }
