@@ -199,8 +199,8 @@ TEST(GrammarMatcher, GbnfErrorsNameThePosition) {
   EXPECT_EQ(error_of("root ::= \"\\q\""), "gbnf: line 1 column 11: unknown escape '\\q'");
   EXPECT_EQ(error_of("root ::= \"a\"{3,1}"), "gbnf: line 1 column 10: repetition {3,1} has max < min");
   EXPECT_EQ(error_of("root ::= root \"a\" | \"b\""),
-            "gbnf: rule 'root' is left-recursive (it can derive itself before any byte), "
-            "which is not supported: rewrite it with repetition");
+            "gbnf: rule 'root' is left-recursive (it can derive itself before any byte, e.g. "
+            "through a repetition of something that can be empty), which is not supported");
   EXPECT_EQ(error_of("root ::= \"a\" ?? @"), "gbnf: line 1 column 17: unexpected character '@'");
 }
 
