@@ -41,6 +41,8 @@ class StackEngine {
   // Whether every byte is accepted, leaving the final state in *out.
   bool advance_all(const StackState& in, std::string_view bytes, StackState* out);
 
+  // The node of a frame at `position` over `parent`, not expanded (a stack built by hand).
+  int32_t frame(int32_t position, int32_t parent) { return node(position, parent); }
   int32_t position(int32_t node) const { return nodes_[size_t(node)].position; }
   int32_t parent(int32_t node) const { return nodes_[size_t(node)].parent; }
   size_t num_nodes() const { return nodes_.size(); }

@@ -15,14 +15,6 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes, std::vect
     if (!bytes_[size_t(id)].empty()) sorted_.push_back(id);
   std::sort(sorted_.begin(), sorted_.end(),
             [&](int32_t a, int32_t b) { return bytes_[size_t(a)] < bytes_[size_t(b)]; });
-  common_prefix_.assign(sorted_.size(), 0);
-  for (size_t i = 1; i < sorted_.size(); ++i) {
-    const std::string& a = bytes_[size_t(sorted_[i - 1])];
-    const std::string& b = bytes_[size_t(sorted_[i])];
-    size_t n = 0;
-    while (n < a.size() && n < b.size() && a[n] == b[n] && n < 0xFFFF) ++n;
-    common_prefix_[i] = uint16_t(n);
-  }
 }
 
 TokenVocabulary TokenVocabulary::from_tokenizer(const Tokenizer& tokenizer,
@@ -38,25 +30,34 @@ TokenMaskCache::TokenMaskCache(std::shared_ptr<const Grammar> grammar,
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)),
       max_cached_states_(std::max<size_t>(1, max_cached_states)), walk_engine_(grammar_) {}
 
-// The vocabulary walk from a frame at `position` over an unknown parent (see the header).
-const TokenMaskCache::PositionEntry& TokenMaskCache::position_entry(int32_t position) {
-  if (auto it = positions_.find(position); it != positions_.end()) return *it->second;
-  auto entry = std::make_unique<PositionEntry>();
-  entry->accepted.assign(vocab_->mask_words(), 0);
-  walk_engine_.clear();
-  const std::vector<int32_t>& sorted = vocab_->sorted();
-  const std::vector<uint16_t>& common = vocab_->common_prefix();
-  std::vector<StackState> states(1, walk_engine_.start(position, kBottom));
-  // ended_before[k]: the frame could complete after some j <= k bytes.
-  std::vector<char> ended_before(1, states[0].can_end);
+namespace {
+
+enum class Verdict { kConsumed, kDependent, kRefused };
+
+// Walks the tokens of `ranks` (indexes into vocab.sorted(), ascending, so in byte order) from
+// `start` as a trie: a token continues from the states of its common prefix with the one
+// before, and a token under a refused prefix takes that prefix's verdict. kDependent: refused,
+// but the start frame could have completed (popped to the bottom) before the failing byte.
+template <class OnToken>
+void trie_walk(StackEngine& engine, const StackState& start, const TokenVocabulary& vocab,
+               const std::vector<int32_t>& ranks, OnToken&& on_token) {
+  const std::vector<int32_t>& sorted = vocab.sorted();
+  std::vector<StackState> states(1, start);
+  std::vector<char> ended_before(1, start.can_end);  // the frame could end after <= k bytes
   constexpr size_t kNone = size_t(-1);
   size_t valid = 0;        // states[0..valid] hold the previous token's prefixes
   size_t dead_at = kNone;  // the previous token's walk died at this depth
-  enum { kAccepted, kDependent, kRejected } verdict = kRejected;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    int32_t id = sorted[i];
-    const std::string& t = vocab_->bytes(id);
-    size_t shared = i == 0 ? 0 : common[i];
+  Verdict verdict = Verdict::kRefused;
+  const std::string* prev = nullptr;
+  for (int32_t rank : ranks) {
+    int32_t id = sorted[size_t(rank)];
+    const std::string& t = vocab.bytes(id);
+    size_t shared = 0;
+    if (prev) {
+      size_t n = std::min(prev->size(), t.size());
+      while (shared < n && (*prev)[shared] == t[shared]) ++shared;
+    }
+    prev = &t;
     if (dead_at == kNone || shared < dead_at) {
       size_t k = std::min(shared, valid);
       dead_at = kNone;
@@ -65,7 +66,7 @@ const TokenMaskCache::PositionEntry& TokenMaskCache::position_entry(int32_t posi
           states.resize(k + 2);
           ended_before.resize(k + 2);
         }
-        walk_engine_.advance(states[k], uint8_t(t[k]), &states[k + 1]);
+        engine.advance(states[k], uint8_t(t[k]), &states[k + 1]);
         ended_before[k + 1] = ended_before[k] || states[k + 1].can_end;
         if (states[k + 1].dead()) {
           dead_at = k + 1;
@@ -73,16 +74,36 @@ const TokenMaskCache::PositionEntry& TokenMaskCache::position_entry(int32_t posi
         }
       }
       valid = dead_at == kNone ? t.size() : dead_at;
-      if (dead_at == kNone) verdict = kAccepted;
-      else verdict = ended_before[dead_at - 1] ? kDependent : kRejected;
+      if (dead_at == kNone) verdict = Verdict::kConsumed;
+      else verdict = ended_before[dead_at - 1] ? Verdict::kDependent : Verdict::kRefused;
     }
-    // else: t shares the refused prefix of the previous token, so the same verdict.
-    if (verdict == kAccepted) entry->accepted[size_t(id) / 64] |= uint64_t(1) << (id % 64);
-    else if (verdict == kDependent) entry->context_dependent.push_back(id);
+    on_token(rank, id, verdict);
   }
+}
+
+}  // namespace
+
+// The vocabulary walk from the top frames `chain` (positions, top first) over an unknown rest
+// of the stack (see the header).
+const TokenMaskCache::PositionEntry& TokenMaskCache::position_entry(const std::vector<int32_t>& chain) {
+  if (auto it = positions_.find(chain); it != positions_.end()) return *it->second;
+  if (all_ranks_.empty()) {
+    all_ranks_.resize(vocab_->sorted().size());
+    for (size_t i = 0; i < all_ranks_.size(); ++i) all_ranks_[i] = int32_t(i);
+  }
+  auto entry = std::make_unique<PositionEntry>();
+  entry->accepted.assign(vocab_->mask_words(), 0);
+  walk_engine_.clear();
+  int32_t parent = kBottom;
+  for (size_t i = chain.size(); i-- > 1;) parent = walk_engine_.frame(chain[i], parent);
+  trie_walk(walk_engine_, walk_engine_.start(chain[0], parent), *vocab_, all_ranks_,
+            [&](int32_t rank, int32_t id, Verdict v) {
+              if (v == Verdict::kConsumed) entry->accepted[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+              else if (v == Verdict::kDependent) entry->context_dependent.push_back(rank);
+            });
   walk_engine_.clear();
   ++stats_.positions_filled;
-  return *(positions_[position] = std::move(entry));
+  return *(positions_[chain] = std::move(entry));
 }
 
 std::string TokenMaskCache::state_key(GrammarMatcher& m) {
@@ -115,23 +136,35 @@ void TokenMaskCache::fill_mask(GrammarMatcher& m, std::vector<uint64_t>* mask) {
   ++stats_.state_misses;
   mask->assign(vocab_->mask_words(), 0);
   std::vector<int32_t> dependent;
-  std::vector<int32_t> seen_positions;
-  for (int32_t top : m.state().tops) seen_positions.push_back(m.engine().position(top));
-  std::sort(seen_positions.begin(), seen_positions.end());
-  seen_positions.erase(std::unique(seen_positions.begin(), seen_positions.end()), seen_positions.end());
-  for (int32_t p : seen_positions) {
-    const PositionEntry& e = position_entry(p);
+  // The top kContextFrames frames of each stack (top first).
+  std::vector<std::vector<int32_t>> chains;
+  for (int32_t top : m.state().tops) {
+    std::vector<int32_t> chain;
+    for (int32_t n = top; n != kBottom && chain.size() < kContextFrames; n = m.engine().parent(n))
+      chain.push_back(m.engine().position(n));
+    chains.push_back(std::move(chain));
+  }
+  std::sort(chains.begin(), chains.end());
+  chains.erase(std::unique(chains.begin(), chains.end()), chains.end());
+  for (const auto& chain : chains) {
+    const PositionEntry& e = position_entry(chain);
     for (size_t w = 0; w < e.accepted.size(); ++w) (*mask)[w] |= e.accepted[w];
     dependent.insert(dependent.end(), e.context_dependent.begin(), e.context_dependent.end());
   }
+  // The context-dependent tokens not accepted already, checked on the full state in one walk.
   std::sort(dependent.begin(), dependent.end());
   dependent.erase(std::unique(dependent.begin(), dependent.end()), dependent.end());
-  for (int32_t id : dependent) {
-    uint64_t bit = uint64_t(1) << (id % 64);
-    if ((*mask)[size_t(id) / 64] & bit) continue;
-    ++stats_.context_checks;
-    if (m.can_accept(vocab_->bytes(id))) (*mask)[size_t(id) / 64] |= bit;
-  }
+  const std::vector<int32_t>& sorted = vocab_->sorted();
+  dependent.erase(std::remove_if(dependent.begin(), dependent.end(),
+                                 [&](int32_t rank) {
+                                   int32_t id = sorted[size_t(rank)];
+                                   return ((*mask)[size_t(id) / 64] >> (id % 64)) & 1;
+                                 }),
+                  dependent.end());
+  stats_.context_checks += dependent.size();
+  trie_walk(m.engine(), m.state(), *vocab_, dependent, [&](int32_t, int32_t id, Verdict v) {
+    if (v == Verdict::kConsumed) (*mask)[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+  });
   if (m.can_end())
     for (int32_t id : vocab_->end_ids()) (*mask)[size_t(id) / 64] |= uint64_t(1) << (id % 64);
   if (states_.size() >= max_cached_states_) states_.clear();
