@@ -18,6 +18,7 @@ int32_t StackEngine::node(int32_t position, int32_t parent) {
 
 void StackEngine::clear() {
   nodes_.clear();
+  steps_.clear();
   index_.clear();
   seen_.clear();
   epoch_ = 0;
@@ -71,14 +72,24 @@ StackState StackEngine::start(int32_t position, int32_t parent) {
 void StackEngine::advance(const StackState& in, uint8_t c, StackState* out) {
   out->tops.clear();
   out->can_end = false;
-  ++epoch_;
   const Grammar& g = *g_;
   for (int32_t t : in.tops) {
     Node nd = nodes_[size_t(t)];
     if (!g.element(nd.position).bytes.test(c)) continue;
-    expand(node(nd.position + 1, nd.parent), out);
+    // What one top becomes after c depends only on the top (stacks are persistent): memoized.
+    uint64_t key = (uint64_t(uint32_t(t)) << 8) | c;
+    auto it = steps_.find(key);
+    if (it == steps_.end()) {
+      StackState step;
+      ++epoch_;
+      expand(node(nd.position + 1, nd.parent), &step);
+      normalize(&step);
+      it = steps_.emplace(key, std::move(step)).first;
+    }
+    out->tops.insert(out->tops.end(), it->second.tops.begin(), it->second.tops.end());
+    out->can_end |= it->second.can_end;
   }
-  normalize(out);
+  if (in.tops.size() > 1) normalize(out);
 }
 
 bool StackEngine::advance_all(const StackState& in, std::string_view bytes, StackState* out) {

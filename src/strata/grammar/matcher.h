@@ -58,6 +58,7 @@ class StackEngine {
   std::shared_ptr<const Grammar> g_;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> index_;
+  std::unordered_map<uint64_t, StackState> steps_;  // (top node, byte) -> the state it becomes
   std::vector<int32_t> work_;
   std::vector<uint32_t> seen_;  // per node: the expansion epoch that last visited it
   uint32_t epoch_ = 0;

@@ -1,6 +1,7 @@
 #include "strata/grammar/token_mask.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "strata/core/error.h"
 #include "strata/tokenizer/tokenizer.h"
@@ -49,7 +50,8 @@ void trie_walk(StackEngine& engine, const StackState& start, const TokenVocabula
   size_t dead_at = kNone;  // the previous token's walk died at this depth
   Verdict verdict = Verdict::kRefused;
   const std::string* prev = nullptr;
-  for (int32_t rank : ranks) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    int32_t rank = ranks[i];
     int32_t id = sorted[size_t(rank)];
     const std::string& t = vocab.bytes(id);
     size_t shared = 0;
@@ -78,6 +80,18 @@ void trie_walk(StackEngine& engine, const StackState& start, const TokenVocabula
       else verdict = ended_before[dead_at - 1] ? Verdict::kDependent : Verdict::kRefused;
     }
     on_token(rank, id, verdict);
+    if (verdict == Verdict::kRefused && dead_at != kNone && i + 1 < ranks.size()) {
+      // Every later token under the refused prefix is refused too: skip them (they are
+      // contiguous in byte order) by binary search.
+      std::string_view prefix(t.data(), dead_at);
+      auto under = [&](int32_t r) {
+        return std::string_view(vocab.bytes(sorted[size_t(r)])).substr(0, dead_at) == prefix;
+      };
+      if (under(ranks[i + 1])) {
+        auto end = std::partition_point(ranks.begin() + long(i) + 1, ranks.end(), under);
+        i = size_t(end - ranks.begin()) - 1;
+      }
+    }
   }
 }
 
