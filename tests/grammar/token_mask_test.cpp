@@ -107,6 +107,7 @@ TEST(GrammarTokenMask, EqualsBruteForceOnQwen3Vocab) {
     EXPECT_EQ(again, brute_force_mask(m, *q.vocab)) << c.name;
   }
   EXPECT_GT(states, 60u);
+  std::printf("masks equal to brute force on %zu states\n", states);
 }
 
 double micros_since(std::chrono::steady_clock::time_point t0) {
