@@ -8,6 +8,7 @@ tools/install_deps.sh
 jobs=$(nproc)
 [ -x tests/tokenizer/setup.sh ] && tests/tokenizer/setup.sh
 [ -x tests/server/setup.sh ] && tests/server/setup.sh
+[ -x tests/grammar/setup.sh ] && tests/grammar/setup.sh
 
 echo "== Release build and tests"
 tools/build.sh

@@ -364,6 +364,15 @@ bool Tokenizer::is_special(int32_t id) const {
   return t && impl_->special_contents.count(*t) > 0;
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  const tok::DecodeTable& t = impl_->decode_table;
+  switch (t.kind(id)) {
+    case tok::DecodeTable::kText: return std::string(t.text(id));
+    case tok::DecodeTable::kByte: return std::string(1, char(t.byte(id)));
+    default: return "";
+  }
+}
+
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added_list; }
 
 const TokenizerConfig& Tokenizer::config() const { return impl_->config; }

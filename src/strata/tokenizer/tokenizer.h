@@ -84,6 +84,9 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
+  // The bytes that id adds to decoded text (its ByteLevel-decoded bytes, or its fallback byte);
+  // "" for an id outside the vocabulary. A grammar matches generated text through these.
+  std::string token_bytes(int32_t id) const;
   const std::vector<AddedToken>& added_tokens() const;
   const TokenizerConfig& config() const;
   // The ids of the post-processor's special tokens added around a single sequence.
