@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "strata/core/error.h"
+#include "strata/engine/structured_output.h"
 
 namespace strata {
 
@@ -43,13 +44,15 @@ void BatchSampler::add_adjustments(const Sequence& seq, ops::SampleSpec& spec) {
 
 bool BatchSampler::reads_tokens(const Sequence& seq) {
   const ResolvedSampling& p = seq.request->sampling;
-  return p.repetition_penalty != 1.0 || p.params.frequency_penalty != 0.0 || p.params.presence_penalty != 0.0;
+  return seq.matcher != nullptr || p.repetition_penalty != 1.0 || p.params.frequency_penalty != 0.0 || p.params.presence_penalty != 0.0;
 }
 
 void BatchSampler::begin(const Tensor& logits, const std::vector<SampleJob>& jobs, int slot) {
   Slot& sl = slots_.at(size_t(slot));
   batch_.rows.clear();
   batch_.adjust.clear();
+  batch_.allow.clear();
+  batch_.allow_words = (vocab_ + 63) / 64;
   batch_.raw_logprobs = mode_ == LogprobsMode::kRaw;
   std::vector<int32_t> num_top;
   for (const SampleJob& j : jobs) {
@@ -59,6 +62,12 @@ void BatchSampler::begin(const Tensor& logits, const std::vector<SampleJob>& job
     s.logits_row = j.logits_row;
     if (!s.greedy) s.uniform = uniform01f(j.seq->rng);
     add_adjustments(*j.seq, s);
+    if (j.seq->matcher) {
+      s.allow_row = int32_t(batch_.allow.size() / size_t(batch_.allow_words));
+      batch_.allow.resize(batch_.allow.size() + size_t(batch_.allow_words));
+      j.seq->request->sampling.params.structured->fill_allowed(
+          *j.seq->matcher, size_t(batch_.allow_words), batch_.allow.data() + size_t(s.allow_row) * size_t(batch_.allow_words));
+    }
     batch_.rows.push_back(s);
     num_top.push_back(s.num_top_logprobs);
   }

@@ -37,7 +37,7 @@ class BatchSampler {
   // The device ids of slot's draws, in job order (ForwardBatch::feed_ids).
   const Tensor& draw_ids(int slot) const { return slots_[size_t(slot)].draws.ids; }
   // A sequence whose next draw needs its latest token on the host (repetition, presence or
-  // frequency penalties).
+  // frequency penalties; a structured output, whose mask follows the grammar's state).
   static bool reads_tokens(const Sequence& seq);
 
  private:

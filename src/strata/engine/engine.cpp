@@ -1,4 +1,5 @@
 #include "strata/engine/engine.h"
+#include "strata/engine/structured_output.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -101,12 +102,20 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
                " tokens leave no room to generate within the context length of ", max_model_len_,
                " (max_model_len)");
   const ResolvedSampling r = resolve_sampling(params, defaults_, info.eos_token_ids, info.vocab_size);
+  STRATA_CHECK(!params.structured || config_.device == Device::kCpu,
+               "structured outputs (response_format, guided_*) are not supported on --device cuda yet: "
+               "their token masks are applied by the CPU sampler only");
   STRATA_CHECK(params.stop.empty() || detokenizer_ != nullptr,
                "sampling: stop: stop strings need a detokenizer, and this engine has none");
   const int64_t longest = std::min<int64_t>(int64_t(prompt.size()) + params.max_tokens, max_model_len_);
   STRATA_CHECK(cache_->pages_for(longest) <= plan_.num_blocks, "request: ", longest,
                " tokens need ", cache_->pages_for(longest), " KV pages but the pool has only ",
                plan_.num_blocks, "; raise --kv-cache-memory or lower max_tokens");
+}
+
+std::vector<int32_t> Engine::eos_ids() const {
+  const ModelInfo& info = model_->info();
+  return resolve_sampling(SamplingParams{}, defaults_, info.eos_token_ids, info.vocab_size).eos_ids;
 }
 
 void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt,
@@ -127,6 +136,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     seq->tokens = prompt;
     seq->prompt_len = int32_t(prompt.size());
     seq->request_wants_prompt_logprobs = params.prompt_logprobs.has_value();
+    if (params.structured) seq->matcher = std::make_unique<grammar::GrammarMatcher>(params.structured->grammar);
     seq->token_limit = int32_t(std::min<int64_t>(int64_t(prompt.size()) + params.max_tokens, max_model_len_));
     if (params.seed) {
       std::seed_seq ss{uint32_t(*params.seed), uint32_t(*params.seed >> 32), uint32_t(i)};
@@ -198,6 +208,14 @@ void Engine::finish_sequence(Sequence& seq, const std::string& reason, const std
 void Engine::append_token(Sequence& seq, const SampleResult& r) {
   seq.tokens.push_back(r.token);
   ++seq.output_counts[r.token];
+  if (seq.matcher) {
+    const StructuredOutput& so = *seq.request->sampling.params.structured;
+    const auto& ends = so.vocab->end_ids();
+    if (std::find(ends.begin(), ends.end(), r.token) == ends.end()) {
+      const bool ok = r.token < so.vocab->size() && seq.matcher->accept_token(so.vocab->bytes(r.token));
+      STRATA_CHECK(ok, "structured output: the grammar refused the sampled token ", r.token);
+    }
+  }
   if (seq.request->sampling.params.logprobs) {
     seq.new_logprobs.push_back(r.logprob);
     seq.new_top_logprobs.push_back(r.top);
@@ -267,6 +285,7 @@ void Engine::check_stop(Sequence& seq, int32_t token) {
       stop_reason = std::to_string(token);
     }
   }
+  if (reason.empty() && seq.matcher && seq.matcher->is_terminated()) reason = "stop";
   if (reason.empty() && (seq.num_generated() >= sp.max_tokens || seq.num_tokens() >= max_model_len_)) {
     reason = "length";
   }

@@ -120,6 +120,9 @@ class Engine {
   std::vector<RequestOutput> step();
 
   const ModelInfo& model_info() const { return model_->info(); }
+  // The end-of-sequence ids a request stops at (config.json's and generation_config.json's):
+  // a structured output's vocabulary allows them where its grammar can end.
+  std::vector<int32_t> eos_ids() const;
   int64_t max_model_len() const { return max_model_len_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   EngineStats stats() const;

@@ -39,6 +39,9 @@ ResolvedSampling resolve_sampling(const SamplingParams& p, const GenerationDefau
   ResolvedSampling r;
   r.params = p;
   STRATA_CHECK_FIELD(p.n >= 1, "n", "sampling: n must be >= 1, got ", p.n);
+  STRATA_CHECK_FIELD(!(p.structured && p.ignore_eos), "ignore_eos",
+                     "sampling: ignore_eos cannot be combined with a structured output (the grammar "
+                     "ends the output with an end-of-sequence token)");
   r.n = p.n;
   r.temperature = p.temperature.value_or(defaults.temperature.value_or(1.0));
   check_finite(r.temperature, "temperature");

@@ -4,11 +4,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace strata {
+
+struct StructuredOutput;  // engine/structured_output.h
 
 // Fields left unset take the model's generation_config.json value, else the neutral default
 // shown. Validation (resolve_sampling) names the offending field.
@@ -37,6 +40,9 @@ struct SamplingParams {
   std::optional<int> prompt_logprobs;
   // Decode the output to text with the engine's Detokenizer when one is set.
   bool detokenize = true;
+  // Structured output (response_format, guided_*): every completion follows the grammar and
+  // ends ("stop") when it is complete. CPU only; not with ignore_eos.
+  std::shared_ptr<const StructuredOutput> structured;
 };
 
 // Sampling defaults a model ships in generation_config.json.

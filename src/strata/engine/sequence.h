@@ -12,6 +12,7 @@
 #include "strata/engine/block_pool.h"
 #include "strata/engine/output.h"
 #include "strata/engine/sampling_params.h"
+#include "strata/grammar/matcher.h"
 
 namespace strata {
 
@@ -66,6 +67,8 @@ struct Sequence {
   // Sampling.
   std::mt19937_64 rng;
   std::unordered_map<int32_t, int32_t> output_counts;
+  // Structured output: the grammar's state after the generated tokens (null without one).
+  std::unique_ptr<grammar::GrammarMatcher> matcher;
 
   // Output not yet reported by Engine::step.
   size_t reported_tokens = 0;

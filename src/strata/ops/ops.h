@@ -244,11 +244,16 @@ struct SampleSpec {
   float uniform = 0.f;            // in [0, 1)
   int32_t num_top_logprobs = -1;  // -1: no log-probabilities; else [0, kMaxTopLogprobs]
   int32_t adjust_begin = 0, adjust_count = 0;  // its entries of SampleBatch::adjust, ids unique
+  // >= 0: a structured-output mask, SampleBatch::allow[allow_row * allow_words ...]: a token
+  // whose bit is clear gets -inf after the adjustments. CPU only (CUDA refuses it).
+  int32_t allow_row = -1;
 };
 
 struct SampleBatch {
   std::vector<SampleSpec> rows;
   std::vector<LogitAdjust> adjust;
+  std::vector<uint64_t> allow;  // the rows' allowed-token bitmasks, allow_words words each
+  int64_t allow_words = 0;      // (V + 63) / 64 when any row has a mask
   // Log-probabilities of the raw logits instead of the processed ones (log_softmax(x), or of z
   // when not greedy).
   bool raw_logprobs = false;

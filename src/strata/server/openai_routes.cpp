@@ -534,6 +534,7 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
   }
   if (!r.echo) echoes.assign(prompts.size(), "");
   SamplingParams params = r.gen.sampling;
+  params.structured = st.structured_output(r.gen.grammar);
   if (r.logprobs) params.logprobs = *r.logprobs;
   if (r.echo && r.logprobs) params.prompt_logprobs = *r.logprobs;
   // max_tokens 0 (with echo): the engine draws one token, which the response leaves out.
@@ -583,11 +584,15 @@ void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response
   const ChatRequest r = parse_chat_request(parse_body(req.body, st.options.limits), st.options.limits);
   st.check_model(r.gen.model);
   const std::string prompt_text = render_chat(st, r);
-  const bool thinking = prompt_opens_reasoning(prompt_text);
+  // A structured output starts at once: the grammar leaves no room for reasoning, so the whole
+  // output is content even when the prompt opens a reasoning block.
+  const bool thinking = !r.gen.grammar && prompt_opens_reasoning(prompt_text);
   std::vector<std::vector<int32_t>> prompts = {st.tokenizer->encode(prompt_text, false)};
   if (prompts[0].empty()) throw ApiError(400, "the rendered conversation is empty", "messages");
   const std::string id = st.new_id("chatcmpl");
-  std::vector<Submitted> subs = submit_all(st, id, prompts, chat_sampling(r), r.gen.max_tokens, "messages");
+  SamplingParams params = chat_sampling(r);
+  params.structured = st.structured_output(r.gen.grammar);
+  std::vector<Submitted> subs = submit_all(st, id, prompts, params, r.gen.max_tokens, "messages");
   if (r.gen.stream) {
     stream_response(st, res, std::move(subs), std::make_unique<ChatChunks>(st, id, r, thinking));
     return;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "strata/io/config.h"
+#include "strata/server/guided.h"
 
 namespace strata::server {
 
@@ -176,14 +177,7 @@ void parse_generation_fields(const Json& b, const RequestLimits& limits, Generat
       g->continuous_usage = *u;
     }
   }
-  if (const Json* rf = field(b, "response_format")) {
-    if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
-    const Json* type = field(*rf, "type");
-    if (!type || !type->is_string() || type->get<std::string>() != "text") {
-      throw bad_request("'response_format' other than {\"type\": \"text\"} needs guided decoding, "
-                        "which this server does not support", "response_format");
-    }
-  }
+  g->grammar = parse_guided(b);
   if (field(b, "chat_template")) {
     throw bad_request("a request-supplied 'chat_template' is not accepted; the model's is used",
                       "chat_template");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "strata/engine/sampling_params.h"
+#include "strata/grammar/grammar.h"
 #include "strata/server/api_error.h"
 
 namespace strata::server {
@@ -33,6 +35,9 @@ struct GenerationFields {
   bool stream = false;
   bool include_usage = false;       // stream_options.include_usage
   bool continuous_usage = false;    // stream_options.continuous_usage_stats (vLLM)
+  // Structured output: response_format, guided_* or structured_outputs (server/guided.h);
+  // null when none. The routes pair it with the tokenizer's vocabulary.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // A prompt is text or token ids.

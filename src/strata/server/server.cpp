@@ -28,6 +28,20 @@ void send_json(httplib::Response& res, const Json& body, int status) {
   res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
+std::shared_ptr<const StructuredOutput> ServerState::structured_output(std::shared_ptr<const grammar::Grammar> g) {
+  if (!g) return nullptr;
+  std::shared_ptr<const grammar::TokenVocabulary> vocab;
+  {
+    std::lock_guard<std::mutex> lock(vocab_mutex);
+    if (!grammar_vocab) {
+      grammar_vocab = std::make_shared<const grammar::TokenVocabulary>(
+          grammar::TokenVocabulary::from_tokenizer(*tokenizer, eos_ids));
+    }
+    vocab = grammar_vocab;
+  }
+  return StructuredOutput::make(std::move(g), std::move(vocab));
+}
+
 std::string ServerState::new_id(const char* prefix) {
   static const uint64_t salt = std::random_device{}();
   const uint64_t n = next_id.fetch_add(1);
@@ -134,6 +148,7 @@ void ApiServer::Impl::load_text(ServerOptions options, const std::string& dir) {
 void ApiServer::start(std::unique_ptr<Engine> engine) {
   ServerState& st = impl_->st;
   engine->set_detokenizer(std::make_shared<TokenizerDetokenizer>(*st.tokenizer));
+  st.eos_ids = engine->eos_ids();
   st.loop = std::make_unique<EngineLoop>(
       std::move(engine), [&st](const RequestOutput& last, int64_t generated,
                                const std::vector<std::string>& reasons) {

@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/engine/structured_output.h"
 #include "strata/server/engine_loop.h"
 #include "strata/server/metrics.h"
 #include "strata/server/protocol.h"
@@ -35,6 +37,13 @@ struct ServerState {
   ServeLog log;
   std::unique_ptr<EngineLoop> loop;
   std::atomic<uint64_t> next_id{0};
+  std::vector<int32_t> eos_ids;  // the engine's, the end ids of structured outputs
+
+  // The constraint of a request's grammar over the tokenizer's vocabulary (built on first use);
+  // null for a null grammar.
+  std::shared_ptr<const StructuredOutput> structured_output(std::shared_ptr<const grammar::Grammar> g);
+  std::mutex vocab_mutex;
+  std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;
 
   // "PREFIX-" + a process-unique hex id.
   std::string new_id(const char* prefix);

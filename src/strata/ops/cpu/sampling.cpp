@@ -3,6 +3,7 @@
 // kernels (ops/cuda/sampling.cu) compute the same thresholds in float.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "strata/core/parallel.h"
@@ -27,6 +28,12 @@ void check_logits(const Tensor& logits, const Tensor& ids, const char* op) {
                logits.describe());
   STRATA_CHECK(ids.dtype() == DType::kI32 && ids.numel() == logits.dim(0), op, ": ids ",
                ids.describe(), " should be I32[", logits.dim(0), "]");
+}
+
+void apply_allow(std::vector<float>& x, const uint64_t* words) {
+  for (size_t t = 0; t < x.size(); ++t) {
+    if (!((words[t >> 6] >> (t & 63)) & 1)) x[t] = -std::numeric_limits<float>::infinity();
+  }
 }
 
 void apply_adjust(std::vector<float>& x, const LogitAdjust* a, int32_t n, float rp) {
@@ -167,6 +174,7 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
       top_entries(raw_lp, s.num_top_logprobs, d.top);
     }
     apply_adjust(x, batch.adjust.data() + s.adjust_begin, s.adjust_count, s.repetition_penalty);
+    if (s.allow_row >= 0) apply_allow(x, batch.allow.data() + size_t(s.allow_row) * size_t(batch.allow_words));
     sample_processed_row(x, s, batch.raw_logprobs, d);
     if (logprobs && batch.raw_logprobs) d.logprob = raw_lp[size_t(d.token)];
     out.ids[size_t(r)] = d.token;
@@ -214,6 +222,14 @@ void check_sample_batch(const Tensor& logits, const SampleBatch& batch) {
                      size_t(s.adjust_begin) + size_t(s.adjust_count) <= batch.adjust.size(),
                  "sample_tokens: adjustments [", s.adjust_begin, ", +", s.adjust_count, ") outside ",
                  batch.adjust.size());
+    if (s.allow_row >= 0) {
+      STRATA_CHECK(logits.device() == Device::kCpu,
+                   "sample_tokens: structured-output token masks are not supported on CUDA");
+      STRATA_CHECK(batch.allow_words == (v + 63) / 64 &&
+                       size_t(s.allow_row + 1) * size_t(batch.allow_words) <= batch.allow.size(),
+                   "sample_tokens: allow row ", s.allow_row, " outside the masks (", batch.allow.size(),
+                   " words, ", batch.allow_words, " per row)");
+    }
     for (int32_t i = 0; i < s.adjust_count; ++i) {
       const int32_t id = batch.adjust[size_t(s.adjust_begin + i)].id;
       STRATA_CHECK(id >= 0 && id < v, "sample_tokens: adjusted token ", id, " outside the vocabulary");

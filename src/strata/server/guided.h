@@ -1,0 +1,21 @@
+// Structured-output request fields (issue 21): OpenAI's response_format and vLLM's guided_json,
+// guided_regex, guided_choice, guided_grammar and structured_outputs, compiled to a grammar
+// (src/strata/grammar/). At most one may constrain a request; a schema, pattern or grammar the
+// grammar module refuses is a 400 naming the field, with the module's message (which names the
+// unsupported feature).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "strata/grammar/grammar.h"
+
+namespace strata::server {
+
+// The grammar the body asks for, or null when it asks for none (or response_format "text").
+std::shared_ptr<const grammar::Grammar> parse_guided(const nlohmann::ordered_json& body);
+
+// The grammar of exactly one of the strings (guided_choice).
+grammar::Grammar choice_grammar(const std::vector<std::string>& choices);
+
+}  // namespace strata::server

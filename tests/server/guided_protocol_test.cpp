@@ -1,0 +1,113 @@
+// Structured-output request fields (server/guided.h): each form gives the grammar it names
+// (checked by what the grammar accepts), errors are 400s naming the field and, for unsupported
+// schema or regex features, the feature.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "strata/grammar/matcher.h"
+#include "strata/server/guided.h"
+#include "strata/server/protocol.h"
+
+namespace strata::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+const RequestLimits kLimits;
+
+std::shared_ptr<const grammar::Grammar> chat_grammar(const std::string& extra) {
+  const Json b = parse_body(R"({"messages": [{"role": "user", "content": "hi"}])" + extra + "}", kLimits);
+  return parse_chat_request(b, kLimits).gen.grammar;
+}
+std::shared_ptr<const grammar::Grammar> cmp_grammar(const std::string& extra) {
+  const Json b = parse_body(R"({"prompt": "hi")" + extra + "}", kLimits);
+  return parse_completion_request(b, kLimits).gen.grammar;
+}
+
+bool accepts(const std::shared_ptr<const grammar::Grammar>& g, const std::string& text) {
+  grammar::GrammarMatcher m(g);
+  return m.accept_token(text) && m.can_end();
+}
+
+ApiError error_of(const std::string& extra) {
+  try {
+    cmp_grammar(extra);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error for " << extra;
+  return ApiError(0, "");
+}
+
+TEST(GuidedProtocol, NoneAndText) {
+  EXPECT_EQ(cmp_grammar(""), nullptr);
+  EXPECT_EQ(chat_grammar(R"(, "response_format": {"type": "text"})"), nullptr);
+  EXPECT_EQ(cmp_grammar(R"(, "structured_outputs": {"json_object": false})"), nullptr);
+}
+
+TEST(GuidedProtocol, EachFormGivesItsGrammar) {
+  const char* schema = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false})";
+  for (const std::string& extra :
+       {std::string(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": )") + schema + "}}",
+        std::string(R"(, "guided_json": )") + schema,
+        std::string(R"(, "guided_json": )") + Json(schema).dump(),  // as JSON text
+        std::string(R"(, "structured_outputs": {"json": )") + schema + "}"}) {
+    for (auto g : {chat_grammar(extra), cmp_grammar(extra)}) {
+      ASSERT_NE(g, nullptr) << extra;
+      EXPECT_TRUE(accepts(g, R"({"a":12})")) << extra;
+      EXPECT_FALSE(accepts(g, R"({"a":"x"})")) << extra;
+      EXPECT_FALSE(accepts(g, R"({"b":1})")) << extra;
+    }
+  }
+  auto obj = chat_grammar(R"(, "response_format": {"type": "json_object"})");
+  EXPECT_TRUE(accepts(obj, R"({"k":[1,{"z":null}]})"));
+  EXPECT_FALSE(accepts(obj, "[1]"));
+  EXPECT_TRUE(accepts(cmp_grammar(R"(, "structured_outputs": {"json_object": true})"), "{}"));
+  for (auto g : {cmp_grammar(R"(, "guided_regex": "[a-c]{2}\\d")"),
+                 cmp_grammar(R"(, "structured_outputs": {"regex": "[a-c]{2}\\d"})")}) {
+    EXPECT_TRUE(accepts(g, "ab7"));
+    EXPECT_FALSE(accepts(g, "ad7"));
+  }
+  for (auto g : {cmp_grammar(R"(, "guided_choice": ["yes", "no way"])"),
+                 cmp_grammar(R"(, "structured_outputs": {"choice": ["yes", "no way"]})")}) {
+    EXPECT_TRUE(accepts(g, "yes"));
+    EXPECT_TRUE(accepts(g, "no way"));
+    EXPECT_FALSE(accepts(g, "no"));
+  }
+  for (auto g : {cmp_grammar(R"(, "guided_grammar": "root ::= \"x\" [0-9]+")"),
+                 cmp_grammar(R"(, "structured_outputs": {"grammar": "root ::= \"x\" [0-9]+"})")}) {
+    EXPECT_TRUE(accepts(g, "x42"));
+    EXPECT_FALSE(accepts(g, "x"));
+  }
+}
+
+TEST(GuidedProtocol, ErrorsNameFieldAndFeature) {
+  struct C {
+    std::string extra, param, text;
+  };
+  for (const C& c : std::vector<C>{
+           {R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}})",
+            "response_format.json_schema.schema", "unsupported keyword 'pattern'"},
+           {R"(, "guided_json": {"type": "integer", "minimum": 3})", "guided_json", "'minimum'"},
+           {R"(, "guided_regex": "(a)\\1")", "guided_regex", "backreferences"},
+           {R"(, "guided_grammar": "root ::= \"x")", "guided_grammar", "unterminated string literal"},
+           {R"(, "guided_choice": [])", "guided_choice", "non-empty array"},
+           {R"(, "guided_choice": ["a", 3])", "guided_choice", "non-empty strings"},
+           {R"(, "response_format": {"type": "yaml"})", "response_format.type", "'yaml'"},
+           {R"(, "response_format": "json")", "response_format", "an object"},
+           {R"(, "response_format": {"type": "json_schema"})", "response_format.json_schema", "'name'"},
+           {R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {}}})",
+            "response_format.json_schema.name", "a string"},
+           {R"(, "response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex", "only one"},
+           {R"(, "structured_outputs": {"regex": "a", "choice": ["a"]})", "structured_outputs", "only one"},
+           {R"(, "structured_outputs": {"structural_tag": "x"})", "structured_outputs.structural_tag", "not supported"},
+       }) {
+    const ApiError e = error_of(c.extra);
+    EXPECT_EQ(e.status(), 400) << c.extra;
+    EXPECT_EQ(e.param(), c.param) << c.extra << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(c.text), std::string::npos) << c.extra << ": " << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata::server

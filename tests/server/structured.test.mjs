@@ -1,0 +1,112 @@
+// Structured outputs end to end (issue 21): `strata serve` over the default model (CPU) with the
+// official openai npm client; every constrained output must parse and be valid for ajv
+// (tests/grammar/setup.sh installs it). Run: node --test tests/server/structured.test.mjs
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import Ajv2020 from '../grammar/node_modules/ajv/dist/2020.js';
+import addFormats from '../grammar/node_modules/ajv-formats/dist/index.js';
+import { startServer, stopServer } from './serve_util.mjs';
+
+let server, client;
+const ajv = new Ajv2020({ strictSchema: true, strictTypes: false, strictRequired: false });
+addFormats(ajv);
+
+before(async () => {
+  server = await startServer(['--served-model-name', 'tiny']);
+  client = new OpenAI({ apiKey: 'none', baseURL: `${server.base}/v1`, maxRetries: 0 });
+});
+
+after(async () => {
+  const { code } = await stopServer(server);
+  assert.equal(code, 0, `strata serve exit code\n${server.log()}`);
+});
+
+// Bounded, so a complete value fits whatever the model samples.
+const person = {
+  type: 'object',
+  properties: {
+    name: { type: 'string', minLength: 1, maxLength: 10 },
+    age: { enum: [20, 30, 40] },
+    pets: { type: 'array', items: { type: 'string', maxLength: 5 }, maxItems: 3 },
+    when: { type: 'string', format: 'date' },
+  },
+  required: ['name', 'age', 'when'],
+  additionalProperties: false,
+};
+
+function assertValid(schema, text) {
+  const value = JSON.parse(text);  // throws when it does not parse
+  const validate = ajv.compile(schema);
+  assert.ok(validate(value), `${text}: ${ajv.errorsText(validate.errors)}`);
+  return value;
+}
+
+const messages = [{ role: 'user', content: 'Describe a person as JSON.' }];
+const jsonSchemaFormat = { type: 'json_schema', json_schema: { name: 'person', schema: person, strict: true } };
+
+test('chat: response_format json_schema, sampled, n=3, and the same stream', async () => {
+  const req = { model: 'tiny', messages, temperature: 1, seed: 11, n: 3, response_format: jsonSchemaFormat };
+  const r = await client.chat.completions.create(req);
+  assert.equal(r.choices.length, 3);
+  for (const c of r.choices) {
+    assert.equal(c.finish_reason, 'stop');
+    assertValid(person, c.message.content);
+  }
+  const stream = await client.chat.completions.create({ ...req, stream: true });
+  const texts = ['', '', ''];
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) texts[c.index] += c.delta.content ?? '';
+  }
+  assert.deepEqual(texts, r.choices.map((c) => c.message.content));
+});
+
+test('chat and completions: json_object, guided_json, structured_outputs', async () => {
+  for (const seed of [1, 2]) {
+    const chat = await client.chat.completions.create({
+      model: 'tiny', messages, temperature: 1, seed, response_format: { type: 'json_object' }, max_tokens: 200,
+    });
+    // json_object is unbounded: a complete output must be an object.
+    if (chat.choices[0].finish_reason === 'stop') {
+      const v = JSON.parse(chat.choices[0].message.content);
+      assert.equal(typeof v, 'object');
+      assert.ok(!Array.isArray(v) && v !== null);
+    }
+    const cmp = await client.completions.create({
+      model: 'tiny', prompt: 'A person:', temperature: 1, seed, max_tokens: 300, guided_json: person,
+    });
+    assert.equal(cmp.choices[0].finish_reason, 'stop');
+    assertValid(person, cmp.choices[0].text);
+    const so = await client.completions.create({
+      model: 'tiny', prompt: 'A person:', temperature: 1, seed, max_tokens: 300, structured_outputs: { json: person },
+    });
+    assertValid(person, so.choices[0].text);
+  }
+});
+
+test('completions: guided_choice, guided_regex, guided_grammar', async () => {
+  for (const seed of [1, 2, 3]) {
+    const base = { model: 'tiny', prompt: 'Answer:', temperature: 1, seed, max_tokens: 40 };
+    const c = await client.completions.create({ ...base, guided_choice: ['yes', 'no', 'maybe not'] });
+    assert.ok(['yes', 'no', 'maybe not'].includes(c.choices[0].text), c.choices[0].text);
+    assert.equal(c.choices[0].finish_reason, 'stop');
+    const r = await client.completions.create({ ...base, guided_regex: '[A-Z][a-z]{1,4}-\\d{3}' });
+    assert.match(r.choices[0].text, /^[A-Z][a-z]{1,4}-\d{3}$/);
+    const g = await client.completions.create({ ...base, guided_grammar: 'root ::= "(" [0-9] ("," [0-9]){0,3} ")"' });
+    assert.match(g.choices[0].text, /^\([0-9](,[0-9]){0,3}\)$/);
+  }
+});
+
+test('unsupported schema features are a 400 naming the field and the feature', async () => {
+  await assert.rejects(
+    client.chat.completions.create({
+      model: 'tiny', messages,
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: 'a+' } } },
+    }),
+    (e) => e.status === 400 && e.param === 'response_format.json_schema.schema' && /'pattern'/.test(e.message),
+  );
+  await assert.rejects(
+    client.completions.create({ model: 'tiny', prompt: 'x', guided_regex: '(?=a)' }),
+    (e) => e.status === 400 && e.param === 'guided_regex' && /lookahead/.test(e.message),
+  );
+});
