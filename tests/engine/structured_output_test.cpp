@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -148,37 +149,36 @@ TEST(StructuredOutput, RefusesIgnoreEos) {
   }
 }
 
-// The cost of the mask per drawn token (printed): the same request with and without the first
-// schema, after a run that fills the schema's mask cache.
-TEST(StructuredOutput, MaskOverheadPerStep) {
+// One mask per constrained draw (the engine's counters), and what the masks cost next to the
+// decode steps (printed): a cold run fills the schema's mask cache, a warm one reuses it.
+TEST(StructuredOutput, OneMaskPerDrawAndItsCost) {
   if (!have_model()) GTEST_SKIP() << default_dir() << " has no model.safetensors";
   Fixture& f = fixture();
   LLM llm(f.model, config(), GenerationDefaults::load(default_dir()));
   auto so = StructuredOutput::make(grammar::from_json_schema(schemas()[0]), f.vocab);
   const std::vector<int32_t> prompt = f.tok.encode("The answer, as JSON:");
-  auto time_run = [&](bool constrained, int* tokens) {
+  for (const char* run : {"cold", "warm", "plain"}) {
     SamplingParams p;
     p.n = 8;
     p.temperature = 1.0;
     p.seed = 9;
-    p.max_tokens = 40;
-    if (constrained) p.structured = so;
+    p.max_tokens = 60;
+    if (std::string(run) != "plain") p.structured = so;
+    const EngineStats before = llm.engine().stats();
     const auto t0 = std::chrono::steady_clock::now();
     const auto outs = llm.generate({prompt}, p);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    *tokens = 0;
-    for (const auto& c : outs[0].outputs) *tokens += int(c.token_ids.size());
-    return s;
-  };
-  int plain_tokens = 0, grammar_tokens = 0;
-  time_run(true, &grammar_tokens);  // warm the mask cache
-  const double plain = time_run(false, &plain_tokens);
-  const double constrained = time_run(true, &grammar_tokens);
-  EXPECT_GT(grammar_tokens, 0);
-  std::printf("mask overhead: plain %.1f ms for %d tokens, constrained %.1f ms for %d tokens "
-              "(n=8): %.1f us per constrained token\n",
-              plain * 1e3, plain_tokens, constrained * 1e3, grammar_tokens,
-              (constrained / grammar_tokens - plain / plain_tokens) * 1e6);
+    const EngineStats after = llm.engine().stats();
+    int64_t drawn = 0;
+    for (const auto& c : outs[0].outputs) drawn += int64_t(c.token_ids.size());
+    const int64_t masks = after.grammar_masks - before.grammar_masks;
+    EXPECT_EQ(masks, p.structured ? drawn : 0) << run;
+    const double mask_s = after.grammar_mask_seconds - before.grammar_mask_seconds;
+    const int64_t steps = after.steps - before.steps;
+    std::printf("%s: %lld steps, %.2f ms/step; %lld masks, %.1f us/mask (%.1f%% of the run)\n", run,
+                (long long)steps, s * 1e3 / double(steps), (long long)masks,
+                masks ? mask_s * 1e6 / double(masks) : 0.0, 100.0 * mask_s / s);
+  }
 }
 
 }  // namespace

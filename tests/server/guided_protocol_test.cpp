@@ -109,5 +109,38 @@ TEST(GuidedProtocol, ErrorsNameFieldAndFeature) {
   }
 }
 
+const char kTwoTools[] = R"(, "tools": [
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+     "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "noop"}}])";
+
+TEST(GuidedProtocol, ToolChoiceForcesOneHermesCall) {
+  const std::string weather = "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>";
+  const std::string noop = "<tool_call>\n{\"name\":\"noop\",\"arguments\":{\"x\":[1]}}\n</tool_call>";
+  auto named = chat_grammar(std::string(kTwoTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})");
+  ASSERT_NE(named, nullptr);
+  EXPECT_TRUE(accepts(named, weather));
+  EXPECT_FALSE(accepts(named, noop));
+  EXPECT_FALSE(accepts(named, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":1}}\n</tool_call>"));
+  auto required = chat_grammar(std::string(kTwoTools) + R"(, "tool_choice": "required")");
+  EXPECT_TRUE(accepts(required, weather));
+  EXPECT_TRUE(accepts(required, noop));
+  EXPECT_FALSE(accepts(required, "Oslo"));
+  EXPECT_EQ(chat_grammar(std::string(kTwoTools) + R"(, "tool_choice": "auto")"), nullptr);
+  // A tool schema the grammar refuses, and a second constraint, are 400s naming the field.
+  for (const auto& [extra, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "minProperties": 1}}}], "tool_choice": "required")",
+            "tools[0].function.parameters"},
+           {std::string(kTwoTools) + R"(, "tool_choice": "required", "guided_regex": "a")", "tool_choice"}}) {
+    try {
+      chat_grammar(extra);
+      ADD_FAILURE() << "no error for " << extra;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), param) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::server

@@ -1,6 +1,7 @@
 #include "strata/engine/batch_sampler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "strata/core/error.h"
 #include "strata/engine/structured_output.h"
@@ -63,10 +64,13 @@ void BatchSampler::begin(const Tensor& logits, const std::vector<SampleJob>& job
     if (!s.greedy) s.uniform = uniform01f(j.seq->rng);
     add_adjustments(*j.seq, s);
     if (j.seq->matcher) {
+      const auto t0 = std::chrono::steady_clock::now();
       s.allow_row = int32_t(batch_.allow.size() / size_t(batch_.allow_words));
       batch_.allow.resize(batch_.allow.size() + size_t(batch_.allow_words));
       j.seq->request->sampling.params.structured->fill_allowed(
           *j.seq->matcher, size_t(batch_.allow_words), batch_.allow.data() + size_t(s.allow_row) * size_t(batch_.allow_words));
+      grammar_mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++grammar_masks_;
     }
     batch_.rows.push_back(s);
     num_top.push_back(s.num_top_logprobs);

@@ -39,6 +39,9 @@ class BatchSampler {
   // A sequence whose next draw needs its latest token on the host (repetition, presence or
   // frequency penalties; a structured output, whose mask follows the grammar's state).
   static bool reads_tokens(const Sequence& seq);
+  // Structured-output masks filled so far, and the host time they took.
+  int64_t grammar_masks() const { return grammar_masks_; }
+  double grammar_mask_seconds() const { return grammar_mask_seconds_; }
 
  private:
   struct Slot {
@@ -53,6 +56,8 @@ class BatchSampler {
   ops::SampleBatch batch_;
   ops::SampledTokens out_;
   std::array<Slot, 2> slots_;
+  int64_t grammar_masks_ = 0;
+  double grammar_mask_seconds_ = 0;
   std::vector<int32_t> where_;  // token id -> its entry in the row being built, or -1
 };
 

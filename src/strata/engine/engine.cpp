@@ -531,6 +531,8 @@ EngineStats Engine::stats() const {
   s.running = scheduler_->num_running();
   s.waiting = scheduler_->num_waiting();
   s.cache = cache_->usage();
+  s.grammar_masks = sampler_->grammar_masks();
+  s.grammar_mask_seconds = sampler_->grammar_mask_seconds();
   return s;
 }
 

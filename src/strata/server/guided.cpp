@@ -125,6 +125,32 @@ std::shared_ptr<const grammar::Grammar> structured_outputs(const Json& so) {
 
 }  // namespace
 
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(const Json& tools, const std::string& name) {
+  Json calls = Json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& fn = tools[i]["function"];
+    const std::string fname = fn["name"].get<std::string>();
+    if (!name.empty() && fname != name) continue;
+    const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
+    Json params = Json{{"type", "object"}};
+    if (const Json* p = member(fn, "parameters")) {
+      if (!p->is_object()) wrong_type(param, "a JSON schema (an object)", *p);
+      params = *p;
+    }
+    schema_grammar(param, params);  // its own errors, named by the tool
+    calls.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", fname}}}, {"arguments", params}}},
+                     {"required", {"name", "arguments"}},
+                     {"additionalProperties", false}});
+  }
+  const Json schema = calls.size() == 1 ? calls[0] : Json{{"anyOf", calls}};
+  return compile("tool_choice", [&] {
+    std::string gbnf = grammar::json_schema_to_gbnf(schema.dump());
+    gbnf.replace(0, 4, "tool-call-json");  // its first rule is `root ::= `
+    return grammar::from_gbnf("root ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n" + gbnf);
+  });
+}
+
 grammar::Grammar choice_grammar(const std::vector<std::string>& list) {
   grammar::GrammarBuilder b;
   const int32_t root = b.rule("root");

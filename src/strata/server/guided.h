@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "strata/grammar/grammar.h"
 
@@ -14,6 +16,13 @@ namespace strata::server {
 
 // The grammar the body asks for, or null when it asks for none (or response_format "text").
 std::shared_ptr<const grammar::Grammar> parse_guided(const nlohmann::ordered_json& body);
+
+// tool_choice "required" (name empty: any of the tools) or a named function: one call in the
+// Hermes format, `<tool_call>\n{"name":NAME,"arguments":ARGS}\n</tool_call>`, ARGS following the
+// function's `parameters` schema (any object when absent). A schema the grammar refuses is a
+// 400 naming tools[i].function.parameters.
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(const nlohmann::ordered_json& tools,
+                                                          const std::string& name);
 
 // The grammar of exactly one of the strings (guided_choice).
 grammar::Grammar choice_grammar(const std::vector<std::string>& choices);

@@ -428,6 +428,13 @@ ChatRequest parse_chat_request(const Json& b, const RequestLimits& limits) {
     }
   }
   if (r.tools.is_array() && r.tools.empty()) r.tools = Json();
+  if (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) {
+    if (r.gen.grammar) {
+      throw bad_request("'tool_choice' \"required\" or a named function cannot be combined with "
+                        "response_format or guided decoding", "tool_choice");
+    }
+    r.gen.grammar = tool_call_grammar(r.tools, r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : "");
+  }
   if (auto lp = get_bool(b, "logprobs")) r.logprobs = *lp;
   if (auto top = get_int(b, "top_logprobs", 0, kMaxLogprobs)) {
     if (!r.logprobs && *top > 0) {

@@ -145,12 +145,14 @@ void handle_responses(ServerState& st, const httplib::Request& req, httplib::Res
   ResponsesRequest r = parse_responses_request(parse_body(req.body, st.options.limits), st.options.limits);
   st.check_model(r.chat.gen.model);
   const std::string prompt_text = render_chat(st, r.chat);
-  const bool thinking = prompt_opens_reasoning(prompt_text);
+  const bool thinking = !r.chat.gen.grammar && prompt_opens_reasoning(prompt_text);
   const std::vector<std::vector<int32_t>> prompts = {st.tokenizer->encode(prompt_text, false)};
   if (prompts[0].empty()) throw ApiError(400, "the rendered conversation is empty", "input");
   std::string id = st.new_id("resp");
   std::replace(id.begin(), id.end(), '-', '_');
-  std::vector<Submitted> subs = submit_all(st, id, prompts, r.chat.gen.sampling, r.chat.gen.max_tokens, "input");
+  SamplingParams params = r.chat.gen.sampling;
+  params.structured = st.structured_output(r.chat.gen.grammar);  // tool_choice required / named
+  std::vector<Submitted> subs = submit_all(st, id, prompts, params, r.chat.gen.max_tokens, "input");
   if (r.chat.gen.stream) {
     auto job = std::make_shared<ResponseStream>(st, std::move(r), id, std::move(subs[0]), thinking);
     res.set_header("Cache-Control", "no-cache");
