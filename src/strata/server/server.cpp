@@ -30,16 +30,21 @@ void send_json(httplib::Response& res, const Json& body, int status) {
 
 std::shared_ptr<const StructuredOutput> ServerState::structured_output(std::shared_ptr<const grammar::Grammar> g) {
   if (!g) return nullptr;
-  std::shared_ptr<const grammar::TokenVocabulary> vocab;
-  {
-    std::lock_guard<std::mutex> lock(vocab_mutex);
-    if (!grammar_vocab) {
-      grammar_vocab = std::make_shared<const grammar::TokenVocabulary>(
-          grammar::TokenVocabulary::from_tokenizer(*tokenizer, eos_ids));
-    }
-    vocab = grammar_vocab;
+  const std::string key = g->to_string();
+  std::lock_guard<std::mutex> lock(grammar_mutex);
+  if (auto it = grammars.find(key); it != grammars.end()) return it->second;
+  if (!grammar_vocab) {
+    grammar_vocab = std::make_shared<const grammar::TokenVocabulary>(
+        grammar::TokenVocabulary::from_tokenizer(*tokenizer, eos_ids));
   }
-  return StructuredOutput::make(std::move(g), std::move(vocab));
+  auto so = StructuredOutput::make(std::move(g), grammar_vocab);
+  if (grammar_order.size() >= kCachedGrammars) {
+    grammars.erase(grammar_order.front());
+    grammar_order.pop_front();
+  }
+  grammars.emplace(key, so);
+  grammar_order.push_back(key);
+  return so;
 }
 
 std::string ServerState::new_id(const char* prefix) {

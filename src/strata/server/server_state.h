@@ -4,6 +4,8 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <deque>
+#include <unordered_map>
 #include <mutex>
 #include <cstdint>
 #include <memory>
@@ -40,10 +42,14 @@ struct ServerState {
   std::vector<int32_t> eos_ids;  // the engine's, the end ids of structured outputs
 
   // The constraint of a request's grammar over the tokenizer's vocabulary (built on first use);
-  // null for a null grammar.
+  // null for a null grammar. The last kCachedGrammars constraints are kept by the grammar's
+  // text, so requests with the same schema share one mask cache (filled masks included).
   std::shared_ptr<const StructuredOutput> structured_output(std::shared_ptr<const grammar::Grammar> g);
-  std::mutex vocab_mutex;
+  static constexpr size_t kCachedGrammars = 64;
+  std::mutex grammar_mutex;
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;
+  std::unordered_map<std::string, std::shared_ptr<const StructuredOutput>> grammars;
+  std::deque<std::string> grammar_order;  // oldest first
 
   // "PREFIX-" + a process-unique hex id.
   std::string new_id(const char* prefix);
