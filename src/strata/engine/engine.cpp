@@ -102,7 +102,7 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
                " tokens leave no room to generate within the context length of ", max_model_len_,
                " (max_model_len)");
   const ResolvedSampling r = resolve_sampling(params, defaults_, info.eos_token_ids, info.vocab_size);
-  STRATA_CHECK(!params.structured || config_.device == Device::kCpu,
+  STRATA_CHECK(!params.structured || model_->device() == Device::kCpu,
                "structured outputs (response_format, guided_*) are not supported on --device cuda yet: "
                "their token masks are applied by the CPU sampler only");
   STRATA_CHECK(params.stop.empty() || detokenizer_ != nullptr,
