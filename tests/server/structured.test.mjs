@@ -145,3 +145,19 @@ test('chat: tool_choice named and required force a valid call', async () => {
     assertValid(tools.find((t) => t.function.name === call.name).function.parameters, call.arguments);
   }
 });
+
+test('logprobs under a mask: refused alternatives are -9999, as vLLM', async () => {
+  const c = await client.completions.create({ model: 'tiny', prompt: 'Answer:', guided_regex: 'Z', logprobs: 3, max_tokens: 5 });
+  assert.equal(c.choices[0].text, 'Z');
+  const top = c.choices[0].logprobs.top_logprobs[0];
+  assert.equal(Object.keys(top).length, 3);
+  assert.equal(top.Z, 0);
+  for (const [tok, lp] of Object.entries(top)) if (tok !== 'Z') assert.equal(lp, -9999);
+  const chat = await client.chat.completions.create({
+    model: 'tiny', messages, guided_choice: ['Q'], logprobs: true, top_logprobs: 2, max_tokens: 5,
+  });
+  const entry = chat.choices[0].logprobs.content[0];
+  assert.equal(entry.token, 'Q');
+  assert.deepEqual(entry.top_logprobs.map((t) => typeof t.logprob), ['number', 'number']);
+  assert.equal(entry.top_logprobs[1].logprob, -9999);
+});

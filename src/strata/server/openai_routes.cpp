@@ -1,6 +1,7 @@
 // POST /v1/completions and POST /v1/chat/completions: request -> engine requests -> OpenAI
 // responses, whole or streamed as server-sent events.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <ctime>
 
@@ -111,6 +112,10 @@ struct Usage {
 
 // ---- logprobs ----
 
+// A masked token (min_tokens, a structured output) has log-probability -inf, which JSON cannot
+// hold: it is reported as -9999.0, as vLLM does.
+double json_logprob(float lp) { return std::isinf(lp) && lp < 0 ? -9999.0 : double(lp); }
+
 Json bytes_of(const std::string& s) {
   Json b = Json::array();
   for (unsigned char c : s) b.push_back(int(c));
@@ -126,7 +131,7 @@ Json chat_logprobs(const ServerState& st, const CompletionOutput& c) {
     if (t < c.top_logprobs.size()) {
       for (const TokenLogprob& a : c.top_logprobs[t]) {
         const std::string at = st.token_text(a.token_id);
-        top.push_back({{"token", at}, {"logprob", a.logprob}, {"bytes", bytes_of(at)}});
+        top.push_back({{"token", at}, {"logprob", json_logprob(a.logprob)}, {"bytes", bytes_of(at)}});
       }
     }
     content.push_back({{"token", text}, {"logprob", c.logprobs[t]}, {"bytes", bytes_of(text)},
@@ -162,7 +167,7 @@ class CompletionLogprobs {
     for (size_t t = 0; t < c.logprobs.size() && t < c.token_ids.size(); ++t) {
       Json top = Json::object();
       if (t < c.top_logprobs.size()) {
-        for (const TokenLogprob& a : c.top_logprobs[t]) top[st_.token_text(a.token_id)] = a.logprob;
+        for (const TokenLogprob& a : c.top_logprobs[t]) top[st_.token_text(a.token_id)] = json_logprob(a.logprob);
       }
       add(c.token_ids[t], c.logprobs[t], std::move(top));
     }
