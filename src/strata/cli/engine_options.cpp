@@ -42,6 +42,9 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                "launch each step before the previous step's tokens reach the host, so that the host's "
                "work overlaps the device's (the default)");
   app.add_flag("--no-async-scheduling", o.no_async_scheduling, "run the steps one after another");
+  app.add_option("--speculative-config", o.speculative_config,
+                 "speculative decoding with the model's multi-token-prediction head, as JSON: "
+                 "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' (CPU only so far; default: off)");
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 
@@ -97,6 +100,11 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.logprobs_mode = o.logprobs_mode == "raw" ? LogprobsMode::kRaw : LogprobsMode::kProcessed;
   c.tensor_parallel_size = o.tensor_parallel_size;
   c.enable_expert_parallel = o.enable_expert_parallel;
+  if (!o.speculative_config.empty()) {
+    c.speculative = parse_speculative_config(o.speculative_config);
+    STRATA_CHECK(c.device == Device::kCpu, "--speculative-config: speculative decoding runs on --device cpu only so "
+                 "far (the CUDA decode graphs do not verify drafts yet)");
+  }
   return c;
 }
 
