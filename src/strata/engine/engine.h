@@ -192,6 +192,8 @@ class Engine {
   void accept_row(Sequence& seq, const float* logits, int32_t draft_index, bool& accepted);
   void draft_tokens(const StepInFlight& f);  // chain the head K times over the step's rows
   int32_t draft_budget(Sequence& seq) const;  // how many drafts seq may get now
+  void add_draft(Sequence& seq, const float* logits, std::vector<int32_t>& context,
+                 std::unordered_map<int32_t, int32_t>& counts);
 
   EngineConfig config_;
   std::shared_ptr<Model> model_;
@@ -207,6 +209,7 @@ class Engine {
   bool spec_ = false;
   std::unique_ptr<Sampler> spec_sampler_;
   Tensor hidden_, replay_logits_, draft_logits_;
+  std::vector<double> spec_p_;
   std::optional<StepInFlight> inflight_;
   int next_slot_ = 0;
   std::chrono::steady_clock::time_point start_;

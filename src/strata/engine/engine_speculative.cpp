@@ -29,6 +29,7 @@
 
 #include "strata/core/error.h"
 #include "strata/engine/engine.h"
+#include "strata/engine/spec_accept.h"
 
 namespace strata {
 
@@ -48,10 +49,9 @@ void Engine::init_speculation() {
   stats_.spec_accepted_at.assign(size_t(sc.num_speculative_tokens), 0);
 }
 
-// Drafts are made for single-completion greedy requests; the others decode a token a step.
+// Drafts are made for single-completion requests; the others (n > 1) decode a token a step.
 int32_t Engine::draft_budget(Sequence& seq) const {
-  const ResolvedSampling& p = seq.request->sampling;
-  if (seq.request->seqs.size() > 1 || !p.greedy()) return 0;
+  if (seq.request->seqs.size() > 1) return 0;
   // Every draft accepted plus the bonus token stays within max_tokens and the context.
   int32_t k = std::min(config_.speculative.num_speculative_tokens, seq.token_limit - seq.num_tokens() - 1);
   // The chained head steps write their KV at positions up to num_computed + k - 2.
@@ -63,12 +63,58 @@ int32_t Engine::draft_budget(Sequence& seq) const {
 // One verify row: the target's token for the position after draft `draft_index` - 1 (the
 // sequence's state holds the tokens accepted so far, so min_tokens and penalties see them),
 // emitted through the stop rules. `accepted`: it equals draft `draft_index` (-1: the bonus row).
+// Greedy: the target's pick, accepted when it is the draft. Sampled: speculative sampling's
+// rule (spec_accept.h) with p and q processed by the same parameters over the same tokens,
+// its uniforms from the sequence's generator (so a seed gives one output, which differs from
+// the non-speculative engine's draws but has their distribution).
 void Engine::accept_row(Sequence& seq, const float* logits, int32_t draft_index, bool& accepted) {
+  const ResolvedSampling& sp = seq.request->sampling;
   const SamplerInput in{&seq.tokens, seq.prompt_len, &seq.output_counts, &seq.rng};
-  const SampleResult r = spec_sampler_->sample(logits, seq.request->sampling, in);
-  accepted = draft_index >= 0 && r.token == seq.drafts[size_t(draft_index)];
+  SampleResult r;
+  if (sp.greedy()) {
+    r = spec_sampler_->sample(logits, sp, in);
+    accepted = draft_index >= 0 && r.token == seq.drafts[size_t(draft_index)];
+  } else {
+    std::vector<double>& p = spec_p_;
+    spec_sampler_->distribution(logits, sp, in, p);
+    int32_t token;
+    if (draft_index >= 0) {
+      const double u_accept = uniform01(seq.rng);
+      const double u_resample = uniform01(seq.rng);
+      const SpecVerdict v = verify_draft(p, seq.draft_probs[size_t(draft_index)], seq.drafts[size_t(draft_index)],
+                                         u_accept, u_resample);
+      token = v.token;
+      accepted = v.accepted;
+    } else {
+      token = draw_from(p, uniform01(seq.rng));
+      accepted = false;
+    }
+    r = spec_sampler_->result_for(token, sp);
+  }
   append_token(seq, r);
   check_stop(seq, r.token);
+}
+
+// The draft for the token after `context`: greedy, the head's arg max; sampled, a draw from q,
+// the head's logits processed as the target's are (bias, min_tokens, penalties over the same
+// tokens, temperature, min-p, top-k, top-p), kept in seq.draft_probs for the verify.
+void Engine::add_draft(Sequence& seq, const float* logits, std::vector<int32_t>& context,
+                       std::unordered_map<int32_t, int32_t>& counts) {
+  const ResolvedSampling& sp = seq.request->sampling;
+  const int64_t vocab = model_->info().vocab_size;
+  int32_t token;
+  if (sp.greedy()) {
+    token = int32_t(std::max_element(logits, logits + vocab) - logits);
+  } else {
+    const SamplerInput in{&context, seq.prompt_len, &counts, &seq.rng};
+    std::vector<double> q;
+    spec_sampler_->distribution(logits, sp, in, q);
+    token = draw_from(q, uniform01(seq.rng));
+    seq.draft_probs.push_back(std::move(q));
+  }
+  seq.drafts.push_back(token);
+  context.push_back(token);
+  ++counts[token];
 }
 
 void Engine::verify_drafts(StepInFlight& f) {
@@ -136,12 +182,6 @@ void Engine::verify_drafts(StepInFlight& f) {
   for (Sequence* seq : verified) cache_->on_computed(*seq, true);
 }
 
-namespace {
-
-int32_t arg_max(const float* row, int64_t n) { return int32_t(std::max_element(row, row + n) - row); }
-
-}  // namespace
-
 void Engine::draft_tokens(const StepInFlight& f) {
   const int64_t vocab = model_->info().vocab_size;
   const int64_t hsz = model_->info().hidden_size;
@@ -149,6 +189,8 @@ void Engine::draft_tokens(const StepInFlight& f) {
     Sequence* seq;
     int32_t k;    // drafts wanted
     int32_t row;  // its row in the latest head forward
+    std::vector<int32_t> context;  // sampled: the tokens with the drafts so far (penalties, min_tokens)
+    std::unordered_map<int32_t, int32_t> counts;
   };
   ForwardBatch b;
   std::vector<int32_t> hidden_rows;
@@ -175,7 +217,11 @@ void Engine::draft_tokens(const StepInFlight& f) {
     const int32_t k = end + 1 == seq.num_tokens() ? draft_budget(seq) : 0;
     s.block_table = seq.block_table;  // after draft_budget's growth
     if (k > 0) {
-      drafters.push_back({&seq, k, int32_t(b.logit_rows.size())});
+      drafters.push_back({&seq, k, int32_t(b.logit_rows.size()), {}, {}});
+      if (!seq.request->sampling.greedy()) {
+        drafters.back().context = seq.tokens;
+        drafters.back().counts = seq.output_counts;
+      }
       b.logit_rows.push_back(s.q_start + s.q_len - 1);
     }
     b.seqs.push_back(std::move(s));
@@ -187,7 +233,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
   model_->mtp_forward_with_hidden(b, hidden, cache_->caches(), draft_logits_, head_hidden);
   ++stats_.spec_draft_forwards;
   for (Drafter& d : drafters) {
-    d.seq->drafts.push_back(arg_max(draft_logits_.data<float>() + int64_t(d.row) * vocab, vocab));
+    add_draft(*d.seq, draft_logits_.data<float>() + int64_t(d.row) * vocab, d.context, d.counts);
     d.row = b.logit_rows[size_t(d.row)];  // its row of head_hidden
   }
   // Deeper drafts: position p = num_computed + j - 1 pairs the head's own state at p - 1 with
@@ -219,7 +265,8 @@ void Engine::draft_tokens(const StepInFlight& f) {
     model_->mtp_forward_with_hidden(cb, h, cache_->caches(), draft_logits_, head_hidden);
     ++stats_.spec_draft_forwards;
     for (size_t i = 0; i < active.size(); ++i) {
-      active[i]->seq->drafts.push_back(arg_max(draft_logits_.data<float>() + int64_t(i) * vocab, vocab));
+      add_draft(*active[i]->seq, draft_logits_.data<float>() + int64_t(i) * vocab, active[i]->context,
+                active[i]->counts);
       active[i]->row = int32_t(i);
     }
   }

@@ -55,7 +55,7 @@ struct Sequence {
   // distribution q over the vocabulary (empty rows when greedy). Cleared when the caches go
   // back (CacheManager::free: preemption, finish).
   std::vector<int32_t> drafts;
-  std::vector<std::vector<float>> draft_probs;
+  std::vector<std::vector<double>> draft_probs;
 
   // Prompt logprobs (completion 0 of a request that asks for them): those computed so far, for
   // prompt tokens 1.. in order, and whether they were reported.
