@@ -16,6 +16,8 @@
 #include "strata/engine/llm.h"
 #include "strata/engine/speculative_config.h"
 #include "strata/models/model.h"
+#include "strata/server/engine_loop.h"
+#include "strata/server/metrics.h"
 #include "strata/tokenizer/tokenizer.h"
 
 namespace strata::testing {
@@ -157,7 +159,21 @@ TEST(Speculative, GreedyOutputsEqualTheTargetsAtK1To3) {
       }
     }
     EXPECT_EQ(sum, s.spec_accepted_tokens);
+    // /metrics carries them (vLLM's series names under strata:).
+    server::LoopSnapshot snap;
+    snap.stats = s;
+    const std::string m = server::Metrics().render(snap, "m");
+    EXPECT_NE(m.find("strata:spec_decode_num_accepted_tokens_total{model_name=\"m\"} " +
+                     std::to_string(s.spec_accepted_tokens) + "\n"), std::string::npos) << m;
+    EXPECT_NE(m.find("strata:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} " +
+                     std::to_string(s.spec_accepted_at[0]) + "\n"), std::string::npos) << m;
+    EXPECT_NE(m.find("strata:spec_decode_num_drafts_total{model_name=\"m\"} " + std::to_string(s.spec_verifies)),
+              std::string::npos);
   }
+  // Without speculation /metrics has no such series.
+  server::LoopSnapshot snap;
+  snap.stats = plain.stats;
+  EXPECT_EQ(server::Metrics().render(snap, "m").find("spec_decode"), std::string::npos);
 }
 
 // A pool so small that sequences are preempted (and recomputed) while they speculate.

@@ -456,6 +456,7 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
     f.chunks = so.chunks;
     f.batch = std::move(batch);
   }
+  stats_.seq_steps += int64_t(f.jobs.size() + f.verifies.size());
   sampler_->begin(logits, f.jobs, f.slot);
   for (size_t i = 0; i < f.jobs.size(); ++i) {
     Sequence& seq = *f.jobs[i].seq;

@@ -83,6 +83,7 @@ struct EngineStats {
   int64_t computed_tokens = 0;         // tokens run through the model
   int64_t computed_prompt_tokens = 0;  // of those, at prompt positions
   int64_t sampled_tokens = 0;
+  int64_t seq_steps = 0;               // sequences that sampled in a step, summed over steps
   int64_t prefix_queries = 0;          // tokens looked up in the prefix cache at admission
   int64_t prefix_hits = 0;             // tokens served from it
   int64_t preemptions = 0;
