@@ -87,13 +87,17 @@ SpecRun run(const EngineConfig& config, const std::vector<std::vector<int32_t>>&
 void expect_same(const SpecRun& want, const SpecRun& got, const std::string& what) {
   ASSERT_EQ(want.outputs.size(), got.outputs.size());
   for (size_t i = 0; i < want.outputs.size(); ++i) {
-    const CompletionOutput& w = want.outputs[i].outputs.at(0);
-    const CompletionOutput& g = got.outputs[i].outputs.at(0);
+    EXPECT_EQ(want.outputs[i].prompt_logprobs, got.outputs[i].prompt_logprobs) << what << ", prompt " << i;
+    ASSERT_EQ(want.outputs[i].outputs.size(), got.outputs[i].outputs.size());
+    for (size_t j = 0; j < want.outputs[i].outputs.size(); ++j) {
+    const CompletionOutput& w = want.outputs[i].outputs[j];
+    const CompletionOutput& g = got.outputs[i].outputs[j];
     EXPECT_EQ(w.token_ids, g.token_ids) << what << ", prompt " << i;
     EXPECT_EQ(w.logprobs, g.logprobs) << what << ", prompt " << i;  // bitwise: the state is the same
     EXPECT_EQ(w.text, g.text) << what << ", prompt " << i;
     EXPECT_EQ(w.finish_reason, g.finish_reason) << what << ", prompt " << i;
     EXPECT_EQ(w.stop_reason, g.stop_reason) << what << ", prompt " << i;
+    }
   }
 }
 
@@ -124,6 +128,13 @@ Workload workload() {
     p.logprobs = 1;
     if (i % 4 == 1) p.ignore_eos = true;
     if (i % 4 == 2) p.stop = {" the"};  // a stop string inside a run of accepted drafts
+    if (i % 4 == 3) {  // penalties and min_tokens see the accepted drafts as a step-by-step run does
+      p.repetition_penalty = 1.3;
+      p.presence_penalty = 0.5;
+      p.min_tokens = 6;
+    }
+    if (i == 5) p.n = 2;                // two completions: they decode without drafts
+    if (i == 6) p.prompt_logprobs = 2;  // every prompt position computed, then speculation
     w.params.push_back(p);
   }
   return w;

@@ -80,6 +80,11 @@ EngineConfig engine_config(const EngineOptions& o) {
                o.model_argument, "' and --model '", o.model_dir, "'): give it once, either way");
   c.model = model_dir_or_default(o.model_argument.empty() ? o.model_dir : o.model_argument);
   check_parallel_options(o.tensor_parallel_size, o.enable_expert_parallel, o.device);
+  if (!o.speculative_config.empty()) {  // by name, before the device is parsed (as the ranks are)
+    c.speculative = parse_speculative_config(o.speculative_config);
+    STRATA_CHECK(o.device == "cpu", "--speculative-config: speculative decoding runs on --device cpu only so "
+                 "far (the CUDA decode graphs do not verify drafts yet)");
+  }
   c.device = parse_device(o.device);
   c.load_format = parse_load_format(o.load_format);
   if (!o.kv_cache_memory.empty()) c.kv_cache_memory = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
@@ -100,11 +105,6 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.logprobs_mode = o.logprobs_mode == "raw" ? LogprobsMode::kRaw : LogprobsMode::kProcessed;
   c.tensor_parallel_size = o.tensor_parallel_size;
   c.enable_expert_parallel = o.enable_expert_parallel;
-  if (!o.speculative_config.empty()) {
-    c.speculative = parse_speculative_config(o.speculative_config);
-    STRATA_CHECK(c.device == Device::kCpu, "--speculative-config: speculative decoding runs on --device cpu only so "
-                 "far (the CUDA decode graphs do not verify drafts yet)");
-  }
   return c;
 }
 
