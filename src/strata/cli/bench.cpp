@@ -125,6 +125,8 @@ int run(int argc, char** argv) {
     }
     std::printf("; %lld replays (%lld tokens), %lld head forwards\n", (long long)st.spec_replays,
                 (long long)st.spec_replayed_tokens, (long long)st.spec_draft_forwards);
+    std::printf("speculative time: target forwards %.3f s, replays %.3f s, head %.3f s\n", st.spec_verify_seconds,
+                st.spec_replay_seconds, st.spec_draft_seconds);
   }
   std::printf("tokens per target forward and sequence: %.3f (%lld sampled tokens, %lld sequence-steps)\n",
               st.seq_steps ? double(st.sampled_tokens) / double(st.seq_steps) : 0.0, (long long)st.sampled_tokens,

@@ -421,8 +421,10 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
     batch.seqs.push_back(std::move(s));
   }
   if (!batch.feed_rows.empty()) batch.feed_ids = sampler_->draw_ids(inflight_->slot);
+  const double forward_start = spec_ ? now() : 0.0;
   const Tensor& logits = spec_ ? runner_->run_with_hidden(batch, cache_->caches(), hidden_)
                                : runner_->run(batch, cache_->caches());
+  if (spec_) stats_.spec_verify_seconds += now() - forward_start;
   if (!prompt_rows.empty()) take_prompt_logprobs(prompt_rows, logits);
   ++stats_.steps;
   stats_.graph_steps = runner_->graph_steps();

@@ -176,7 +176,9 @@ void Engine::verify_drafts(StepInFlight& f) {
       stats_.spec_replayed_tokens += s.q_len;
       b.seqs.push_back(std::move(s));
     }
+    const double start = now();
     model_->forward(b, cache_->caches(), replay_logits_);
+    stats_.spec_replay_seconds += now() - start;
   }
   // Only now is every verified sequence's state its accepted tokens' state.
   for (Sequence* seq : verified) cache_->on_computed(*seq, true);
@@ -227,6 +229,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
     b.seqs.push_back(std::move(s));
   }
   if (b.seqs.empty()) return;
+  const double start = now();
   Tensor hidden = Tensor::empty({b.num_tokens(), hsz}, hidden_.dtype());
   ops::gather_rows(hidden_, hidden_rows, hidden);
   Tensor head_hidden;
@@ -270,6 +273,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
       active[i]->row = int32_t(i);
     }
   }
+  stats_.spec_draft_seconds += now() - start;
 }
 
 }  // namespace strata
