@@ -7,6 +7,7 @@
 // and the matching 64 up rows, and each warp holds a gate column and its up column in the same
 // registers, so SiLU-mul is the epilogue. The grid's x is the column block, so the blocks of one
 // row tile run together and read its rows (the gathered tokens) once from memory.
+#include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/moe_gemm.cuh"
 
 namespace strata::ops::cuda {
@@ -14,16 +15,6 @@ namespace {
 
 constexpr int kBm = 64, kBn = 128, kBk = 64, kLd = kBk + 8, kStages = 3, kThreads = 256;
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -10,6 +10,7 @@
 // Each accumulator covers 128 weight rows; for gate_up those are 64 gate rows and the matching
 // 64 up rows (the block's 128 act columns in two halves), so a thread holds each gate value beside
 // its up value and SiLU-mul is the epilogue.
+#include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/moe_gemm.cuh"
 
 namespace strata::ops::cuda {
@@ -23,14 +24,6 @@ constexpr int a_stage() { return BM * kRowBytes; }
 template <int BM>
 constexpr size_t smem_bytes() { return size_t(kStages) * (a_stage<BM>() + kBStage) + 1024; }  // + 1 KiB alignment
 
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define STRATA_WGMMA 1
