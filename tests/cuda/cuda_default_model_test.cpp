@@ -6,6 +6,8 @@
 // twice that position's largest logit difference, the GPU's arg max must be the CPU's (no
 // rounding can flip those). The free-running CUDA engine's greedy outputs (decode graphs, all
 // prompts in one batch) are compared whole and reported.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -162,6 +164,70 @@ TEST(CudaDefaultModel, MtpHeadFollowsTheReference) {
               "compared, arg max equal\n", max_d, scale, compared, t - 1);
   EXPECT_LE(max_d, 0.1 * scale);
   EXPECT_GE(compared, (t - 1) / 2);
+}
+
+// Prompt logprobs (echo with logprobs) through the CUDA engine, over chunked prefill, against the
+// CPU engine's: two prompts of the 32 prompts' ids run together (about 70 tokens each, 32 tokens
+// a step). A logprob moves by at most twice its row's largest logit error, which the greedy test
+// above bounds by 0.1 x the largest logit; a wrong row or offset would move most positions by
+// units, which the median bound catches (bf16 left a median of 0.012 on the H200). The top
+// alternative must be the CPU's wherever the CPU's top-2 margin exceeds twice the largest
+// difference of any logprob the two runs both report (the prompt tokens' and the top entries
+// whose ids agree): no rounding within that error can swap them.
+TEST(CudaDefaultModel, PromptLogprobsFollowTheCpuEngine) {
+  STRATA_REQUIRE_GPU();
+  const auto ps = prompts();
+  std::vector<std::vector<int32_t>> ids(2);
+  for (size_t i = 0; i < ps.size(); ++i) ids[i % 2].insert(ids[i % 2].end(), ps[i].ids.begin(), ps[i].ids.end());
+  SamplingParams p = greedy_params(1);
+  p.prompt_logprobs = 3;
+  std::vector<std::vector<RequestOutput>> outs;
+  for (Device d : {Device::kCuda, Device::kCpu}) {
+    auto model = std::shared_ptr<Model>(load_model(kDir, d));
+    EngineConfig c;
+    c.model = kDir;
+    c.kv_cache_memory = size_t(256) << 20;
+    c.max_model_len = 512;
+    c.max_num_batched_tokens = 32;
+    c.log_capacity = false;
+    Engine engine(model, c, GenerationDefaults::load(kDir));
+    outs.push_back(run_all(engine, ids, p, "p"));
+  }
+  std::vector<double> diffs;
+  double worst_top = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const RequestOutput &g = outs[0][i], &c = outs[1][i];
+    ASSERT_EQ(c.prompt_logprobs.size(), ids[i].size() - 1);
+    ASSERT_EQ(g.prompt_logprobs.size(), c.prompt_logprobs.size());
+    for (size_t k = 0; k < c.prompt_logprobs.size(); ++k) {
+      diffs.push_back(std::fabs(double(g.prompt_logprobs[k]) - c.prompt_logprobs[k]));
+      const auto &gt = g.prompt_top_logprobs[k], &ct = c.prompt_top_logprobs[k];
+      ASSERT_EQ(gt.size(), 3u);
+      ASSERT_EQ(ct.size(), 3u);
+      for (const auto& a : gt) {
+        for (const auto& b : ct) {
+          if (a.token_id == b.token_id) worst_top = std::max(worst_top, double(std::fabs(a.logprob - b.logprob)));
+        }
+      }
+    }
+  }
+  std::sort(diffs.begin(), diffs.end());
+  const double median = diffs[diffs.size() / 2], err = std::max(diffs.back(), worst_top);
+  int compared = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t k = 0; k < outs[1][i].prompt_top_logprobs.size(); ++k) {
+      const auto &gt = outs[0][i].prompt_top_logprobs[k], &ct = outs[1][i].prompt_top_logprobs[k];
+      if (ct[0].logprob - ct[1].logprob <= 2 * err) continue;
+      EXPECT_EQ(gt[0].token_id, ct[0].token_id) << "request " << i << ", prompt token " << k + 1;
+      ++compared;
+    }
+  }
+  std::printf("default model prompt logprobs on the CUDA engine: %zu positions, |d logprob| median %.4f, max "
+              "%.4f (top entries %.4f); %d top-1 ids with a CPU margin above %.3f compared, equal\n",
+              diffs.size(), median, diffs.back(), worst_top, compared, 2 * err);
+  EXPECT_LE(diffs.back(), 2 * 0.1 * 19.3);
+  EXPECT_LE(median, 0.1);
+  EXPECT_GT(compared, 10);
 }
 
 }  // namespace

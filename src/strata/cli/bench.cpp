@@ -115,6 +115,22 @@ int run(int argc, char** argv) {
               "%lld preemptions, %lld draws dropped\n",
               (long long)st.steps, (long long)st.overlapped_steps, (long long)st.computed_tokens,
               (long long)st.prefix_hits, (long long)st.preemptions, (long long)st.dropped_draws);
+  if (!st.spec_drafted_at.empty()) {
+    std::printf("speculative: %lld verifies, %lld drafts, %lld accepted: acceptance rate %.3f, mean acceptance "
+                "length %.3f; accepted / drafted by position:",
+                (long long)st.spec_verifies, (long long)st.spec_draft_tokens, (long long)st.spec_accepted_tokens,
+                st.spec_acceptance_rate(), st.spec_mean_acceptance_length());
+    for (size_t i = 0; i < st.spec_drafted_at.size(); ++i) {
+      std::printf(" %lld/%lld", (long long)st.spec_accepted_at[i], (long long)st.spec_drafted_at[i]);
+    }
+    std::printf("; %lld replays (%lld tokens), %lld head forwards\n", (long long)st.spec_replays,
+                (long long)st.spec_replayed_tokens, (long long)st.spec_draft_forwards);
+    std::printf("speculative time: target forwards %.3f s, replays %.3f s, head %.3f s\n", st.spec_verify_seconds,
+                st.spec_replay_seconds, st.spec_draft_seconds);
+  }
+  std::printf("tokens per target forward and sequence: %.3f (%lld sampled tokens, %lld sequence-steps)\n",
+              st.seq_steps ? double(st.sampled_tokens) / double(st.seq_steps) : 0.0, (long long)st.sampled_tokens,
+              (long long)st.seq_steps);
   return 0;
 }
 

@@ -42,6 +42,9 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                "launch each step before the previous step's tokens reach the host, so that the host's "
                "work overlaps the device's (the default)");
   app.add_flag("--no-async-scheduling", o.no_async_scheduling, "run the steps one after another");
+  app.add_option("--speculative-config", o.speculative_config,
+                 "speculative decoding with the model's multi-token-prediction head, as JSON: "
+                 "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' (CPU only so far; default: off)");
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 
@@ -77,6 +80,11 @@ EngineConfig engine_config(const EngineOptions& o) {
                o.model_argument, "' and --model '", o.model_dir, "'): give it once, either way");
   c.model = model_dir_or_default(o.model_argument.empty() ? o.model_dir : o.model_argument);
   check_parallel_options(o.tensor_parallel_size, o.enable_expert_parallel, o.device);
+  if (!o.speculative_config.empty()) {  // by name, before the device is parsed (as the ranks are)
+    c.speculative = parse_speculative_config(o.speculative_config);
+    STRATA_CHECK(o.device == "cpu", "--speculative-config: speculative decoding runs on --device cpu only so "
+                 "far (the CUDA decode graphs do not verify drafts yet)");
+  }
   c.device = parse_device(o.device);
   c.load_format = parse_load_format(o.load_format);
   if (!o.kv_cache_memory.empty()) c.kv_cache_memory = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");

@@ -11,7 +11,9 @@ CacheManager::CacheManager(const Model& model, const CacheConfig& config)
     : config_(config),
       has_state_(model.info().cache.bytes_per_slot() > 0),
       caches_(model.allocate_caches(config.num_blocks, config.block_size,
-                                    config.seq_slots + (has_state_ ? config.snapshot_slots : 0))),
+                                    config.seq_slots + (has_state_ ? config.snapshot_slots : 0) +
+                                        (has_state_ && config.speculative ? config.seq_slots : 0),
+                                    config.speculative)),
       blocks_(config.num_blocks, config.block_size),
       states_(config.seq_slots, has_state_ ? config.snapshot_slots : 0) {
   // A page leaving the cache takes the snapshot bound to it along: nothing could find it.
@@ -187,6 +189,32 @@ void CacheManager::free(Sequence& seq) {
   seq.state_slot = -1;
   seq.chain.clear();
   seq.num_computed = 0;
+  seq.drafts.clear();
+  seq.draft_probs.clear();
+}
+
+// Checkpoints follow the sequence and snapshot slots: sequence slot s keeps its own at
+// seq_slots + snapshot_slots + s.
+int32_t CacheManager::checkpoint_slot(const Sequence& seq) const {
+  STRATA_CHECK(config_.speculative && seq.state_slot >= 0 && seq.state_slot < config_.seq_slots,
+               "cache manager: no checkpoint slot for state slot ", seq.state_slot);
+  return config_.seq_slots + config_.snapshot_slots + seq.state_slot;
+}
+
+void CacheManager::checkpoint_state(const Sequence& seq) {
+  if (has_state_) copy_state(seq.state_slot, checkpoint_slot(seq));
+}
+
+void CacheManager::restore_state(const Sequence& seq) {
+  if (has_state_) copy_state(checkpoint_slot(seq), seq.state_slot);
+}
+
+void CacheManager::truncate(Sequence& seq, int32_t tokens) {
+  const size_t keep = size_t(pages_for(tokens));
+  STRATA_CHECK(tokens >= seq.num_computed, "cache manager: truncating below the computed tokens");
+  if (seq.block_table.size() <= keep) return;
+  blocks_.release(std::vector<int32_t>(seq.block_table.begin() + ptrdiff_t(keep), seq.block_table.end()));
+  seq.block_table.resize(keep);
 }
 
 void CacheManager::clear_prefix_cache() {

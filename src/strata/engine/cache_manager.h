@@ -33,6 +33,9 @@ struct CacheConfig {
   int32_t snapshot_slots = 0;
   bool prefix_caching = true;
   int32_t state_interval = 0;  // pages between interval snapshots; 0: off
+  // Speculative decoding: the pools hold the draft head's layers too (allocate_caches with
+  // with_mtp), and every sequence slot has a checkpoint slot for the state before a verify.
+  bool speculative = false;
 };
 
 struct PrefixHit {
@@ -84,7 +87,15 @@ class CacheManager {
   // Completion `child` shares `parent`'s computed prompt: full pages by reference, a copy of a
   // partly filled last page and of the state. False when a page or slot is missing.
   bool fork(const Sequence& parent, Sequence& child);
-  void free(Sequence& seq);  // its pages and slot go back (cached pages stay reusable)
+  void free(Sequence& seq);  // its pages and slot go back (cached pages stay reusable); drafts dropped
+
+  // Speculative decoding (config.speculative): the state of seq's slot before a verify pass is
+  // kept in the slot's checkpoint; restore_state puts it back (the rejected drafts' state
+  // updates are undone, the accepted tokens are then replayed). truncate gives back the pages
+  // beyond the first `tokens` tokens (what rejected drafts were given).
+  void checkpoint_state(const Sequence& seq);
+  void restore_state(const Sequence& seq);
+  void truncate(Sequence& seq, int32_t tokens);
 
   void clear_prefix_cache();
   CacheUsage usage() const;
@@ -92,6 +103,7 @@ class CacheManager {
 
  private:
   bool is_snapshot_point(const Sequence& seq, int32_t pos) const;
+  int32_t checkpoint_slot(const Sequence& seq) const;
   // State copies wait in pending_copies_ and go out together (one launch for a step's
   // snapshots); one that touches a slot a waiting copy writes, or writes one it reads, sends
   // the waiting ones first, so the order of dependent copies holds.

@@ -10,9 +10,27 @@
 
 namespace strata {
 
+namespace {
+
+// The head is loaded only for speculative decoding; where the engine cannot draft yet, the flag
+// is refused before the weights are read.
+LoadOptions load_options(const EngineConfig& config) {
+  LoadOptions o{config.device, config.load_format, {}};
+  if (config.speculative.enabled()) {
+    STRATA_CHECK(config.device == Device::kCpu, "--speculative-config: speculative decoding runs on --device cpu "
+                 "only so far (the CUDA decode graphs do not verify drafts yet)");
+    STRATA_CHECK(config.tensor_parallel_size == 1, "--speculative-config: speculative decoding does not run with "
+                 "--tensor-parallel-size > 1 yet");
+    o.mtp = true;
+  }
+  return o;
+}
+
+}  // namespace
+
 Engine::Engine(const EngineConfig& config)
     : config_(config),
-      model_(load_parallel_model(config.model, LoadOptions{config.device, config.load_format, {}},
+      model_(load_parallel_model(config.model, load_options(config),
                                  {config.tensor_parallel_size, config.enable_expert_parallel})),
       defaults_(GenerationDefaults::load(config.model)) {
   init();
@@ -66,7 +84,15 @@ void Engine::init() {
                       : config_.prefix_state_slots < 0 ? config_.max_num_seqs
                                                        : config_.prefix_state_slots;
   mr.max_model_len = max_model_len_;
-  plan_ = plan_memory(info.cache, mr, model_->device());
+  init_speculation();
+  // Speculative decoding prices every page with the head's KV and every slot with a checkpoint
+  // copy (only sequence slots have one: the snapshot slots are over-priced, never under).
+  CacheSpec priced = info.cache;
+  if (spec_) {
+    priced.layers.insert(priced.layers.end(), info.mtp_cache.begin(), info.mtp_cache.end());
+    for (const LayerCacheSpec& l : info.cache.layers) priced.layers.push_back({{}, l.slots});
+  }
+  plan_ = plan_memory(priced, mr, model_->device());
   if (config_.log_capacity) std::fprintf(stderr, "strata: %s\n", plan_.describe().c_str());
   CacheConfig cc;
   cc.block_size = plan_.block_size;
@@ -75,12 +101,13 @@ void Engine::init() {
   cc.snapshot_slots = plan_.snapshot_slots;
   cc.prefix_caching = config_.enable_prefix_caching;
   cc.state_interval = config_.prefix_state_interval;
+  cc.speculative = spec_;
   cache_ = std::make_unique<CacheManager>(*model_, cc);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
   sampler_ = std::make_unique<BatchSampler>(info.vocab_size, config_.logprobs_mode);
   runner_ = std::make_unique<ModelRunner>(*model_, config_.enforce_eager);
-  overlap_ = overlap_possible();
+  overlap_ = overlap_possible() && !spec_;  // a verify's result decides the next step's batch
 }
 
 void Engine::set_detokenizer(std::shared_ptr<Detokenizer> detokenizer) {
@@ -102,6 +129,9 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
                " tokens leave no room to generate within the context length of ", max_model_len_,
                " (max_model_len)");
   const ResolvedSampling r = resolve_sampling(params, defaults_, info.eos_token_ids, info.vocab_size);
+  STRATA_CHECK(!params.structured || !spec_,
+               "structured outputs (response_format, guided_*) are not supported with "
+               "--speculative-config yet: the drafts are not masked by the grammar");
   STRATA_CHECK(!params.structured || model_->device() == Device::kCpu,
                "structured outputs (response_format, guided_*) are not supported on --device cuda yet: "
                "their token masks are applied by the CPU sampler only");
@@ -365,6 +395,7 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
   std::vector<bool> fed(so.chunks.size(), false);
   std::vector<PromptLogitsRow> prompt_rows;  // logits rows for prompt logprobs still to compute
   std::vector<int32_t> sample_row(so.chunks.size(), -1);
+  std::vector<StepInFlight::Verify> verifies;
   for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
     const ScheduledChunk& c = so.chunks[ci];
     SeqInBatch s;
@@ -377,6 +408,8 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
       const int32_t pos = c.ctx_len + i;
       if (pos < c.seq->num_tokens()) {
         batch.token_ids.push_back(c.seq->tokens[size_t(pos)]);
+      } else if (!c.seq->drafts.empty()) {  // speculative decoding: a draft to verify
+        batch.token_ids.push_back(c.seq->drafts.at(size_t(pos - c.seq->num_tokens())));
       } else {  // the token the previous step drew, still on the device
         STRATA_CHECK(inflight_ && c.seq->pending_draws == 1 && pos == c.seq->num_tokens(),
                      "engine: position ", pos, " has no token and no draw in flight");
@@ -396,14 +429,24 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
         batch.logit_rows.push_back(s.q_start + pos - c.ctx_len);
       }
     }
-    if (c.samples) {
+    const int32_t drafts = c.samples && !c.seq->drafts.empty() ? c.ctx_len + c.q_len - c.seq->num_tokens() : 0;
+    if (drafts > 0) {
+      // The last token's row and every draft's: row i verifies draft i + 1 (and i = drafts
+      // gives the bonus token). The state before them is kept to roll back to.
+      verifies.push_back({c.seq, c.ctx_len, int32_t(batch.logit_rows.size()), drafts});
+      for (int32_t i = 0; i <= drafts; ++i) batch.logit_rows.push_back(s.q_start + s.q_len - 1 - drafts + i);
+      cache_->checkpoint_state(*c.seq);
+    } else if (c.samples) {
       sample_row[ci] = int32_t(batch.logit_rows.size());
       batch.logit_rows.push_back(s.q_start + s.q_len - 1);
     }
     batch.seqs.push_back(std::move(s));
   }
   if (!batch.feed_rows.empty()) batch.feed_ids = sampler_->draw_ids(inflight_->slot);
-  const Tensor& logits = runner_->run(batch, cache_->caches());
+  const double forward_start = spec_ ? now() : 0.0;
+  const Tensor& logits = spec_ ? runner_->run_with_hidden(batch, cache_->caches(), hidden_)
+                               : runner_->run(batch, cache_->caches());
+  if (spec_) stats_.spec_verify_seconds += now() - forward_start;
   if (!prompt_rows.empty()) take_prompt_logprobs(prompt_rows, logits);
   ++stats_.steps;
   stats_.graph_steps = runner_->graph_steps();
@@ -422,15 +465,22 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
     seq.num_computed += c.q_len;
     if (fed[ci]) {
       f.fed.push_back(c);
-    } else {
+    } else if (c.ctx_len + c.q_len <= seq.num_tokens() || seq.drafts.empty()) {  // verifies: after the rollback
       cache_->on_computed(seq, c.samples);
     }
-    if (c.samples) {
+    if (sample_row[ci] >= 0) {
       const int32_t row = sample_row[ci];
       f.jobs.push_back({&seq, row});
       if (seq.index == 0 && seq.num_generated_drawn() == 0 && req.seqs.size() > 1) fork_children(seq, row, f.jobs);
     }
   }
+  if (spec_) {
+    f.verifies = std::move(verifies);
+    f.logits = logits;
+    f.chunks = so.chunks;
+    f.batch = std::move(batch);
+  }
+  stats_.seq_steps += int64_t(f.jobs.size() + f.verifies.size());
   sampler_->begin(logits, f.jobs, f.slot);
   for (size_t i = 0; i < f.jobs.size(); ++i) {
     Sequence& seq = *f.jobs[i].seq;
@@ -468,6 +518,10 @@ void Engine::complete_step() {
     }
     append_token(seq, results[i]);
     check_stop(seq, results[i].token);
+  }
+  if (spec_) {
+    verify_drafts(f);
+    draft_tokens(f);
   }
 }
 

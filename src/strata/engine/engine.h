@@ -45,6 +45,7 @@
 #include "strata/engine/sampling_params.h"
 #include "strata/engine/scheduler.h"
 #include "strata/engine/sequence.h"
+#include "strata/engine/speculative_config.h"
 #include "strata/models/model.h"
 
 namespace strata {
@@ -69,6 +70,9 @@ struct EngineConfig {
   bool log_capacity = true;            // print the pool sizes to stderr at start-up
   bool enforce_eager = false;          // CUDA: no graphs for decode steps (engine/model_runner.h)
   bool async_scheduling = true;        // overlap the host's work with the device's (see above)
+  // Speculative decoding with the model's multi-token-prediction head (engine_speculative.cpp;
+  // CPU only so far, and the steps then run one after another).
+  SpeculativeConfig speculative;
 };
 
 struct EngineStats {
@@ -79,6 +83,7 @@ struct EngineStats {
   int64_t computed_tokens = 0;         // tokens run through the model
   int64_t computed_prompt_tokens = 0;  // of those, at prompt positions
   int64_t sampled_tokens = 0;
+  int64_t seq_steps = 0;               // sequences that sampled in a step, summed over steps
   int64_t prefix_queries = 0;          // tokens looked up in the prefix cache at admission
   int64_t prefix_hits = 0;             // tokens served from it
   int64_t preemptions = 0;
@@ -88,6 +93,22 @@ struct EngineStats {
   double grammar_mask_seconds = 0;     // host time filling them
   int32_t running = 0, waiting = 0;
   CacheUsage cache;
+  // Speculative decoding: sequence-steps that verified drafts, the drafts verified and accepted,
+  // per draft position i the verifies that reached it and that accepted it, and the
+  // sequence-steps whose rejected drafts were rolled back by replaying the accepted tokens.
+  int64_t spec_verifies = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_drafted_at, spec_accepted_at;
+  int64_t spec_replays = 0, spec_replayed_tokens = 0;
+  int64_t spec_draft_forwards = 0;    // head forwards (one per draft depth per step)
+  // Seconds in the target forwards of the steps, the replays and the head forwards.
+  double spec_verify_seconds = 0, spec_replay_seconds = 0, spec_draft_seconds = 0;
+  double spec_acceptance_rate() const {
+    return spec_draft_tokens ? double(spec_accepted_tokens) / double(spec_draft_tokens) : 0.0;
+  }
+  // Tokens a verify emits on average: the accepted drafts plus the target's own token.
+  double spec_mean_acceptance_length() const {
+    return spec_verifies ? 1.0 + double(spec_accepted_tokens) / double(spec_verifies) : 0.0;
+  }
 };
 
 class Engine {
@@ -140,6 +161,18 @@ class Engine {
     std::vector<SampleJob> jobs;
     std::vector<ScheduledChunk> fed;     // chunks computing a fed token: on_computed waits for it
     bool reads_tokens = false;           // a draw's sequence has penalties (BatchSampler)
+    // Speculative decoding: the chunks that verify drafts (their rows are not in `jobs`), and
+    // every chunk with the batch (the draft head runs over their rows afterwards).
+    struct Verify {
+      Sequence* seq = nullptr;
+      int32_t ctx_len = 0;
+      int32_t first_row = 0;  // logits row of the sequence's last token; drafts follow it
+      int32_t drafts = 0;
+    };
+    std::vector<Verify> verifies;
+    Tensor logits;
+    std::vector<ScheduledChunk> chunks;
+    ForwardBatch batch;
   };
 
   void init();
@@ -161,6 +194,14 @@ class Engine {
   void fork_children(Sequence& parent, int32_t logits_row, std::vector<SampleJob>& jobs);
   void finish_sequence(Sequence& seq, const std::string& reason, const std::string& stop_reason = "");
   RequestOutput report(Request& req);
+  // Speculative decoding (engine_speculative.cpp).
+  void init_speculation();
+  void verify_drafts(StepInFlight& f);   // accept, emit, roll back what rejected drafts touched
+  void accept_row(Sequence& seq, const float* logits, int32_t draft_index, bool& accepted);
+  void draft_tokens(const StepInFlight& f);  // chain the head K times over the step's rows
+  int32_t draft_budget(Sequence& seq) const;  // how many drafts seq may get now
+  void add_draft(Sequence& seq, const float* logits, std::vector<int32_t>& context,
+                 std::unordered_map<int32_t, int32_t>& counts);
 
   EngineConfig config_;
   std::shared_ptr<Model> model_;
@@ -173,6 +214,10 @@ class Engine {
   std::unique_ptr<BatchSampler> sampler_;
   std::unique_ptr<ModelRunner> runner_;
   bool overlap_ = false;
+  bool spec_ = false;
+  std::unique_ptr<Sampler> spec_sampler_;
+  Tensor hidden_, replay_logits_, draft_logits_;
+  std::vector<double> spec_p_;
   std::optional<StepInFlight> inflight_;
   int next_slot_ = 0;
   std::chrono::steady_clock::time_point start_;

@@ -1,5 +1,7 @@
 #include "strata/engine/model_runner.h"
 
+#include "strata/core/error.h"
+
 #if defined(STRATA_WITH_CUDA)
 #include "strata/ops/cuda/graphs.h"
 #else
@@ -43,6 +45,12 @@ const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
   }
 #endif
   model_.forward(batch, caches, logits_);
+  return logits_;
+}
+
+const Tensor& ModelRunner::run_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& hidden) {
+  STRATA_CHECK(batch.feed_rows.empty(), "model runner: a forward with hidden states feeds no tokens");
+  model_.forward_with_hidden(batch, caches, logits_, hidden);
   return logits_;
 }
 

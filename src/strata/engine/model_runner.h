@@ -26,6 +26,9 @@ class ModelRunner {
   // The batch's logits [batch.logit_rows.size(), vocab] F32 on the model's device, valid until
   // the next run.
   const Tensor& run(const ForwardBatch& batch, Caches& caches);
+  // run, eagerly, with the final-norm hidden state of every row too (Model::forward_with_hidden;
+  // speculative decoding). No fed tokens.
+  const Tensor& run_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& hidden);
   // Decode steps run as graphs so far (0 without graphs).
   int64_t graph_steps() const { return graph_steps_; }
 

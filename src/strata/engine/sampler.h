@@ -46,10 +46,18 @@ class Sampler {
   Sampler(int64_t vocab_size, LogprobsMode mode) : vocab_(vocab_size), mode_(mode) {}
   SampleResult sample(const float* logits, const ResolvedSampling& p, const SamplerInput& in);
 
+  // Speculative decoding with sampling (non-greedy p): the distribution sample() would draw
+  // from (steps 1-4: ops::kept_distribution of the processed row), without drawing; then
+  // result_for gives a chosen token's log-probabilities as sample() reports them.
+  void distribution(const float* logits, const ResolvedSampling& p, const SamplerInput& in, std::vector<double>& probs);
+  SampleResult result_for(int32_t token, const ResolvedSampling& p);
+
  private:
+  void process(const float* logits, const ResolvedSampling& p, const SamplerInput& in);  // steps 1 and 2
+
   int64_t vocab_;
   LogprobsMode mode_;
-  std::vector<float> x_, lp_;
+  std::vector<float> x_, lp_, raw_;
   std::vector<uint8_t> seen_;
 };
 

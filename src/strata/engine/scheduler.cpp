@@ -58,7 +58,9 @@ SchedulerOutput Scheduler::schedule() {
       continue;
     }
     const int32_t from = s->num_computed;
-    const int32_t to = cache_.cut_chunk(*s, from, std::min(s->num_tokens_drawn(), from + budget));
+    // Speculative decoding: a decode also computes its drafts (as many as the budget allows).
+    const int32_t want = s->num_tokens_drawn() + int32_t(s->drafts.size());
+    const int32_t to = cache_.cut_chunk(*s, from, std::min(want, from + budget));
     bool preempted_self = false;
     while (!cache_.can_grow(*s, to)) {
       Sequence* victim = running_.back();
@@ -71,7 +73,7 @@ SchedulerOutput Scheduler::schedule() {
     }
     if (preempted_self) break;
     cache_.grow(*s, to);
-    out.chunks.push_back({s, from, to - from, to == s->num_tokens_drawn()});
+    out.chunks.push_back({s, from, to - from, to >= s->num_tokens_drawn()});
     budget -= to - from;
     ++i;
   }

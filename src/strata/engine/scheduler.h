@@ -32,6 +32,8 @@ struct ScheduledChunk {
   int32_t ctx_len = 0;  // tokens already in the caches
   int32_t q_len = 0;    // tokens computed in this step
   bool samples = false;  // reaches the last token: its logits give the next token
+  // Speculative decoding: a sampling chunk may run past num_tokens() over the sequence's drafts
+  // (Sequence::drafts, as many as fit); each position's logits then verify the next token.
 };
 
 struct SchedulerOutput {

@@ -51,6 +51,13 @@ struct Sequence {
   PageId tail_page;
   int32_t branch_point = 0;  // a snapshot point where this prompt leaves the cached prefixes
 
+  // Speculative decoding (engine_speculative.cpp): the draft tokens for positions num_tokens(),
+  // num_tokens() + 1, ..., which the next step verifies, and for sampled requests each draft's
+  // distribution q over the vocabulary (empty rows when greedy). Cleared when the caches go
+  // back (CacheManager::free: preemption, finish).
+  std::vector<int32_t> drafts;
+  std::vector<std::vector<double>> draft_probs;
+
   // Prompt logprobs (completion 0 of a request that asks for them): those computed so far, for
   // prompt tokens 1.. in order, and whether they were reported.
   std::vector<float> prompt_logprobs;

@@ -88,4 +88,8 @@ void Model::mtp_forward(const ForwardBatch&, const Tensor&, Caches&, Tensor&) {
   fail(info().model_type, ": no multi-token-prediction head is loaded (or the family has none yet)");
 }
 
+void Model::mtp_forward_with_hidden(const ForwardBatch&, const Tensor&, Caches&, Tensor&, Tensor&) {
+  fail(info().model_type, ": no multi-token-prediction head is loaded (or the family has none yet)");
+}
+
 }  // namespace strata

@@ -115,6 +115,11 @@ class Model {
   // caches.layers[num_layers + j]. Writes the logits of batch.logit_rows (the draft of the
   // token at p + 2).
   virtual void mtp_forward(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits);
+  // mtp_forward, and also `hidden_out` [T, hidden_size]: the head's own final-norm state of every
+  // row, which stands in for the main model's state when drafts are chained (the head's input at
+  // the next position; vLLM's MTP proposer does the same).
+  virtual void mtp_forward_with_hidden(const ForwardBatch& batch, const Tensor& hidden, Caches& caches,
+                                       Tensor& logits, Tensor& hidden_out);
   // The pools of allocate_caches plus the head's layers after them (with_mtp).
   Caches allocate_caches(int num_blocks, int block_size, int num_slots, bool with_mtp) const;
 };

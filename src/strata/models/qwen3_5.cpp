@@ -230,6 +230,16 @@ class Qwen35Model final : public Model {
   }
 
   void mtp_forward(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits) override {
+    run_mtp(batch, hidden, caches, logits, nullptr);
+  }
+
+  void mtp_forward_with_hidden(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits,
+                               Tensor& hidden_out) override {
+    run_mtp(batch, hidden, caches, logits, &hidden_out);
+  }
+
+ private:
+  void run_mtp(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits, Tensor* hidden_out) {
     STRATA_CHECK(info_.mtp_layers > 0, cfg_.model_type, ": the multi-token-prediction head is not loaded");
     batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
     STRATA_CHECK(caches.layers.size() == layers_.size() + mtp_.layers.size(), "mtp_forward: caches for ",
@@ -240,6 +250,10 @@ class Qwen35Model final : public Model {
                      hidden.dtype() == act_dtype(),
                  "mtp_forward: hidden ", hidden.describe(), " for ", t, " rows (forward_with_hidden's)");
     prepare_logits(batch, logits);
+    if (hidden_out && (!hidden_out->defined() || hidden_out->shape() != Shape{t, cfg_.hidden} ||
+                       hidden_out->device() != device_ || hidden_out->dtype() != act_dtype())) {
+      *hidden_out = act({t, cfg_.hidden});  // before the scope: it outlives the forward's workspace
+    }
     ops::ForwardScope scope(device_, batch);
     // fc([norm(embed(token)); norm(hidden)]) as fc's two column blocks, their sum left to the
     // first layer's fused add and norm.
@@ -251,10 +265,9 @@ class Qwen35Model final : public Model {
     ops::linear(en, mtp_.fc_embed, r.h);
     ops::linear(hn, mtp_.fc_hidden, r.y);
     decoder_layers(mtp_.layers, layers_.size(), r, batch, caches);
-    head(r, batch, mtp_.norm, logits, nullptr);
+    head(r, batch, mtp_.norm, logits, hidden_out);
   }
 
- private:
   void prepare_logits(const ForwardBatch& batch, Tensor& logits) const {
     const int64_t n = int64_t(batch.logit_rows.size());
     if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {

@@ -306,6 +306,10 @@ struct RowDraw {
   std::vector<std::pair<int32_t, float>> top;
 };
 void sample_processed_row(std::vector<float>& x, const SampleSpec& spec, bool raw, RowDraw& out);
+// The distribution a non-greedy draw of sample_processed_row samples from: x becomes z = x *
+// inv_temperature and probs the kept set's weights normalised to sum 1 (the arg max alone when
+// nothing is kept). Speculative decoding's acceptance reads it for the target and the draft.
+void kept_distribution(std::vector<float>& x, const SampleSpec& spec, std::vector<double>& probs);
 // log_softmax of x into out (double sums, float results), and its top n entries.
 void log_softmax_row(const std::vector<float>& x, std::vector<float>& out);
 void top_entries(const std::vector<float>& lp, int n, std::vector<std::pair<int32_t, float>>& out);

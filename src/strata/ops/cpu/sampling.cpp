@@ -146,6 +146,19 @@ void sample_processed_row(std::vector<float>& x, const SampleSpec& s, bool raw, 
   }
 }
 
+void kept_distribution(std::vector<float>& x, const SampleSpec& s, std::vector<double>& probs) {
+  for (float& v : x) v *= s.inv_temperature;
+  kept_weights(x, s, probs);
+  double total = 0;
+  for (double w : probs) total += w;
+  if (total > 0) {
+    for (double& w : probs) w /= total;
+  } else {
+    std::fill(probs.begin(), probs.end(), 0.0);
+    probs[size_t(argmax_row(x.data(), int64_t(x.size())))] = 1.0;
+  }
+}
+
 void argmax(const Tensor& logits, const Tensor& ids) {
   STRATA_CUDA_DISPATCH(logits, argmax(logits, ids));
   check_logits(logits, ids, "argmax");

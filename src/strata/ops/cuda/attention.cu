@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
@@ -407,15 +408,6 @@ struct FaSmem {
   static constexpr size_t kBytes = kV + size_t(2) * kFaBk * kLd * 2;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, asynchronously; zeros when !valid (gmem is then not read).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // Four 8x8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i holds a
 // lane's two elements of it (transposed: of its transpose).
@@ -532,7 +524,7 @@ __global__ void __launch_bounds__(kFaWarps * 32, 1)
 
   for (int it = 0; it < n_tiles; ++it) {
     const int kt = it * kFaBk, stage = it & 1;
-    cp_wait_all();
+    cp_wait<0>();
     __syncthreads();  // tile `it` landed for every thread; every warp is done with tile it - 1's stage
     if (it + 1 < n_tiles) {
       load_kv(stage ^ 1);

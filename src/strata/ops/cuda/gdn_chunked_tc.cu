@@ -13,6 +13,7 @@
 // Operand layouts in shared memory are padded so that every fragment load is free of bank
 // conflicts: a row-major A operand (or the transposed B operand) uses a row stride of 4 mod 32
 // floats, a row-major B operand (or the transposed A) a stride of 8 mod 32.
+#include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/gdn_internal.h"
 
@@ -75,12 +76,6 @@ __device__ __forceinline__ void load_b_t(uint32_t (&b)[2], const float* p, int l
   b[1] = tf32(p[(n0 + g) * ld + k0 + t + 4]);
 }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_wait2() { asm volatile("cp.async.wait_group 2;" ::: "memory"); }
 
 // ---- prep ----
 
@@ -371,7 +366,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
     const int chunk = first + ci;
     const int c0 = chunks[3 * chunk + 1], n = chunks[3 * chunk + 2];
     const float decay = base_of(ci)[kLay.decay];  // e^last
-    cp_wait2();
+    cp_wait<2>();
     __syncthreads();
     // 1. vnew = U - W S.
     {
@@ -388,7 +383,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
     }
     __syncthreads();
     load_wu(ci + 1);
-    cp_wait2();
+    cp_wait<2>();
     __syncthreads();
     // 2. out = (q e^cum) S + attn vnew (attn is lower triangular: k < m0 + 16).
     {
@@ -410,7 +405,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
     }
     __syncthreads();
     load_qa(ci + 1);
-    cp_wait2();
+    cp_wait<2>();
     __syncthreads();
     // 3. S = S e^last + (k e^(last - cum))^T vnew.
 #pragma unroll

@@ -1,28 +1,20 @@
-// CUDA: the grouped expert GEMM. Each block takes one tile of up to BM (64 or 128) permuted rows
-// of one expert and 128 weight rows, streams K in steps of 64 through a 3-stage cp.async ring, and
+// CUDA: the grouped expert GEMM for 64-row tiles of a few rows an expert (batched decode; the
+// dense tiles of prefill run on wgmma, moe_gemm_wgmma.cu). Each block takes one tile of up to 64
+// permuted rows of one expert and 128 weight rows, streams K in steps of 64 through a 3-stage cp.async ring, and
 // multiplies with bf16 mma.sync m16n8k16 (fp32 accumulators in registers, operands by ldmatrix
 // from rows padded to 72 elements, which keeps every ldmatrix free of bank conflicts). Eight
 // warps split the tile 2 (rows) x 4 (columns). For gate_up the 128 weight rows are 64 gate rows
 // and the matching 64 up rows, and each warp holds a gate column and its up column in the same
 // registers, so SiLU-mul is the epilogue. The grid's x is the column block, so the blocks of one
 // row tile run together and read its rows (the gathered tokens) once from memory.
+#include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/moe_gemm.cuh"
 
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kBn = 128, kBk = 64, kLd = kBk + 8, kStages = 3, kThreads = 256;
+constexpr int kBm = 64, kBn = 128, kBk = 64, kLd = kBk + 8, kStages = 3, kThreads = 256;
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -39,23 +31,20 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int BM>
-constexpr size_t smem_bytes() {
-  return size_t(kStages) * (BM + kBn) * kLd * sizeof(bf16);
-}
+constexpr size_t kSmem = size_t(kStages) * (kBm + kBn) * kLd * sizeof(bf16);
 
 // gate_up: out[p, c] = silu(g) * u over act columns c of block y (64 of them), n = intermediate;
 // down: out[p, c] over output columns c of block y (128 of them), n = hidden.
-template <int BM, bool kGateUp>
+template <bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* __restrict__ a,
                                                                    const int32_t* gather,
                                                                    const bf16* __restrict__ w, MoeTiles tiles,
                                                                    int64_t k, int64_t n, bf16* out) {
-  constexpr int kWm = BM / 2, kMt = kWm / 16;  // a warp's rows and 16-row tiles
+  constexpr int kWm = kBm / 2, kMt = kWm / 16;  // a warp's rows and 16-row tiles
   pdl_begin();
   extern __shared__ __align__(128) bf16 smem[];
-  bf16* as = smem;                          // [stage][BM][kLd]
-  bf16* bs = smem + kStages * BM * kLd;     // [stage][kBn][kLd]
+  bf16* as = smem;                          // [stage][kBm][kLd]
+  bf16* bs = smem + kStages * kBm * kLd;     // [stage][kBn][kLd]
   const int tile = blockIdx.y;
   if (tile >= *tiles.count) return;
   const int64_t e = tiles.expert[tile];
@@ -64,9 +53,9 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
   const int wm = warp >> 2, wn = warp & 3;
   const bf16* we = w + e * (kGateUp ? 2 * n : n) * k;
 
-  // Each thread moves BM / 32 16-byte vectors of A and four of B per stage (8 vectors a row);
+  // Each thread moves kBm / 32 16-byte vectors of A and four of B per stage (8 vectors a row);
   // vectors past K (a K of 32 mod 64) are zero-filled.
-  constexpr int kVr = kBk / 8, kAv = BM * kVr / kThreads, kBv = kBn * kVr / kThreads;
+  constexpr int kVr = kBk / 8, kAv = kBm * kVr / kThreads, kBv = kBn * kVr / kThreads;
   const bf16* a_src[kAv];
   bool a_ok[kAv];
   const bf16* b_src[kBv];
@@ -88,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
     b_src[i] = we + wrow * k + c * 8;
   }
   auto load = [&](int stage, int64_t k0) {
-    bf16* sa = as + stage * BM * kLd;
+    bf16* sa = as + stage * kBm * kLd;
     bf16* sb = bs + stage * kBn * kLd;
 #pragma unroll
     for (int i = 0; i < kAv; ++i) {
@@ -123,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
     const int next = kb + kStages - 1;
     if (next < kb_count) load(next % kStages, int64_t(next) * kBk);
     cp_commit();
-    const bf16* sa = as + (kb % kStages) * BM * kLd + (wm * kWm) * kLd;
+    const bf16* sa = as + (kb % kStages) * kBm * kLd + (wm * kWm) * kLd;
     const bf16* sb = bs + (kb % kStages) * kBn * kLd;
 #pragma unroll
     for (int kk = 0; kk < kBk; kk += 16) {
@@ -172,31 +161,32 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
   }
 }
 
-template <int BM, bool kGateUp>
+template <bool kGateUp>
 void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, unsigned max_tiles,
             int64_t k, int64_t n, bf16* out) {
   static const bool kAttr = [] {
-    allow_shared_memory(reinterpret_cast<const void*>(grouped_gemm_kernel<BM, kGateUp>), smem_bytes<BM>(),
-                        "moe_grouped_gemm");
+    allow_shared_memory(reinterpret_cast<const void*>(grouped_gemm_kernel<kGateUp>), kSmem, "moe_grouped_gemm");
     return true;
   }();
   (void)kAttr;
   const unsigned col_blocks = unsigned(kGateUp ? (n + 63) / 64 : (n + kBn - 1) / kBn);
-  launch_pdl(grouped_gemm_kernel<BM, kGateUp>, dim3(col_blocks, max_tiles), kThreads, smem_bytes<BM>(), a, gather,
-             w, tiles, k, n, out);
+  launch_pdl(grouped_gemm_kernel<kGateUp>, dim3(col_blocks, max_tiles), kThreads, kSmem, a, gather, w, tiles, k, n,
+             out);
 }
 
 }  // namespace
 
-int moe_tile_rows(int64_t pairs, int64_t experts) { return pairs >= 96 * experts ? 128 : 64; }
+MoeTiling moe_tiling(int64_t pairs, int64_t experts) {
+  return {pairs >= 96 * experts ? 128 : 64, pairs >= 32 * experts};
+}
 
-void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
-                      unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out) {
-  if (bm == 128) {
-    moe_grouped_gemm_wgmma(a, gather, w, tiles, max_tiles, k, n, gate_up, out);
+void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+                      const MoeTiling& tiling, unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out) {
+  if (tiling.wgmma) {
+    moe_grouped_gemm_wgmma(a, gather, w, tiles, tiling.rows, max_tiles, k, n, gate_up, out);
   } else {
-    gate_up ? launch<64, true>(a, gather, w, tiles, max_tiles, k, n, out)
-            : launch<64, false>(a, gather, w, tiles, max_tiles, k, n, out);
+    gate_up ? launch<true>(a, gather, w, tiles, max_tiles, k, n, out)
+            : launch<false>(a, gather, w, tiles, max_tiles, k, n, out);
   }
   check_launch(gate_up ? "moe_grouped_gemm_gate_up" : "moe_grouped_gemm_down");
 }

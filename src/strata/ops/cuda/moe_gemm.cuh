@@ -23,19 +23,25 @@ inline bool moe_gemm_supported(int64_t hidden, int64_t inter) {
   return hidden % 32 == 0 && inter % 32 == 0;
 }
 
-// Permuted rows a tile (64 or 128) for this many (token, expert) pairs over this many experts:
-// 128 once the average expert has enough rows to fill most of one.
-int moe_tile_rows(int64_t pairs, int64_t experts);
+// How the grouped GEMM tiles this many (token, expert) pairs over this many experts: 128-row
+// tiles once the average expert has enough rows to fill most of one, else 64; on wgmma
+// (moe_gemm_wgmma.cu) once it has at least 32 rows, else on mma.sync (decode: a few rows an
+// expert, where the weights' bandwidth bounds the time, not the multiplies).
+struct MoeTiling {
+  int rows;
+  bool wgmma;
+};
+MoeTiling moe_tiling(int64_t pairs, int64_t experts);
 
 // gate_up: out[p, :n] = silu(g) * u with (g; u) = w[e] [2n, k] · a[gather[p]] (a [T, k]);
 // else:    out[p, :n] = w[e] [n, k] · a[p] (a [P, k]).
-// Tiles of bm (moe_tile_rows) rows; launches (n / 64 or n / 128) x max_tiles blocks, those past
-// *tiles.count exit at once.
-// 128-row tiles (bm 128) run on wgmma (moe_gemm_wgmma.cu), 64-row tiles on mma.sync.
-void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
-                      unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out);
-// The wgmma kernel of 128-row tiles: (n / 128 (gate_up) or n / 256) x max_tiles blocks.
-void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+// Tiles as `tiling` says; launches column blocks x max_tiles blocks, those past *tiles.count
+// exit at once.
+void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+                      const MoeTiling& tiling, unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out);
+// The wgmma kernel, tiles of bm (64 or 128) rows: (n / 128 (gate_up) or n / 256) x max_tiles
+// blocks.
+void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
                             unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out);
 
 }  // namespace strata::ops::cuda

@@ -1,31 +1,29 @@
-// CUDA: the grouped expert GEMM on Hopper's warpgroup MMA (wgmma), for 128-row tiles (prefill).
-// A block takes one tile of up to 128 permuted rows of one expert and 256 weight rows, with two
-// warpgroups of 64 rows each. K streams 64 at a time through a 4-stage ring that every thread
+// CUDA: the grouped expert GEMM on Hopper's warpgroup MMA (wgmma), for tiles of 64 or 128 rows
+// (prefill). A block takes one tile of up to BM permuted rows of one expert and 256 weight rows,
+// with two warpgroups: of 64 rows each for BM 128 (each over all 256 weight rows), or both over
+// the 64 rows for BM 64 (each over 128 of the weight rows). K streams 64 at a time through a 4-stage ring that every thread
 // fills with cp.async (the rows of A are gathered tokens, which a TMA tile load cannot gather),
 // written in the 128-byte swizzled layout wgmma reads from shared memory: the 16-byte chunk c of
 // row r sits at chunk c ^ (r % 8) of its 128-byte row. Each warpgroup issues wgmma m64n128k16
 // twice a k-step (weight rows 0-127 and 128-255) with both operands from shared memory and fp32
 // accumulators in registers, and keeps one k-block of them in flight while the next stage loads.
-// For gate_up the 256 weight rows are 128 gate rows and the matching 128 up rows, so a thread holds
-// each gate value beside its up value and SiLU-mul is the epilogue.
+// Each accumulator covers 128 weight rows; for gate_up those are 64 gate rows and the matching
+// 64 up rows (the block's 128 act columns in two halves), so a thread holds each gate value beside
+// its up value and SiLU-mul is the epilogue.
+#include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/moe_gemm.cuh"
 
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kBm = 128, kBn = 256, kBk = 64, kStages = 4, kThreads = 256;
-constexpr int kRowBytes = kBk * 2;                                   // 128: one swizzle row
-constexpr int kAStage = kBm * kRowBytes, kBStage = kBn * kRowBytes;  // 16 KiB, 32 KiB
-constexpr size_t kSmem = size_t(kStages) * (kAStage + kBStage) + 1024;  // + alignment to 1 KiB
+constexpr int kBn = 256, kBk = 64, kStages = 4, kThreads = 256;
+constexpr int kRowBytes = kBk * 2;         // 128: one swizzle row
+constexpr int kBStage = kBn * kRowBytes;   // 32 KiB
+template <int BM>
+constexpr int a_stage() { return BM * kRowBytes; }
+template <int BM>
+constexpr size_t smem_bytes() { return size_t(kStages) * (a_stage<BM>() + kBStage) + 1024; }  // + 1 KiB alignment
 
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define STRATA_WGMMA 1
@@ -77,7 +75,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uin
 
 // gate_up: out[p, c] = silu(g) * u over act columns c of block x (128 of them), n = intermediate;
 // down: out[p, c] over output columns c of block x (256 of them), n = hidden.
-template <bool kGateUp>
+template <int BM, bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* __restrict__ a,
                                                                     const int32_t* gather,
                                                                     const bf16* __restrict__ w, MoeTiles tiles,
@@ -85,6 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
   pdl_begin();
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023) & ~1023u;
+  constexpr int kAStage = a_stage<BM>(), kAcc = BM == 128 ? 2 : 1;  // accumulators a warpgroup
   const uint32_t as = base, bs = base + kStages * kAStage;
   const int tile = blockIdx.y;
   if (tile >= *tiles.count) return;
@@ -93,9 +92,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
   const int nb = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wtid = tid & 127;
   const bf16* we = w + e * (kGateUp ? 2 * n : n) * k;
 
-  // Each thread moves 4 16-byte chunks of A and 8 of B a stage (8 chunks a row); chunks past K
-  // (a K of 32 mod 64), rows past the tile and weight rows past n are zero-filled.
-  constexpr int kAv = kBm * 8 / kThreads, kBv = kBn * 8 / kThreads;
+  // Each thread moves BM / 32 16-byte chunks of A and 8 of B a stage (8 chunks a row); chunks
+  // past K (a K of 32 mod 64), rows past the tile and weight rows past n are zero-filled.
+  constexpr int kAv = BM * 8 / kThreads, kBv = kBn * 8 / kThreads;
   const bf16* a_src[kAv];
   const bf16* b_src[kBv];
   uint32_t a_dst[kAv], b_dst[kBv];
@@ -113,11 +112,12 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
 #pragma unroll
   for (int i = 0; i < kBv; ++i) {
     const int r = (tid + i * kThreads) >> 3;
-    // gate_up: rows 0..127 gate rows 128 nb.., rows 128..255 the matching up rows (at n + ...).
-    const int64_t col = kGateUp ? int64_t(nb) * 128 + (r & 127) : int64_t(nb) * kBn + r;
+    // gate_up: rows 128 h + (0..63) are gate rows of act columns 128 nb + 64 h + (0..63), rows
+    // 128 h + 64 + (0..63) the matching up rows (at n + ...).
+    const int64_t col = kGateUp ? int64_t(nb) * 128 + (r >> 7) * 64 + (r & 63) : int64_t(nb) * kBn + r;
     const bool ok = col < n;
     b_ok |= uint32_t(ok) << i;
-    const int64_t wrow = !ok ? 0 : kGateUp && r >= 128 ? n + col : col;
+    const int64_t wrow = !ok ? 0 : kGateUp && (r & 64) ? n + col : col;
     b_src[i] = we + wrow * k + c * 8;
     b_dst[i] = uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4));
   }
@@ -130,9 +130,12 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
     for (int i = 0; i < kBv; ++i) cp_async16(sb + b_dst[i], b_src[i] + k0, kin && ((b_ok >> i) & 1));
   };
 
-  float acc0[64], acc1[64];
+  float acc[kAcc][64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.f;
+  for (int h = 0; h < kAcc; ++h) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[h][i] = 0.f;
+  }
   const int kb_count = int((k + kBk - 1) / kBk);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -146,13 +149,14 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     const int stage = kb % kStages;
-    const uint32_t sa = as + stage * kAStage + wg * 64 * kRowBytes, sb = bs + stage * kBStage;
+    const uint32_t sa = as + stage * kAStage + (BM == 128 ? wg * 64 * kRowBytes : 0);
+    const uint32_t sb = bs + stage * kBStage + (BM == 128 ? 0 : wg * 128 * kRowBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBk / 16; ++kk) {
       const uint64_t da = smem_desc(sa + kk * 32);
-      wgmma_m64n128k16(acc0, da, smem_desc(sb + kk * 32));
-      wgmma_m64n128k16(acc1, da, smem_desc(sb + 128 * kRowBytes + kk * 32));
+#pragma unroll
+      for (int h = 0; h < kAcc; ++h) wgmma_m64n128k16(acc[h], da, smem_desc(sb + h * 128 * kRowBytes + kk * 32));
     }
     wgmma_commit();
     // The previous k-block's products are done, in both warpgroups: its stage takes the load of
@@ -167,54 +171,65 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
   cp_wait<0>();
   // The accumulators are read only after the wait (the compiler sees no dependence on it).
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(acc0[i]), "+f"(acc1[i])::"memory");
-  // Epilogue from registers: accumulator 4j + q of warp w (of the warpgroup) holds row
-  // 16 w + g + 8 (q / 2), column 8 j + 2 t + q % 2 of its 128.
-  const int g = lane >> 2, t = lane & 3, wr = wg * 64 + (wtid >> 5) * 16 + g;
+  for (int h = 0; h < kAcc; ++h) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(acc[h][i])::"memory");
+  }
+  // Epilogue from registers: value 4j + q of an accumulator, in warp w of the warpgroup, is row
+  // 16 w + g + 8 (q / 2), weight row 8 j + 2 t + q % 2 of the accumulator's 128.
+  const int g = lane >> 2, t = lane & 3, wr = (BM == 128 ? wg * 64 : 0) + (wtid >> 5) * 16 + g;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = wr + half * 8;
     if (r >= rows) continue;
     bf16* orow = out + int64_t(row0 + r) * n;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int q = 4 * j + 2 * half;
-      if (kGateUp) {
-        const int64_t col = int64_t(nb) * 128 + 8 * j + 2 * t;
-        if (col < n) {
-          *reinterpret_cast<__nv_bfloat162*>(orow + col) =
-              __floats2bfloat162_rn(silu_f(acc0[q]) * acc1[q], silu_f(acc0[q + 1]) * acc1[q + 1]);
-        }
-      } else {
-        const int64_t col = int64_t(nb) * kBn + 8 * j + 2 * t;
-        if (col < n) *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(acc0[q], acc0[q + 1]);
-        if (col + 128 < n) {
-          *reinterpret_cast<__nv_bfloat162*>(orow + col + 128) = __floats2bfloat162_rn(acc1[q], acc1[q + 1]);
+    for (int h = 0; h < kAcc; ++h) {
+      const int bh = BM == 128 ? h : wg;  // which 128 of the block's weight rows
+      const float* d = acc[h];
+#pragma unroll
+      for (int j = 0; j < (kGateUp ? 8 : 16); ++j) {
+        const int q = 4 * j + 2 * half;
+        if (kGateUp) {  // gate in n-tiles 0..7, up in 8..15
+          const int64_t col = int64_t(nb) * 128 + bh * 64 + 8 * j + 2 * t;
+          if (col < n) {
+            *reinterpret_cast<__nv_bfloat162*>(orow + col) =
+                __floats2bfloat162_rn(silu_f(d[q]) * d[q + 32], silu_f(d[q + 1]) * d[q + 33]);
+          }
+        } else {
+          const int64_t col = int64_t(nb) * kBn + bh * 128 + 8 * j + 2 * t;
+          if (col < n) *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(d[q], d[q + 1]);
         }
       }
     }
   }
 }
 
-template <bool kGateUp>
+template <int BM, bool kGateUp>
 void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, unsigned max_tiles,
             int64_t k, int64_t n, bf16* out) {
   static const bool kAttr = [] {
-    allow_shared_memory(reinterpret_cast<const void*>(wgmma_grouped_kernel<kGateUp>), kSmem, "moe_grouped_gemm");
+    allow_shared_memory(reinterpret_cast<const void*>(wgmma_grouped_kernel<BM, kGateUp>), smem_bytes<BM>(),
+                        "moe_grouped_gemm");
     return true;
   }();
   (void)kAttr;
   const unsigned col_blocks = unsigned(kGateUp ? (n + 127) / 128 : (n + kBn - 1) / kBn);
-  launch_pdl(wgmma_grouped_kernel<kGateUp>, dim3(col_blocks, max_tiles), kThreads, kSmem, a, gather, w, tiles, k,
-             n, out);
+  launch_pdl(wgmma_grouped_kernel<BM, kGateUp>, dim3(col_blocks, max_tiles), kThreads, smem_bytes<BM>(), a, gather,
+             w, tiles, k, n, out);
 }
 
 }  // namespace
 
-void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
                             unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out) {
-  gate_up ? launch<true>(a, gather, w, tiles, max_tiles, k, n, out)
-          : launch<false>(a, gather, w, tiles, max_tiles, k, n, out);
+  if (bm == 128) {
+    gate_up ? launch<128, true>(a, gather, w, tiles, max_tiles, k, n, out)
+            : launch<128, false>(a, gather, w, tiles, max_tiles, k, n, out);
+  } else {
+    gate_up ? launch<64, true>(a, gather, w, tiles, max_tiles, k, n, out)
+            : launch<64, false>(a, gather, w, tiles, max_tiles, k, n, out);
+  }
 }
 
 }  // namespace strata::ops::cuda

@@ -1,0 +1,279 @@
+// Speculative decoding with the model's multi-token-prediction head (EngineConfig::speculative).
+//
+// Each step, a decoding sequence with drafts d1..dk computes its last token and the drafts in one
+// target forward (forward_with_hidden): row i's logits verify d(i+1), and the row after the last
+// accepted draft gives the target's own token (the correction, or the bonus token when all are
+// accepted). The tokens are emitted one at a time through the stop rules, so a token past a stop
+// or max_tokens is never emitted.
+//
+// Rollback of what rejected drafts touched:
+//   - attention KV (main and head layers): the sequence's computed length goes back to the
+//     accepted tokens, and pages beyond its tokens go back to the pool; entries past the
+//     computed length are never read and are overwritten later;
+//   - the Gated DeltaNet recurrent and conv states (one slot per sequence, updated in place by
+//     every token of the verify): the slot is checkpointed before the verify, and after a
+//     rejection it is restored and the accepted tokens are replayed through the model (a
+//     second, shorter forward). Chosen over per-position states because the CPU ops stay as
+//     they are and the replay is exact: the CPU forward is batch- and chunk-invariant, so the
+//     state after the replay is bitwise the state of a run that never drafted.
+// Page registration and state snapshots (prefix caching) happen after the rollback, so only
+// accepted state is ever cached.
+//
+// Drafting: after the step's tokens are known, the head runs over every position the step
+// finalised (prefill chunks too, so its own KV covers the whole sequence): position p pairs the
+// target's final hidden state at p with the token at p + 1. The last position's logits give d1;
+// d(j+1) comes from the head at the next position, fed d(j) and the head's own hidden state
+// (the target's is not known there), one head forward per depth for all drafting sequences.
+#include <algorithm>
+#include <cstring>
+
+#include "strata/core/error.h"
+#include "strata/engine/engine.h"
+#include "strata/engine/spec_accept.h"
+
+namespace strata {
+
+void Engine::init_speculation() {
+  const SpeculativeConfig& sc = config_.speculative;
+  if (!sc.enabled()) return;
+  STRATA_CHECK(sc.method == "mtp", "--speculative-config: field 'method': only \"mtp\" is supported, got \"",
+               sc.method, "\"");
+  STRATA_CHECK(model_->device() == Device::kCpu, "--speculative-config: speculative decoding runs on --device cpu "
+               "only so far (the CUDA decode graphs do not verify drafts yet)");
+  STRATA_CHECK(model_->info().mtp_layers > 0, "--speculative-config: method \"mtp\" needs the model's "
+               "multi-token-prediction head, and ", model_->info().model_type, " has none loaded "
+               "(mtp_num_hidden_layers in config.json; the model must be loaded with LoadOptions::mtp)");
+  spec_ = true;
+  spec_sampler_ = std::make_unique<Sampler>(model_->info().vocab_size, config_.logprobs_mode);
+  stats_.spec_drafted_at.assign(size_t(sc.num_speculative_tokens), 0);
+  stats_.spec_accepted_at.assign(size_t(sc.num_speculative_tokens), 0);
+}
+
+// Drafts are made for single-completion requests; the others (n > 1) decode a token a step.
+int32_t Engine::draft_budget(Sequence& seq) const {
+  if (seq.request->seqs.size() > 1) return 0;
+  // Every draft accepted plus the bonus token stays within max_tokens and the context.
+  int32_t k = std::min(config_.speculative.num_speculative_tokens, seq.token_limit - seq.num_tokens() - 1);
+  // The chained head steps write their KV at positions up to num_computed + k - 2.
+  while (k > 1 && !cache_->can_grow(seq, seq.num_computed + k - 1)) --k;
+  if (k > 1) cache_->grow(seq, seq.num_computed + k - 1);
+  return std::max(k, 0);
+}
+
+// One verify row: the target's token for the position after draft `draft_index` - 1 (the
+// sequence's state holds the tokens accepted so far, so min_tokens and penalties see them),
+// emitted through the stop rules. `accepted`: it equals draft `draft_index` (-1: the bonus row).
+// Greedy: the target's pick, accepted when it is the draft. Sampled: speculative sampling's
+// rule (spec_accept.h) with p and q processed by the same parameters over the same tokens,
+// its uniforms from the sequence's generator (so a seed gives one output, which differs from
+// the non-speculative engine's draws but has their distribution).
+void Engine::accept_row(Sequence& seq, const float* logits, int32_t draft_index, bool& accepted) {
+  const ResolvedSampling& sp = seq.request->sampling;
+  const SamplerInput in{&seq.tokens, seq.prompt_len, &seq.output_counts, &seq.rng};
+  SampleResult r;
+  if (sp.greedy()) {
+    r = spec_sampler_->sample(logits, sp, in);
+    accepted = draft_index >= 0 && r.token == seq.drafts[size_t(draft_index)];
+  } else {
+    std::vector<double>& p = spec_p_;
+    spec_sampler_->distribution(logits, sp, in, p);
+    int32_t token;
+    if (draft_index >= 0) {
+      const double u_accept = uniform01(seq.rng);
+      const double u_resample = uniform01(seq.rng);
+      const SpecVerdict v = verify_draft(p, seq.draft_probs[size_t(draft_index)], seq.drafts[size_t(draft_index)],
+                                         u_accept, u_resample);
+      token = v.token;
+      accepted = v.accepted;
+    } else {
+      token = draw_from(p, uniform01(seq.rng));
+      accepted = false;
+    }
+    r = spec_sampler_->result_for(token, sp);
+  }
+  append_token(seq, r);
+  check_stop(seq, r.token);
+}
+
+// The draft for the token after `context`: greedy, the head's arg max; sampled, a draw from q,
+// the head's logits processed as the target's are (bias, min_tokens, penalties over the same
+// tokens, temperature, min-p, top-k, top-p), kept in seq.draft_probs for the verify.
+void Engine::add_draft(Sequence& seq, const float* logits, std::vector<int32_t>& context,
+                       std::unordered_map<int32_t, int32_t>& counts) {
+  const ResolvedSampling& sp = seq.request->sampling;
+  const int64_t vocab = model_->info().vocab_size;
+  int32_t token;
+  if (sp.greedy()) {
+    token = int32_t(std::max_element(logits, logits + vocab) - logits);
+  } else {
+    const SamplerInput in{&context, seq.prompt_len, &counts, &seq.rng};
+    std::vector<double> q;
+    spec_sampler_->distribution(logits, sp, in, q);
+    token = draw_from(q, uniform01(seq.rng));
+    seq.draft_probs.push_back(std::move(q));
+  }
+  seq.drafts.push_back(token);
+  context.push_back(token);
+  ++counts[token];
+}
+
+void Engine::verify_drafts(StepInFlight& f) {
+  if (f.verifies.empty()) return;
+  const int64_t vocab = model_->info().vocab_size;
+  const float* base = f.logits.data<float>();
+  struct Replay {
+    Sequence* seq;
+    int32_t ctx_len;
+  };
+  std::vector<Replay> replays;
+  std::vector<Sequence*> verified;
+  for (const StepInFlight::Verify& v : f.verifies) {
+    Sequence& seq = *v.seq;
+    if (seq.is_finished()) continue;
+    ++stats_.spec_verifies;
+    stats_.spec_draft_tokens += v.drafts;
+    int32_t accepted = 0;
+    for (int32_t i = 0; i <= v.drafts; ++i) {
+      const bool draft = i < v.drafts;
+      if (draft) ++stats_.spec_drafted_at[size_t(i)];
+      bool ok = false;
+      accept_row(seq, base + int64_t(v.first_row + i) * vocab, draft ? i : -1, ok);
+      if (ok) {
+        ++accepted;
+        ++stats_.spec_accepted_at[size_t(i)];
+      }
+      if (!ok || seq.is_finished()) break;
+    }
+    stats_.spec_accepted_tokens += accepted;
+    seq.drafts.clear();
+    seq.draft_probs.clear();
+    if (seq.is_finished()) continue;  // its pages and slot went back with it
+    // The last token (the target's) is not computed yet: positions before it are.
+    seq.num_computed = seq.num_tokens() - 1;
+    STRATA_CHECK(seq.num_computed == v.ctx_len + accepted + 1, "engine: verify bookkeeping");
+    if (accepted < v.drafts) {
+      cache_->restore_state(seq);
+      replays.push_back({&seq, v.ctx_len});
+    }
+    cache_->truncate(seq, seq.num_tokens());
+    verified.push_back(&seq);
+  }
+  if (!replays.empty()) {
+    ForwardBatch b;
+    for (const Replay& r : replays) {
+      SeqInBatch s;
+      s.q_start = b.num_tokens();
+      s.ctx_len = r.ctx_len;
+      s.q_len = r.seq->num_computed - r.ctx_len;
+      s.block_table = r.seq->block_table;
+      s.state_slot = r.seq->state_slot;
+      for (int32_t p = r.ctx_len; p < r.seq->num_computed; ++p) {
+        b.token_ids.push_back(r.seq->tokens[size_t(p)]);
+        b.positions.push_back(p);
+      }
+      b.logit_rows.push_back(s.q_start + s.q_len - 1);
+      ++stats_.spec_replays;
+      stats_.spec_replayed_tokens += s.q_len;
+      b.seqs.push_back(std::move(s));
+    }
+    const double start = now();
+    model_->forward(b, cache_->caches(), replay_logits_);
+    stats_.spec_replay_seconds += now() - start;
+  }
+  // Only now is every verified sequence's state its accepted tokens' state.
+  for (Sequence* seq : verified) cache_->on_computed(*seq, true);
+}
+
+void Engine::draft_tokens(const StepInFlight& f) {
+  const int64_t vocab = model_->info().vocab_size;
+  const int64_t hsz = model_->info().hidden_size;
+  struct Drafter {
+    Sequence* seq;
+    int32_t k;    // drafts wanted
+    int32_t row;  // its row in the latest head forward
+    std::vector<int32_t> context;  // sampled: the tokens with the drafts so far (penalties, min_tokens)
+    std::unordered_map<int32_t, int32_t> counts;
+  };
+  ForwardBatch b;
+  std::vector<int32_t> hidden_rows;
+  std::vector<Drafter> drafters;
+  for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
+    const ScheduledChunk& c = f.chunks[ci];
+    Sequence& seq = *c.seq;
+    if (seq.status != SeqStatus::kRunning) continue;
+    seq.drafts.clear();  // a chunk that verified none of them (the budget ran out) leaves them stale
+    seq.draft_probs.clear();
+    const int32_t end = seq.num_computed;  // positions [ctx_len, end) are final; end's token is known
+    if (end <= c.ctx_len) continue;
+    STRATA_CHECK(end < seq.num_tokens(), "engine: the draft head needs the token after position ", end - 1);
+    SeqInBatch s;
+    s.q_start = b.num_tokens();
+    s.ctx_len = c.ctx_len;
+    s.q_len = end - c.ctx_len;
+    s.state_slot = seq.state_slot;
+    for (int32_t p = c.ctx_len; p < end; ++p) {
+      b.token_ids.push_back(seq.tokens[size_t(p) + 1]);
+      b.positions.push_back(p);
+      hidden_rows.push_back(f.batch.seqs[ci].q_start + p - c.ctx_len);
+    }
+    const int32_t k = end + 1 == seq.num_tokens() ? draft_budget(seq) : 0;
+    s.block_table = seq.block_table;  // after draft_budget's growth
+    if (k > 0) {
+      drafters.push_back({&seq, k, int32_t(b.logit_rows.size()), {}, {}});
+      if (!seq.request->sampling.greedy()) {
+        drafters.back().context = seq.tokens;
+        drafters.back().counts = seq.output_counts;
+      }
+      b.logit_rows.push_back(s.q_start + s.q_len - 1);
+    }
+    b.seqs.push_back(std::move(s));
+  }
+  if (b.seqs.empty()) return;
+  const double start = now();
+  Tensor hidden = Tensor::empty({b.num_tokens(), hsz}, hidden_.dtype());
+  ops::gather_rows(hidden_, hidden_rows, hidden);
+  Tensor head_hidden;
+  model_->mtp_forward_with_hidden(b, hidden, cache_->caches(), draft_logits_, head_hidden);
+  ++stats_.spec_draft_forwards;
+  for (Drafter& d : drafters) {
+    add_draft(*d.seq, draft_logits_.data<float>() + int64_t(d.row) * vocab, d.context, d.counts);
+    d.row = b.logit_rows[size_t(d.row)];  // its row of head_hidden
+  }
+  // Deeper drafts: position p = num_computed + j - 1 pairs the head's own state at p - 1 with
+  // draft j (the token at p + 1).
+  for (int32_t depth = 2;; ++depth) {
+    ForwardBatch cb;
+    hidden_rows.clear();
+    std::vector<Drafter*> active;
+    for (Drafter& d : drafters) {
+      if (d.k < depth) continue;
+      Sequence& seq = *d.seq;
+      const int32_t p = seq.num_computed + depth - 2;
+      SeqInBatch s;
+      s.q_start = cb.num_tokens();
+      s.q_len = 1;
+      s.ctx_len = p;
+      s.block_table = seq.block_table;
+      s.state_slot = seq.state_slot;
+      cb.token_ids.push_back(seq.drafts.back());
+      cb.positions.push_back(p);
+      hidden_rows.push_back(d.row);
+      cb.logit_rows.push_back(s.q_start);
+      cb.seqs.push_back(std::move(s));
+      active.push_back(&d);
+    }
+    if (active.empty()) break;
+    Tensor h = Tensor::empty({cb.num_tokens(), hsz}, head_hidden.dtype());
+    ops::gather_rows(head_hidden, hidden_rows, h);
+    model_->mtp_forward_with_hidden(cb, h, cache_->caches(), draft_logits_, head_hidden);
+    ++stats_.spec_draft_forwards;
+    for (size_t i = 0; i < active.size(); ++i) {
+      add_draft(*active[i]->seq, draft_logits_.data<float>() + int64_t(i) * vocab, active[i]->context,
+                active[i]->counts);
+      active[i]->row = int32_t(i);
+    }
+  }
+  stats_.spec_draft_seconds += now() - start;
+}
+
+}  // namespace strata

@@ -1,0 +1,23 @@
+// SpeculativeConfig: `--speculative-config '{"method": "mtp", "num_speculative_tokens": K}'`
+// (vLLM's flag). Only the model's own multi-token-prediction head ("mtp") drafts so far.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+struct SpeculativeConfig {
+  std::string method;                  // "mtp"; empty: no speculation
+  int32_t num_speculative_tokens = 0;  // K draft tokens per sequence and step; 0: off
+  bool enabled() const { return num_speculative_tokens > 0; }
+};
+
+// Parses the flag's JSON object; an Error naming the field on anything else (unknown fields
+// included, so that a misspelt one is not silently ignored).
+SpeculativeConfig parse_speculative_config(const std::string& json);
+
+// The largest K accepted (each draft is one head forward per step).
+constexpr int32_t kMaxSpeculativeTokens = 16;
+
+}  // namespace strata

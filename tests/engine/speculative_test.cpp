@@ -1,0 +1,246 @@
+// Speculative decoding with the default model's MTP head (engine_speculative.cpp): greedy
+// outputs with drafts are the outputs without, token for token and logprob for logprob, under
+// continuous batching, chunked prefill, prefix-cache hits (with state snapshots at every page),
+// preemption, max_tokens, stop strings and EOS; the head's drafts are accepted often enough to
+// matter, and rejections (rolled back by checkpoint and replay) happen.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/core/error.h"
+#include "strata/engine/detokenizer.h"
+#include "strata/engine/engine.h"
+#include "strata/engine/llm.h"
+#include "strata/engine/speculative_config.h"
+#include "strata/models/model.h"
+#include "strata/server/engine_loop.h"
+#include "strata/server/metrics.h"
+#include "strata/tokenizer/tokenizer.h"
+
+namespace strata::testing {
+namespace {
+
+const std::string& default_dir() {
+  static const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/default";
+  return dir;
+}
+
+// The default model with its head, loaded once: the engines with and without speculation run
+// the same weights (forward() never reads the head).
+std::shared_ptr<Model> mtp_model() {
+  static std::shared_ptr<Model> m = [] {
+    LoadOptions o;
+    o.mtp = true;
+    return std::shared_ptr<Model>(load_model(default_dir(), o));
+  }();
+  return m;
+}
+
+const Tokenizer& tokenizer() {
+  static const Tokenizer tok = Tokenizer::load(default_dir());
+  return tok;
+}
+
+EngineConfig small_config(int k) {
+  EngineConfig c;
+  c.model = default_dir();
+  c.kv_cache_memory = size_t(64) << 20;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 40;  // prompts are prefilled in chunks
+  c.max_model_len = 512;
+  c.prefix_state_interval = 1;    // a snapshot at every page of prefill
+  c.log_capacity = false;
+  if (k > 0) c.speculative = {"mtp", k};
+  return c;
+}
+
+struct SpecRun {
+  std::vector<RequestOutput> outputs;
+  EngineStats stats;
+};
+
+// The prompts go in two waves; the second repeats and extends the first's (prefix hits).
+SpecRun run(const EngineConfig& config, const std::vector<std::vector<int32_t>>& prompts,
+        const std::vector<SamplingParams>& params) {
+  Engine engine(mtp_model(), config, GenerationDefaults::load(default_dir()));
+  engine.set_detokenizer(std::make_shared<TokenizerDetokenizer>(tokenizer()));
+  SpecRun r;
+  r.outputs.resize(prompts.size());
+  const size_t half = prompts.size() / 2;
+  for (size_t wave = 0; wave < 2; ++wave) {
+    for (size_t i = wave ? half : 0; i < (wave ? prompts.size() : half); ++i) {
+      engine.add_request("r" + std::to_string(i), prompts[i], params[i]);
+    }
+    while (engine.has_unfinished()) {
+      for (const RequestOutput& d : engine.step()) accumulate_output(r.outputs[std::stoul(d.request_id.substr(1))], d);
+    }
+  }
+  r.stats = engine.stats();
+  EXPECT_EQ(r.stats.cache.page_refs, 0) << "pages left referenced";
+  EXPECT_EQ(r.stats.cache.free_seq_slots, r.stats.cache.seq_slots) << "state slots left taken";
+  return r;
+}
+
+void expect_same(const SpecRun& want, const SpecRun& got, const std::string& what) {
+  ASSERT_EQ(want.outputs.size(), got.outputs.size());
+  for (size_t i = 0; i < want.outputs.size(); ++i) {
+    EXPECT_EQ(want.outputs[i].prompt_logprobs, got.outputs[i].prompt_logprobs) << what << ", prompt " << i;
+    ASSERT_EQ(want.outputs[i].outputs.size(), got.outputs[i].outputs.size());
+    for (size_t j = 0; j < want.outputs[i].outputs.size(); ++j) {
+    const CompletionOutput& w = want.outputs[i].outputs[j];
+    const CompletionOutput& g = got.outputs[i].outputs[j];
+    EXPECT_EQ(w.token_ids, g.token_ids) << what << ", prompt " << i;
+    EXPECT_EQ(w.logprobs, g.logprobs) << what << ", prompt " << i;  // bitwise: the state is the same
+    EXPECT_EQ(w.text, g.text) << what << ", prompt " << i;
+    EXPECT_EQ(w.finish_reason, g.finish_reason) << what << ", prompt " << i;
+    EXPECT_EQ(w.stop_reason, g.stop_reason) << what << ", prompt " << i;
+    }
+  }
+}
+
+struct Workload {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params;
+};
+
+Workload workload() {
+  const std::vector<std::string> texts = {
+      "The kernel",
+      "To install a package on Debian, run apt-get install followed by the name of the package. The",
+      "The file system",
+      "Debian is a free operating system. It uses the Linux kernel and provides thousands of packages that",
+  };
+  Workload w;
+  for (const std::string& t : texts) w.prompts.push_back(tokenizer().encode(t));
+  // The second wave: the same prompts again (whole-prefix hits) and extended (branch hits).
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<int32_t> p = w.prompts[i];
+    if (i % 2) p.insert(p.end(), w.prompts[0].begin(), w.prompts[0].end());
+    w.prompts.push_back(p);
+  }
+  for (size_t i = 0; i < w.prompts.size(); ++i) {
+    SamplingParams p;
+    p.temperature = 0.0;
+    p.max_tokens = 20 + int(i % 3) * 17;  // 20, 37, 54: max_tokens cuts verifies
+    p.logprobs = 1;
+    if (i % 4 == 1) p.ignore_eos = true;
+    if (i % 4 == 2) p.stop = {" the"};  // a stop string inside a run of accepted drafts
+    if (i % 4 == 3) {  // penalties and min_tokens see the accepted drafts as a step-by-step run does
+      p.repetition_penalty = 1.3;
+      p.presence_penalty = 0.5;
+      p.min_tokens = 6;
+    }
+    if (i == 5) p.n = 2;                // two completions: they decode without drafts
+    if (i == 6) p.prompt_logprobs = 2;  // every prompt position computed, then speculation
+    w.params.push_back(p);
+  }
+  return w;
+}
+
+TEST(Speculative, GreedyOutputsEqualTheTargetsAtK1To3) {
+  const Workload w = workload();
+  const SpecRun plain = run(small_config(0), w.prompts, w.params);
+  EXPECT_EQ(plain.stats.spec_verifies, 0);
+  bool stopped = false;
+  for (const RequestOutput& o : plain.outputs) stopped = stopped || o.outputs[0].stop_reason == " the";
+  EXPECT_TRUE(stopped) << "no completion ended at the stop string: the workload tests nothing there";
+  for (int k = 1; k <= 3; ++k) {
+    const SpecRun spec = run(small_config(k), w.prompts, w.params);
+    expect_same(plain, spec, "K=" + std::to_string(k));
+    const EngineStats& s = spec.stats;
+    std::printf("  K=%d: %lld verifies, %lld drafts, %lld accepted (rate %.3f, mean acceptance length %.3f), "
+                "%lld replays, %lld prefix hit tokens\n",
+                k, (long long)s.spec_verifies, (long long)s.spec_draft_tokens, (long long)s.spec_accepted_tokens,
+                s.spec_acceptance_rate(), s.spec_mean_acceptance_length(), (long long)s.spec_replays,
+                (long long)s.prefix_hits);
+    EXPECT_GT(s.spec_accepted_tokens, 0) << "the head never helped";
+    EXPECT_GT(s.spec_replays, 0) << "no rejection was rolled back: the rollback is untested";
+    EXPECT_GT(s.prefix_hits, 0);
+    EXPECT_LT(s.steps, plain.stats.steps) << "speculation did not save target forwards";
+    ASSERT_EQ(s.spec_accepted_at.size(), size_t(k));
+    int64_t sum = 0;
+    for (int i = 0; i < k; ++i) {
+      sum += s.spec_accepted_at[size_t(i)];
+      EXPECT_LE(s.spec_accepted_at[size_t(i)], s.spec_drafted_at[size_t(i)]);
+      if (i > 0) {
+        EXPECT_LE(s.spec_accepted_at[size_t(i)], s.spec_accepted_at[size_t(i - 1)]);
+      }
+    }
+    EXPECT_EQ(sum, s.spec_accepted_tokens);
+    // /metrics carries them (vLLM's series names under strata:).
+    server::LoopSnapshot snap;
+    snap.stats = s;
+    const std::string m = server::Metrics().render(snap, "m");
+    EXPECT_NE(m.find("strata:spec_decode_num_accepted_tokens_total{model_name=\"m\"} " +
+                     std::to_string(s.spec_accepted_tokens) + "\n"), std::string::npos) << m;
+    EXPECT_NE(m.find("strata:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} " +
+                     std::to_string(s.spec_accepted_at[0]) + "\n"), std::string::npos) << m;
+    EXPECT_NE(m.find("strata:spec_decode_num_drafts_total{model_name=\"m\"} " + std::to_string(s.spec_verifies)),
+              std::string::npos);
+  }
+  // Without speculation /metrics has no such series.
+  server::LoopSnapshot snap;
+  snap.stats = plain.stats;
+  EXPECT_EQ(server::Metrics().render(snap, "m").find("spec_decode"), std::string::npos);
+}
+
+// A pool so small that sequences are preempted (and recomputed) while they speculate.
+TEST(Speculative, GreedyOutputsEqualTheTargetsUnderPreemption) {
+  const Workload w = workload();
+  EngineConfig c0 = small_config(0), c2 = small_config(2);
+  // Size the pool from the plan of a roomy engine: 6 pages of 16 tokens beside the slots.
+  Engine probe(mtp_model(), small_config(2), GenerationDefaults::load(default_dir()));
+  const MemoryPlan& plan = probe.memory_plan();
+  const size_t bytes = plan.bytes_per_slot * size_t(plan.seq_slots + plan.snapshot_slots) + plan.bytes_per_block * 6;
+  c0.kv_cache_memory = bytes;
+  c2.kv_cache_memory = bytes;
+  const SpecRun plain = run(c0, w.prompts, w.params);
+  const SpecRun spec = run(c2, w.prompts, w.params);
+
+  EXPECT_GT(spec.stats.preemptions, 0) << "nothing was preempted: the test tests nothing";
+  expect_same(plain, spec, "preempted, K=2");
+}
+
+TEST(SpeculativeConfig, ParsesVllmsFlagAndNamesBadFields) {
+  const SpeculativeConfig c = parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 3})");
+  EXPECT_EQ(c.method, "mtp");
+  EXPECT_EQ(c.num_speculative_tokens, 3);
+  EXPECT_TRUE(c.enabled());
+  auto message = [](const std::string& json) {
+    try {
+      parse_speculative_config(json);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(R"({"method": "eagle", "num_speculative_tokens": 3})").find("'method'"), std::string::npos);
+  EXPECT_NE(message(R"({"method": "mtp", "num_speculative_tokens": 0})").find("'num_speculative_tokens'"), std::string::npos);
+  EXPECT_NE(message(R"({"method": "mtp", "num_speculative_tokens": "2"})").find("'num_speculative_tokens'"), std::string::npos);
+  EXPECT_NE(message(R"({"method": "mtp"})").find("'num_speculative_tokens'"), std::string::npos);
+  EXPECT_NE(message(R"({"num_speculative_tokens": 2})").find("'method'"), std::string::npos);
+  EXPECT_NE(message(R"({"method": "mtp", "num_speculative_tokens": 2, "draft_model": "x"})").find("'draft_model'"),
+            std::string::npos);
+  EXPECT_NE(message("mtp").find("not JSON"), std::string::npos);
+  EXPECT_NE(message("[1]").find("JSON object"), std::string::npos);
+}
+
+// A model without its head loaded cannot draft: the engine says so at start.
+TEST(SpeculativeConfig, RefusesAModelWithoutItsHead) {
+  std::shared_ptr<Model> plain(load_model(default_dir()));
+  EngineConfig c = small_config(2);
+  try {
+    Engine e(plain, c, {});
+    FAIL() << "an engine without the head started";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multi-token-prediction head"), std::string::npos) << e.what();
+  }
+  c.device = Device::kCuda;
+  EXPECT_THROW(Engine{c}, Error);
+}
+
+}  // namespace
+}  // namespace strata::testing
