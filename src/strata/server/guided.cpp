@@ -96,7 +96,11 @@ std::shared_ptr<const grammar::Grammar> structured_outputs(const Json& so) {
   if (!so.is_object()) wrong_type("structured_outputs", "an object", so);
   std::shared_ptr<const grammar::Grammar> g;
   int count = 0;
-  for (const auto& [key, value] : so.items()) {
+  for (auto it = so.begin(); it != so.end(); ++it) {
+    // Named references, not structured bindings: lambdas below capture them (clang 14 refuses
+    // to capture a binding).
+    const std::string& key = it.key();
+    const Json& value = it.value();
     if (value.is_null()) continue;
     const std::string param = "structured_outputs." + key;
     if (key == "json") g = schema_grammar(param, value);
