@@ -21,37 +21,17 @@ ops::SampleSpec sample_spec(const ResolvedSampling& p) {
 
 SampleResult Sampler::sample(const float* logits, const ResolvedSampling& p, const SamplerInput& in) {
   const SamplingParams& sp = p.params;
-  const size_t v = size_t(vocab_);
   const bool want_logprobs = sp.logprobs.has_value();
   const bool raw = mode_ == LogprobsMode::kRaw;
-  x_.assign(logits, logits + v);
   ops::RowDraw d;
   if (want_logprobs && raw) {
+    x_.assign(logits, logits + size_t(vocab_));
     ops::log_softmax_row(x_, lp_);
     ops::top_entries(lp_, *sp.logprobs, d.top);
   }
 
-  // 1. Bias and min_tokens.
-  for (const auto& [id, bias] : sp.logit_bias) x_[size_t(id)] += float(bias);
-  const int32_t generated = int32_t(in.tokens->size()) - in.prompt_len;
-  if (generated < sp.min_tokens) {
-    for (int32_t id : p.eos_ids) x_[size_t(id)] = -INFINITY;
-    for (int32_t id : sp.stop_token_ids) x_[size_t(id)] = -INFINITY;
-  }
-  // 2. Penalties.
-  if (p.repetition_penalty != 1.0) {
-    seen_.assign(v, 0);
-    for (int32_t t : *in.tokens) seen_[size_t(t)] = 1;
-    const float rp = float(p.repetition_penalty);
-    for (size_t i = 0; i < v; ++i) {
-      if (seen_[i]) x_[i] = x_[i] > 0 ? x_[i] / rp : x_[i] * rp;
-    }
-  }
-  if (sp.frequency_penalty != 0.0 || sp.presence_penalty != 0.0) {
-    for (const auto& [id, count] : *in.output_counts) {
-      x_[size_t(id)] -= float(sp.frequency_penalty * count + sp.presence_penalty);
-    }
-  }
+  // 1-2. Bias, min_tokens and penalties (process() starts again from the logits).
+  process(logits, p, in);
   // 3-7. The draw (ops.h's definition), one uniform number from the sequence's RNG.
   ops::SampleSpec spec = sample_spec(p);
   if (!spec.greedy) spec.uniform = uniform01f(*in.rng);
