@@ -132,9 +132,6 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
   STRATA_CHECK(!params.structured || !spec_,
                "structured outputs (response_format, guided_*) are not supported with "
                "--speculative-config yet: the drafts are not masked by the grammar");
-  STRATA_CHECK(!params.structured || model_->device() == Device::kCpu,
-               "structured outputs (response_format, guided_*) are not supported on --device cuda yet: "
-               "their token masks are applied by the CPU sampler only");
   STRATA_CHECK(params.stop.empty() || detokenizer_ != nullptr,
                "sampling: stop: stop strings need a detokenizer, and this engine has none");
   const int64_t longest = std::min<int64_t>(int64_t(prompt.size()) + params.max_tokens, max_model_len_);
@@ -481,6 +478,9 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
     f.batch = std::move(batch);
   }
   stats_.seq_steps += int64_t(f.jobs.size() + f.verifies.size());
+  // The forward is queued (on CUDA the host does not wait for it): begin fills the draws'
+  // structured-output masks on the host while the device computes the logits, then queues their
+  // upload and the draws behind the forward.
   sampler_->begin(logits, f.jobs, f.slot);
   for (size_t i = 0; i < f.jobs.size(); ++i) {
     Sequence& seq = *f.jobs[i].seq;

@@ -20,7 +20,9 @@
 // it on the device, core/batch.h); when that token ends the sequence, N's work for it is
 // dropped. Outputs are the same as without overlap; they reach the caller one step() later.
 // A step falls back to reading the previous draws first when a sequence in it has penalties
-// (they read its tokens on the host).
+// or a structured output (they read its tokens on the host: a grammar's mask for step N follows
+// the matcher's state after the token of step N-1). Its masks are still filled while the device
+// runs its own forward (launch_step: the forward is queued before the sampler's begin).
 #pragma once
 
 #include <atomic>
@@ -160,7 +162,7 @@ class Engine {
     int slot = 0;                        // the sampler's slot
     std::vector<SampleJob> jobs;
     std::vector<ScheduledChunk> fed;     // chunks computing a fed token: on_computed waits for it
-    bool reads_tokens = false;           // a draw's sequence has penalties (BatchSampler)
+    bool reads_tokens = false;           // a draw's sequence has penalties or a grammar (BatchSampler)
     // Speculative decoding: the chunks that verify drafts (their rows are not in `jobs`), and
     // every chunk with the batch (the draft head runs over their rows afterwards).
     struct Verify {

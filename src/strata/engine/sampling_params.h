@@ -41,7 +41,7 @@ struct SamplingParams {
   // Decode the output to text with the engine's Detokenizer when one is set.
   bool detokenize = true;
   // Structured output (response_format, guided_*): every completion follows the grammar and
-  // ends ("stop") when it is complete. CPU only; not with ignore_eos.
+  // ends ("stop") when it is complete. Any device; not with ignore_eos or speculative decoding.
   std::shared_ptr<const StructuredOutput> structured;
 };
 

@@ -245,7 +245,8 @@ struct SampleSpec {
   int32_t num_top_logprobs = -1;  // -1: no log-probabilities; else [0, kMaxTopLogprobs]
   int32_t adjust_begin = 0, adjust_count = 0;  // its entries of SampleBatch::adjust, ids unique
   // >= 0: a structured-output mask, SampleBatch::allow[allow_row * allow_words ...]: a token
-  // whose bit is clear gets -inf after the adjustments. CPU only (CUDA refuses it).
+  // whose bit is clear gets -inf after the adjustments (on every device), so it is never drawn
+  // and its processed log-probability is -inf.
   int32_t allow_row = -1;
 };
 

@@ -236,8 +236,6 @@ void check_sample_batch(const Tensor& logits, const SampleBatch& batch) {
                  "sample_tokens: adjustments [", s.adjust_begin, ", +", s.adjust_count, ") outside ",
                  batch.adjust.size());
     if (s.allow_row >= 0) {
-      STRATA_CHECK(logits.device() == Device::kCpu,
-                   "sample_tokens: structured-output token masks are not supported on CUDA");
       STRATA_CHECK(batch.allow_words == (v + 63) / 64 &&
                        size_t(s.allow_row + 1) * size_t(batch.allow_words) <= batch.allow.size(),
                    "sample_tokens: allow row ", s.allow_row, " outside the masks (", batch.allow.size(),

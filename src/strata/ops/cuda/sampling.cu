@@ -6,7 +6,9 @@
 // every sum, and with it every draw, is the same whatever the order of the additions. The draw
 // walks the row in id order: per-warp segment sums, then one warp scans its segment. Draws with
 // a small top_k first go over many blocks a row (topk_part_kernel), and sample_tokens_kernel
-// draws them from the candidates those leave.
+// draws them from the candidates those leave. A draw with adjustments or a structured-output
+// mask reads its own processed copy of its row (adjust_copy_kernel, adjust_apply_kernel), so
+// every path after them sees a refused token as -inf, as the CPU does.
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -137,8 +139,10 @@ struct SampleArgs {
   int64_t v;
   const SampleSpec* specs;
   const LogitAdjust* adjust;
-  const int32_t* work_row;  // per draw: its row of `work`, or -1 (no adjustments)
+  const int32_t* work_row;  // per draw: its row of `work`, or -1 (no adjustments, no mask)
   float* work;
+  const uint32_t* allow;    // the structured-output masks, allow_stride 32-bit words a row
+  int64_t allow_stride;
   bool raw;
   int32_t* ids;
   float* logprobs;
@@ -809,19 +813,35 @@ __device__ bool fast_draw(const SampleArgs& a, const SampleSpec& s, int r, const
   return true;
 }
 
-// The adjustments (ops.h's LogitAdjust) of the draws that have them, into their rows of `work`:
-// the copy over many blocks a row, then the entries, a block a draw.
+// The adjustments (ops.h's LogitAdjust) and the structured-output mask of the draws that have
+// them, into their rows of `work`: the copy over many blocks a row (a token whose mask bit is
+// clear becomes -inf), then the entries, a block a draw, each masked again after its adjustment
+// (the CPU masks after the adjustments, so -inf whatever the entry says).
 constexpr int kCopyThreads = 256;
 constexpr int64_t kCopySpan = kCopyThreads * 16;
+
+// Draw s's mask row (bit t of word t / 32: the uint64 words of SampleBatch::allow read as
+// little-endian 32-bit words), or null.
+__device__ __forceinline__ const uint32_t* allow_bits(const SampleArgs& a, const SampleSpec& s) {
+  return s.allow_row >= 0 ? a.allow + int64_t(s.allow_row) * a.allow_stride : nullptr;
+}
+
+__device__ __forceinline__ bool refused(const uint32_t* allow, int64_t i) {
+  return allow && !((allow[i >> 5] >> (i & 31)) & 1u);
+}
 
 __global__ void __launch_bounds__(kCopyThreads) adjust_copy_kernel(SampleArgs a) {
   pdl_begin();
   const int r = blockIdx.y;
   if (a.work_row[r] < 0) return;
-  const float* l = a.logits + int64_t(a.specs[r].logits_row) * a.v;
+  const SampleSpec& s = a.specs[r];
+  const float* l = a.logits + int64_t(s.logits_row) * a.v;
+  const uint32_t* allow = allow_bits(a, s);
   float* w = a.work + int64_t(a.work_row[r]) * a.v;
   const int64_t end = min(a.v, int64_t(blockIdx.x + 1) * kCopySpan);
-  for (int64_t i = int64_t(blockIdx.x) * kCopySpan + threadIdx.x; i < end; i += kCopyThreads) w[i] = l[i];
+  for (int64_t i = int64_t(blockIdx.x) * kCopySpan + threadIdx.x; i < end; i += kCopyThreads) {
+    w[i] = refused(allow, i) ? -INFINITY : l[i];
+  }
 }
 
 __global__ void __launch_bounds__(kCopyThreads) adjust_apply_kernel(SampleArgs a) {
@@ -831,12 +851,14 @@ __global__ void __launch_bounds__(kCopyThreads) adjust_apply_kernel(SampleArgs a
   const SampleSpec& s = a.specs[r];
   float* w = a.work + int64_t(a.work_row[r]) * a.v;
   const float rp = s.repetition_penalty;
+  const uint32_t* allow = allow_bits(a, s);
   for (int j = threadIdx.x; j < s.adjust_count; j += kCopyThreads) {
     const LogitAdjust& e = a.adjust[s.adjust_begin + j];
     float y = __fadd_rn(w[e.id], e.bias);
     if (e.mask) y = -INFINITY;
     if (e.repeat) y = y > 0.f ? __fdiv_rn(y, rp) : __fmul_rn(y, rp);
-    w[e.id] = __fsub_rn(y, e.subtract);
+    y = __fsub_rn(y, e.subtract);
+    w[e.id] = refused(allow, e.id) ? -INFINITY : y;
   }
 }
 
@@ -1060,20 +1082,28 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
   }
   int32_t* d = draws.ids.data<int32_t>();
   st.plain = std::all_of(batch.rows.begin(), batch.rows.end(), [](const SampleSpec& s) {
-    return s.greedy && s.adjust_count == 0 && s.num_top_logprobs < 0;
+    return s.greedy && s.adjust_count == 0 && s.allow_row < 0 && s.num_top_logprobs < 0;
   });
   // The inputs go up in one copy from pinned memory (a pageable copy could wait for the GPU).
   const std::vector<int32_t> specs = as_words(batch.rows), adjust = as_words(batch.adjust);
+  // A draw with adjustments or a mask gets its own processed copy of its row in `work`.
   std::vector<int32_t> work_row(size_t(n), -1);
   int32_t n_work = 0;
+  bool masked = false;
   for (int64_t r = 0; r < n; ++r) {
-    if (batch.rows[size_t(r)].adjust_count > 0) work_row[size_t(r)] = n_work++;
+    const SampleSpec& s = batch.rows[size_t(r)];
+    if (s.adjust_count > 0 || s.allow_row >= 0) work_row[size_t(r)] = n_work++;
+    masked = masked || s.allow_row >= 0;
   }
-  const size_t up_words = specs.size() + adjust.size() + work_row.size() + 1;
+  // The masks follow the other inputs in the same copy, as 32-bit words (2 per uint64).
+  const size_t allow_at = specs.size() + adjust.size() + work_row.size();
+  const size_t allow_words = masked ? batch.allow.size() * 2 : 0;
+  const size_t up_words = allow_at + allow_words + 1;
   auto* up = static_cast<int32_t*>(st.up.get(up_words * 4));
   std::copy(specs.begin(), specs.end(), up);
   std::copy(adjust.begin(), adjust.end(), up + specs.size());
   std::copy(work_row.begin(), work_row.end(), up + specs.size() + adjust.size());
+  if (allow_words) std::memcpy(up + allow_at, batch.allow.data(), allow_words * 4);
   Tensor inputs = scratch({int64_t(up_words)}, DType::kI32);
   int32_t* in = inputs.data<int32_t>();
   if (n) STRATA_CUDA_CHECK(cudaMemcpyAsync(in, up, up_words * 4, cudaMemcpyHostToDevice, stream()));
@@ -1100,6 +1130,8 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
                  reinterpret_cast<const LogitAdjust*>(in + specs.size()),
                  in + specs.size() + adjust.size(),
                  work.data<float>(),
+                 reinterpret_cast<const uint32_t*>(in + allow_at),
+                 batch.allow_words * 2,
                  batch.raw_logprobs,
                  d,
                  reinterpret_cast<float*>(d + n),
