@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "strata/core/error.h"
+#include "strata/core/parallel.h"
 #include "strata/engine/structured_output.h"
 
 namespace strata {
@@ -43,6 +44,35 @@ void BatchSampler::add_adjustments(const Sequence& seq, ops::SampleSpec& spec) {
   }
 }
 
+// The rows of one mask cache one after another (a fill holds the cache's lock), different caches
+// (grammars) in parallel. The time counted is the wall time of the whole fill.
+void BatchSampler::fill_masks(const std::vector<SampleJob>& jobs) {
+  std::vector<const StructuredOutput*> grammars;
+  std::vector<std::vector<size_t>> draws;  // per grammar: its draws
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!jobs[i].seq->matcher) continue;
+    const StructuredOutput* so = jobs[i].seq->request->sampling.params.structured.get();
+    size_t g = 0;
+    while (g < grammars.size() && grammars[g]->masks != so->masks) ++g;
+    if (g == grammars.size()) {
+      grammars.push_back(so);
+      draws.emplace_back();
+    }
+    draws[g].push_back(i);
+  }
+  if (grammars.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t words = size_t(batch_.allow_words);
+  parallel_for(int64_t(grammars.size()), [&](int64_t g) {
+    for (size_t i : draws[size_t(g)]) {
+      uint64_t* row = batch_.allow.data() + size_t(batch_.rows[i].allow_row) * words;
+      grammars[size_t(g)]->fill_allowed(*jobs[i].seq->matcher, words, row);
+    }
+  });
+  grammar_mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& d : draws) grammar_masks_ += int64_t(d.size());
+}
+
 bool BatchSampler::reads_tokens(const Sequence& seq) {
   const ResolvedSampling& p = seq.request->sampling;
   return seq.matcher != nullptr || p.repetition_penalty != 1.0 || p.params.frequency_penalty != 0.0 || p.params.presence_penalty != 0.0;
@@ -64,17 +94,13 @@ void BatchSampler::begin(const Tensor& logits, const std::vector<SampleJob>& job
     if (!s.greedy) s.uniform = uniform01f(j.seq->rng);
     add_adjustments(*j.seq, s);
     if (j.seq->matcher) {
-      const auto t0 = std::chrono::steady_clock::now();
       s.allow_row = int32_t(batch_.allow.size() / size_t(batch_.allow_words));
       batch_.allow.resize(batch_.allow.size() + size_t(batch_.allow_words));
-      j.seq->request->sampling.params.structured->fill_allowed(
-          *j.seq->matcher, size_t(batch_.allow_words), batch_.allow.data() + size_t(s.allow_row) * size_t(batch_.allow_words));
-      grammar_mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ++grammar_masks_;
     }
     batch_.rows.push_back(s);
     num_top.push_back(s.num_top_logprobs);
   }
+  fill_masks(jobs);
   sl.num_top.clear();
   if (!jobs.empty()) ops::sample_tokens_begin(logits, batch_, sl.draws);
   sl.num_top = std::move(num_top);

@@ -30,8 +30,9 @@ class BatchSampler {
 
   // sample in two halves (overlapped scheduling): begin queues the draws in `slot` (0 or 1) and
   // returns; end(slot) waits for them. A draw counts the sequence's pending draws as generated
-  // (min_tokens); its penalties read the tokens on the host, so a step whose draws use them must
-  // be ended before the next step's draws of the same sequences begin.
+  // (min_tokens); its penalties and its grammar mask read the tokens on the host, so a step
+  // whose draws use them must be ended before the next step's draws of the same sequences
+  // begin. begin fills the masks on the host first; queued after a forward, it overlaps it.
   void begin(const Tensor& logits, const std::vector<SampleJob>& jobs, int slot);
   std::vector<SampleResult> end(int slot);
   // The device ids of slot's draws, in job order (ForwardBatch::feed_ids).
@@ -39,7 +40,7 @@ class BatchSampler {
   // A sequence whose next draw needs its latest token on the host (repetition, presence or
   // frequency penalties; a structured output, whose mask follows the grammar's state).
   static bool reads_tokens(const Sequence& seq);
-  // Structured-output masks filled so far, and the host time they took.
+  // Structured-output masks filled so far, and the host (wall) time they took.
   int64_t grammar_masks() const { return grammar_masks_; }
   double grammar_mask_seconds() const { return grammar_mask_seconds_; }
 
@@ -49,6 +50,7 @@ class BatchSampler {
     std::vector<int32_t> num_top;  // per draw: num_top_logprobs
   };
   void add_adjustments(const Sequence& seq, ops::SampleSpec& spec);
+  void fill_masks(const std::vector<SampleJob>& jobs);  // the structured draws' allow rows
   ops::LogitAdjust& entry(int32_t id);
 
   int64_t vocab_;

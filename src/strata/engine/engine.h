@@ -92,7 +92,7 @@ struct EngineStats {
   int64_t forks = 0;                   // completions that shared a prompt's computed caches
   int64_t snapshots_stored = 0, snapshots_restored = 0;
   int64_t grammar_masks = 0;           // structured-output token masks filled (one per draw)
-  double grammar_mask_seconds = 0;     // host time filling them
+  double grammar_mask_seconds = 0;     // host (wall) time filling them
   int32_t running = 0, waiting = 0;
   CacheUsage cache;
   // Speculative decoding: sequence-steps that verified drafts, the drafts verified and accepted,

@@ -1,8 +1,8 @@
 // A structured-output constraint (issue 21, docs/GRAMMAR.md): a compiled grammar with its token
 // mask cache, shared by every sequence of every request that uses it. Each sequence has its own
-// GrammarMatcher (Sequence::matcher). The CPU sampler masks the tokens that the matcher refuses
-// (and the end tokens unless the grammar can end there), the engine advances the matcher on the
-// drawn token and ends the sequence with "stop" once the grammar is terminated.
+// GrammarMatcher (Sequence::matcher). The sampler, on the logits' device, masks the tokens that
+// the matcher refuses (and the end tokens unless the grammar can end there), the engine advances
+// the matcher on the drawn token and ends the sequence with "stop" once the grammar is terminated.
 #pragma once
 
 #include <cstdint>
