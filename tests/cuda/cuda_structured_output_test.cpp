@@ -77,9 +77,9 @@ TEST(CudaStructuredOutput, TokenizerFreeVocabularyIsTheTokenizers) {
   for (int32_t id = 0; id < want.size(); ++id) EXPECT_EQ(bytes[size_t(id)], want.bytes(id)) << "token " << id;
 }
 
-// The tiny fixture (random weights) with a vocabulary of one letter a token: "[a-c]{5}" allows
-// the ids of a, b and c only and ends after five of them; plain requests in the same batches
-// are not masked.
+// The tiny fixture (random weights) with a vocabulary of one letter a token (the EOS ids none):
+// "[a-c]{5}" allows the ids of a, b and c only and ends after five of them; plain requests in
+// the same batches are not masked.
 TEST(CudaStructuredOutput, EngineMasksOnTheDevice) {
   STRATA_REQUIRE_GPU();
   const std::string fixture = "qwen3_5_tiny";
@@ -88,6 +88,7 @@ TEST(CudaStructuredOutput, EngineMasksOnTheDevice) {
   const int64_t vocab = model->info().vocab_size;
   std::vector<std::string> bytes(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i) bytes[size_t(i)] = std::string(1, char('a' + i % 26));
+  for (int32_t e : engine.eos_ids()) bytes[size_t(e)] = "";  // never allowed: the grammar cannot end early
   auto so = StructuredOutput::make(
       grammar::from_regex("[a-c]{5}"), std::make_shared<grammar::TokenVocabulary>(std::move(bytes), std::vector<int32_t>{}));
   std::map<std::string, RequestOutput> out;

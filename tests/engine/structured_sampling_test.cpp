@@ -82,6 +82,36 @@ TEST(StructuredSampling, DrawsOnlyWhatTheGrammarAllows) {
   EXPECT_GT(sampler.grammar_masks(), 0);
 }
 
+// Draws of three grammars interleaved with plain ones in one batch (BatchSampler fills the
+// grammars' masks in parallel): each row gets its own grammar's mask.
+TEST(StructuredSampling, SeveralGrammarsInOneBatch) {
+  const auto v = vocab();
+  const std::vector<std::shared_ptr<const StructuredOutput>> grammars = {
+      StructuredOutput::make(grammar::from_regex("[0-9]+"), v), StructuredOutput::make(grammar::from_regex("[a-z]+"), v),
+      StructuredOutput::make(grammar::from_regex("a+b"), v)};
+  Tensor logits = Tensor::zeros({1, kVocab}, DType::kF32);
+  logits.data<float>()[5] = 30.f;   // '5'
+  logits.data<float>()[15] = 20.f;  // 'f'
+  logits.data<float>()[37] = 10.f;  // "aab"
+  const int32_t want[] = {5, 15, 37, 5};  // digits, letters, a+b, no grammar
+  std::vector<Seq> seqs;
+  std::vector<SampleJob> jobs;
+  for (int i = 0; i < 16; ++i) {
+    seqs.push_back(make(grammars[size_t(i % 3)], 0.0, uint64_t(i)));
+    if (i % 4 == 3) {  // a plain draw
+      seqs.back().seq->matcher = nullptr;
+      seqs.back().req->sampling.params.structured = nullptr;
+    }
+  }
+  for (Seq& s : seqs) jobs.push_back({s.seq.get(), 0});
+  BatchSampler sampler(kVocab, LogprobsMode::kProcessed);
+  const auto results = sampler.sample(logits, jobs);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(results[size_t(i)].token, want[i % 4 == 3 ? 3 : i % 3]) << "draw " << i;
+  }
+  EXPECT_EQ(sampler.grammar_masks(), 12);
+}
+
 TEST(StructuredSampling, MaskRowsAreChecked) {
   Tensor logits = Tensor::zeros({1, kVocab}, DType::kF32);
   ops::SampleBatch b;
