@@ -162,7 +162,7 @@ std::map<std::string, RequestOutput> run_constrained(const std::shared_ptr<Model
         p.n = 2;
         p.temperature = t;
         p.seed = 100 + pi;
-        p.max_tokens = 120;
+        p.max_tokens = 200;  // the schema's longest output (escaped name characters) fits
         p.structured = cs[ci].so;
         engine.add_request(std::to_string(ci) + "/" + std::to_string(pi) + "/" + std::to_string(t), prompts[pi], p);
       }
