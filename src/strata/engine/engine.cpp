@@ -12,13 +12,11 @@ namespace strata {
 
 namespace {
 
-// The head is loaded only for speculative decoding; where the engine cannot draft yet, the flag
-// is refused before the weights are read.
+// The head is loaded only for speculative decoding; where the engine cannot draft yet (tensor
+// parallelism), the flag is refused before the weights are read.
 LoadOptions load_options(const EngineConfig& config) {
   LoadOptions o{config.device, config.load_format, {}};
   if (config.speculative.enabled()) {
-    STRATA_CHECK(config.device == Device::kCpu, "--speculative-config: speculative decoding runs on --device cpu "
-                 "only so far (the CUDA decode graphs do not verify drafts yet)");
     STRATA_CHECK(config.tensor_parallel_size == 1, "--speculative-config: speculative decoding does not run with "
                  "--tensor-parallel-size > 1 yet");
     o.mtp = true;
