@@ -5,7 +5,8 @@
 // engine's up to its first divergence, and there the plain output's top-2 margin (recomputed
 // by one forward over the prompt and the agreed tokens) must be below kTieMargin; most outputs
 // must be equal in full. Also: the acceptance rate, the counters, max_tokens, stop ids, the host
-// path of the acceptance (log-probabilities asked) against the device's arg max, and sampling.
+// path of the acceptance (log-probabilities asked) against the device's arg max, graphs for
+// steps without drafters, and sampling.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -183,6 +184,26 @@ TEST(CudaSpeculative, StopIdsAndMaxTokensAreRespected) {
       const CompletionOutput m = generate(3, one, greedy_params(max_tokens)).outputs[0].outputs.at(0);
       EXPECT_EQ(m.token_ids.size(), size_t(max_tokens)) << "prompt " << i;
       EXPECT_EQ(m.finish_reason, "length");
+    }
+  }
+}
+
+// Multi-completion requests never draft: their steps run forward() and replay decode graphs.
+TEST(CudaSpeculative, MultiCompletionStepsKeepTheirGraphs) {
+  STRATA_REQUIRE_GPU();
+  const auto all = prompts();
+  const std::vector<std::vector<int32_t>> ps(all.begin(), all.begin() + 8);
+  SamplingParams p = greedy_params(32);
+  p.n = 2;
+  const SpecRun plain = generate(0, ps, p), spec = generate(2, ps, p);
+  EXPECT_EQ(spec.stats.spec_verifies, 0);
+  EXPECT_GT(spec.stats.graph_steps, 0) << "decode steps without drafters should replay graphs";
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ASSERT_EQ(spec.outputs[i].outputs.size(), 2u);
+    for (size_t j = 0; j < 2; ++j) {
+      const std::vector<int32_t>& got = spec.outputs[i].outputs[j].token_ids;
+      EXPECT_EQ(got.size(), 32u);
+      follows(ps[i], plain.outputs[i].outputs.at(j).token_ids, got, "n = 2, prompt " + std::to_string(i));
     }
   }
 }

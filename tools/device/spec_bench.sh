@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# MTP speculative decoding on CUDA against plain decoding, on the GPU machine after
-# tools/device/run.sh has unpacked the devbin: `strata bench` on the bundled default model (its
-# trained one-layer MTP head; weights unpacked from weights.tar.xz when missing), greedy, random
+# MTP speculative decoding on CUDA against plain decoding, on the GPU machine with the devbin of
+# tools/device/pack.sh (unpacked here when run.sh has not): `strata bench` on the bundled default
+# model (its trained one-layer MTP head; weights unpacked from weights.tar.xz when missing), greedy, random
 # 32-token prompts, 256 output tokens at batch 1 and 128 at batch 8, eos ignored, with K = 0
 # (no speculation) and each K given. Prints per run the TPOT, the decode-only step time, the
 # acceptance line and the tokens per target forward; logs go to $OUT/spec-bK-kN.log.
@@ -15,6 +15,9 @@ batches=${2:-1,8}
 flags=${3:---temperature 0}
 model=models/default
 mkdir -p "$out"
+if [ ! -x "$bin/strata" ]; then  # not unpacked by run.sh yet
+  mkdir -p /tmp/strata-dev && tar xJf "${STRATA_DEVBIN:-.dev/devbin.tar.xz}" -C /tmp/strata-dev || exit 1
+fi
 [ -e "$model/model.safetensors" ] || tar xJf "$model/weights.tar.xz" -C "$model" model.safetensors || exit 1
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 for b in ${batches//,/ }; do

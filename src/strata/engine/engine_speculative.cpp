@@ -31,8 +31,9 @@
 // processes nothing (no logit bias, penalties, pending min_tokens or log-probabilities) is the
 // target's arg max, likewise an id; the other rows (sampled requests, processed greedy ones)
 // come back whole, K + 1 rows a verifying sequence and one a drafter, for the host's Sampler.
-// Every forward of a speculative step runs eagerly (the verify has K + 1 tokens a sequence, and
-// the draft head needs the hidden state of every row, which the decode graphs do not keep).
+// A step with a single-completion sequence runs eagerly (the verify has K + 1 tokens a sequence,
+// and the draft head needs the hidden state of every row, which the decode graphs do not keep);
+// a step of only multi-completion sequences, which never draft, keeps its graph (launch_step).
 #include <algorithm>
 #include <cstring>
 
