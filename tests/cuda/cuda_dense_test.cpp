@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "strata/ops/host_read.h"
 
 #if defined(STRATA_WITH_CUDA)
 #include "strata/ops/cuda/runtime.h"
@@ -274,6 +275,38 @@ TEST(CudaDense, CopySlotsMatchesCopySlotOneByOne) {
     EXPECT_EQ(std::memcmp(static_cast<const char*>(host[p].raw()) + host[p].nbytes() / 70 * 35,
                           host[p].raw(), host[p].nbytes() / 70 * 33), 0) << "pool " << p;
   }
+}
+
+// Speculative decoding's host reads: a verify's rows (out of order, one twice) of logits the size
+// of Qwen3.5's vocabulary, whole and as arg maxes (a tie across blocks, a maximum in the last
+// element), equal to the CPU's; no rows read nothing.
+TEST(CudaDense, RowsAndArgMaxesToHost) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(17);
+  const int64_t n = 12, v = 248320;
+  Tensor logits = rand_bf16_values({n, v}, rng, 3.f);
+  logits.data<float>()[3 * v + 1000] = 60.f;
+  logits.data<float>()[3 * v + 200000] = 60.f;  // tie: the lower index wins
+  logits.data<float>()[7 * v + v - 1] = 70.f;
+  const Tensor glogits = to_gpu(logits, DType::kF32);
+  const std::vector<int32_t> rows{7, 3, 0, 11, 3, 5};
+  std::vector<float> want, got;
+  ops::rows_to_host(logits, rows, want);
+  ops::rows_to_host(glogits, rows, got);
+  ASSERT_EQ(want.size(), rows.size() * size_t(v));
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(want[size_t(v) - 1], 70.f);  // row 7 first
+  std::vector<int32_t> want_ids, got_ids;
+  ops::argmax_rows_to_host(logits, rows, want_ids);
+  ops::argmax_rows_to_host(glogits, rows, got_ids);
+  EXPECT_EQ(got_ids, want_ids);
+  EXPECT_EQ(want_ids[0], v - 1);
+  EXPECT_EQ(want_ids[1], 1000);
+  EXPECT_EQ(want_ids[4], 1000);
+  ops::rows_to_host(glogits, {}, got);
+  ops::argmax_rows_to_host(glogits, {}, got_ids);
+  EXPECT_TRUE(got.empty());
+  EXPECT_TRUE(got_ids.empty());
 }
 
 TEST(CudaDense, ArgmaxAndSampling) {

@@ -238,8 +238,6 @@ TEST(SpeculativeConfig, RefusesAModelWithoutItsHead) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("multi-token-prediction head"), std::string::npos) << e.what();
   }
-  c.device = Device::kCuda;
-  EXPECT_THROW(Engine{c}, Error);
 }
 
 }  // namespace

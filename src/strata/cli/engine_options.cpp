@@ -44,7 +44,7 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_flag("--no-async-scheduling", o.no_async_scheduling, "run the steps one after another");
   app.add_option("--speculative-config", o.speculative_config,
                  "speculative decoding with the model's multi-token-prediction head, as JSON: "
-                 "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' (CPU only so far; default: off)");
+                 "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' (default: off)");
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 
@@ -82,8 +82,6 @@ EngineConfig engine_config(const EngineOptions& o) {
   check_parallel_options(o.tensor_parallel_size, o.enable_expert_parallel, o.device);
   if (!o.speculative_config.empty()) {  // by name, before the device is parsed (as the ranks are)
     c.speculative = parse_speculative_config(o.speculative_config);
-    STRATA_CHECK(o.device == "cpu", "--speculative-config: speculative decoding runs on --device cpu only so "
-                 "far (the CUDA decode graphs do not verify drafts yet)");
   }
   c.device = parse_device(o.device);
   c.load_format = parse_load_format(o.load_format);

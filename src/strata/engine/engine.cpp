@@ -12,13 +12,11 @@ namespace strata {
 
 namespace {
 
-// The head is loaded only for speculative decoding; where the engine cannot draft yet, the flag
-// is refused before the weights are read.
+// The head is loaded only for speculative decoding; where the engine cannot draft yet (tensor
+// parallelism), the flag is refused before the weights are read.
 LoadOptions load_options(const EngineConfig& config) {
   LoadOptions o{config.device, config.load_format, {}};
   if (config.speculative.enabled()) {
-    STRATA_CHECK(config.device == Device::kCpu, "--speculative-config: speculative decoding runs on --device cpu "
-                 "only so far (the CUDA decode graphs do not verify drafts yet)");
     STRATA_CHECK(config.tensor_parallel_size == 1, "--speculative-config: speculative decoding does not run with "
                  "--tensor-parallel-size > 1 yet");
     o.mtp = true;
@@ -440,10 +438,16 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
     batch.seqs.push_back(std::move(s));
   }
   if (!batch.feed_rows.empty()) batch.feed_ids = sampler_->draw_ids(inflight_->slot);
-  const double forward_start = spec_ ? now() : 0.0;
-  const Tensor& logits = spec_ ? runner_->run_with_hidden(batch, cache_->caches(), hidden_)
-                               : runner_->run(batch, cache_->caches());
-  if (spec_) stats_.spec_verify_seconds += now() - forward_start;
+  // Speculative decoding: the head runs over the step's rows afterwards and needs their hidden
+  // states, except in a step of only multi-completion sequences (they never draft, and a head
+  // KV entry they skip changes drafts only), which keeps its decode graph.
+  const bool drafting = spec_ && std::any_of(so.chunks.begin(), so.chunks.end(), [](const ScheduledChunk& c) {
+                          return c.seq->request->seqs.size() == 1;
+                        });
+  const double forward_start = drafting ? now() : 0.0;
+  const Tensor& logits = drafting ? runner_->run_with_hidden(batch, cache_->caches(), hidden_)
+                                  : runner_->run(batch, cache_->caches());
+  if (drafting) stats_.spec_verify_seconds += now() - forward_start;
   if (!prompt_rows.empty()) take_prompt_logprobs(prompt_rows, logits);
   ++stats_.steps;
   stats_.graph_steps = runner_->graph_steps();
@@ -471,7 +475,7 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
       if (seq.index == 0 && seq.num_generated_drawn() == 0 && req.seqs.size() > 1) fork_children(seq, row, f.jobs);
     }
   }
-  if (spec_) {
+  if (drafting) {
     f.verifies = std::move(verifies);
     f.logits = logits;
     f.chunks = so.chunks;

@@ -73,7 +73,7 @@ struct EngineConfig {
   bool enforce_eager = false;          // CUDA: no graphs for decode steps (engine/model_runner.h)
   bool async_scheduling = true;        // overlap the host's work with the device's (see above)
   // Speculative decoding with the model's multi-token-prediction head (engine_speculative.cpp;
-  // CPU only so far, and the steps then run one after another).
+  // the steps then run one after another, eagerly on CUDA).
   SpeculativeConfig speculative;
 };
 
@@ -199,10 +199,13 @@ class Engine {
   // Speculative decoding (engine_speculative.cpp).
   void init_speculation();
   void verify_drafts(StepInFlight& f);   // accept, emit, roll back what rejected drafts touched
-  void accept_row(Sequence& seq, const float* logits, int32_t draft_index, bool& accepted);
+  // logits: the row on the host, or null with `picked` the row's arg max (verified_on_device).
+  void accept_row(Sequence& seq, const float* logits, int32_t picked, int32_t draft_index, bool& accepted);
+  static bool verified_on_device(const Sequence& seq);
   void draft_tokens(const StepInFlight& f);  // chain the head K times over the step's rows
   int32_t draft_budget(Sequence& seq) const;  // how many drafts seq may get now
-  void add_draft(Sequence& seq, const float* logits, std::vector<int32_t>& context,
+  // Greedy: the draft is `picked`, the head's arg max; sampled: drawn from the host row `logits`.
+  void add_draft(Sequence& seq, const float* logits, int32_t picked, std::vector<int32_t>& context,
                  std::unordered_map<int32_t, int32_t>& counts);
 
   EngineConfig config_;
@@ -220,6 +223,8 @@ class Engine {
   std::unique_ptr<Sampler> spec_sampler_;
   Tensor hidden_, replay_logits_, draft_logits_;
   std::vector<double> spec_p_;
+  std::vector<float> spec_rows_;    // logits rows read on the host (verify or draft)
+  std::vector<int32_t> spec_ids_;   // arg maxes read on the host
   std::optional<StepInFlight> inflight_;
   int next_slot_ = 0;
   std::chrono::steady_clock::time_point start_;

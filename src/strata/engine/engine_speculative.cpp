@@ -24,12 +24,23 @@
 // target's final hidden state at p with the token at p + 1. The last position's logits give d1;
 // d(j+1) comes from the head at the next position, fed d(j) and the head's own hidden state
 // (the target's is not known there), one head forward per depth for all drafting sequences.
+//
+// On CUDA the forwards stay on the device and the host reads only what the acceptance needs
+// (ops::rows_to_host / argmax_rows_to_host, through pinned memory): a greedy draft is the head's
+// arg max, computed on the device, so only its id comes back; a greedy verify row whose request
+// processes nothing (no logit bias, penalties, pending min_tokens or log-probabilities) is the
+// target's arg max, likewise an id; the other rows (sampled requests, processed greedy ones)
+// come back whole, K + 1 rows a verifying sequence and one a drafter, for the host's Sampler.
+// A step with a single-completion sequence runs eagerly (the verify has K + 1 tokens a sequence,
+// and the draft head needs the hidden state of every row, which the decode graphs do not keep);
+// a step of only multi-completion sequences, which never draft, keeps its graph (launch_step).
 #include <algorithm>
 #include <cstring>
 
 #include "strata/core/error.h"
 #include "strata/engine/engine.h"
 #include "strata/engine/spec_accept.h"
+#include "strata/ops/host_read.h"
 
 namespace strata {
 
@@ -38,8 +49,6 @@ void Engine::init_speculation() {
   if (!sc.enabled()) return;
   STRATA_CHECK(sc.method == "mtp", "--speculative-config: field 'method': only \"mtp\" is supported, got \"",
                sc.method, "\"");
-  STRATA_CHECK(model_->device() == Device::kCpu, "--speculative-config: speculative decoding runs on --device cpu "
-               "only so far (the CUDA decode graphs do not verify drafts yet)");
   STRATA_CHECK(model_->info().mtp_layers > 0, "--speculative-config: method \"mtp\" needs the model's "
                "multi-token-prediction head, and ", model_->info().model_type, " has none loaded "
                "(mtp_num_hidden_layers in config.json; the model must be loaded with LoadOptions::mtp)");
@@ -67,11 +76,14 @@ int32_t Engine::draft_budget(Sequence& seq) const {
 // rule (spec_accept.h) with p and q processed by the same parameters over the same tokens,
 // its uniforms from the sequence's generator (so a seed gives one output, which differs from
 // the non-speculative engine's draws but has their distribution).
-void Engine::accept_row(Sequence& seq, const float* logits, int32_t draft_index, bool& accepted) {
+void Engine::accept_row(Sequence& seq, const float* logits, int32_t picked, int32_t draft_index, bool& accepted) {
   const ResolvedSampling& sp = seq.request->sampling;
   const SamplerInput in{&seq.tokens, seq.prompt_len, &seq.output_counts, &seq.rng};
   SampleResult r;
-  if (sp.greedy()) {
+  if (!logits) {  // verified_on_device: the arg max is the target's pick
+    r.token = picked;
+    accepted = draft_index >= 0 && r.token == seq.drafts[size_t(draft_index)];
+  } else if (sp.greedy()) {
     r = spec_sampler_->sample(logits, sp, in);
     accepted = draft_index >= 0 && r.token == seq.drafts[size_t(draft_index)];
   } else {
@@ -95,16 +107,25 @@ void Engine::accept_row(Sequence& seq, const float* logits, int32_t draft_index,
   check_stop(seq, r.token);
 }
 
+// Greedy with nothing that changes the logits before the arg max, nor log-probabilities to
+// report: Sampler::sample's pick for each verify row is the row's arg max, which the device
+// computes (the first verify row has the fewest generated tokens, so min_tokens is checked there).
+bool Engine::verified_on_device(const Sequence& seq) {
+  const ResolvedSampling& sp = seq.request->sampling;
+  const SamplingParams& p = sp.params;
+  return sp.greedy() && p.logit_bias.empty() && sp.repetition_penalty == 1.0 && p.frequency_penalty == 0.0 &&
+         p.presence_penalty == 0.0 && !p.logprobs && seq.num_generated() >= p.min_tokens;
+}
+
 // The draft for the token after `context`: greedy, the head's arg max; sampled, a draw from q,
 // the head's logits processed as the target's are (bias, min_tokens, penalties over the same
 // tokens, temperature, min-p, top-k, top-p), kept in seq.draft_probs for the verify.
-void Engine::add_draft(Sequence& seq, const float* logits, std::vector<int32_t>& context,
+void Engine::add_draft(Sequence& seq, const float* logits, int32_t picked, std::vector<int32_t>& context,
                        std::unordered_map<int32_t, int32_t>& counts) {
   const ResolvedSampling& sp = seq.request->sampling;
-  const int64_t vocab = model_->info().vocab_size;
   int32_t token;
   if (sp.greedy()) {
-    token = int32_t(std::max_element(logits, logits + vocab) - logits);
+    token = picked;
   } else {
     const SamplerInput in{&context, seq.prompt_len, &counts, &seq.rng};
     std::vector<double> q;
@@ -120,14 +141,28 @@ void Engine::add_draft(Sequence& seq, const float* logits, std::vector<int32_t>&
 void Engine::verify_drafts(StepInFlight& f) {
   if (f.verifies.empty()) return;
   const int64_t vocab = model_->info().vocab_size;
-  const float* base = f.logits.data<float>();
+  // The host's share of the verify rows: ids for those verified on the device, whole rows
+  // for the others; first[i]: where verify i's rows begin in spec_ids_ or spec_rows_.
+  std::vector<int32_t> id_rows, logit_rows, first(f.verifies.size(), 0);
+  std::vector<bool> on_device(f.verifies.size(), false);
+  for (size_t vi = 0; vi < f.verifies.size(); ++vi) {
+    const StepInFlight::Verify& v = f.verifies[vi];
+    if (v.seq->is_finished()) continue;
+    on_device[vi] = verified_on_device(*v.seq);
+    std::vector<int32_t>& rows = on_device[vi] ? id_rows : logit_rows;
+    first[vi] = int32_t(rows.size());
+    for (int32_t i = 0; i <= v.drafts; ++i) rows.push_back(v.first_row + i);
+  }
+  ops::argmax_rows_to_host(f.logits, id_rows, spec_ids_);
+  ops::rows_to_host(f.logits, logit_rows, spec_rows_);
   struct Replay {
     Sequence* seq;
     int32_t ctx_len;
   };
   std::vector<Replay> replays;
   std::vector<Sequence*> verified;
-  for (const StepInFlight::Verify& v : f.verifies) {
+  for (size_t vi = 0; vi < f.verifies.size(); ++vi) {
+    const StepInFlight::Verify& v = f.verifies[vi];
     Sequence& seq = *v.seq;
     if (seq.is_finished()) continue;
     ++stats_.spec_verifies;
@@ -137,7 +172,12 @@ void Engine::verify_drafts(StepInFlight& f) {
       const bool draft = i < v.drafts;
       if (draft) ++stats_.spec_drafted_at[size_t(i)];
       bool ok = false;
-      accept_row(seq, base + int64_t(v.first_row + i) * vocab, draft ? i : -1, ok);
+      const int32_t row = first[vi] + i;
+      if (on_device[vi]) {
+        accept_row(seq, nullptr, spec_ids_[size_t(row)], draft ? i : -1, ok);
+      } else {
+        accept_row(seq, spec_rows_.data() + int64_t(row) * vocab, -1, draft ? i : -1, ok);
+      }
       if (ok) {
         ++accepted;
         ++stats_.spec_accepted_at[size_t(i)];
@@ -194,6 +234,22 @@ void Engine::draft_tokens(const StepInFlight& f) {
     std::vector<int32_t> context;  // sampled: the tokens with the drafts so far (penalties, min_tokens)
     std::unordered_map<int32_t, int32_t> counts;
   };
+  // Each drafter's next draft from its row of draft_logits_: greedy ones read only the device's
+  // arg max, sampled ones the whole row.
+  const auto take_drafts = [&](const std::vector<Drafter*>& ds) {
+    std::vector<int32_t> id_rows, logit_rows;
+    for (const Drafter* d : ds) (d->seq->request->sampling.greedy() ? id_rows : logit_rows).push_back(d->row);
+    ops::argmax_rows_to_host(draft_logits_, id_rows, spec_ids_);
+    ops::rows_to_host(draft_logits_, logit_rows, spec_rows_);
+    size_t next_id = 0, next_row = 0;
+    for (Drafter* d : ds) {
+      if (d->seq->request->sampling.greedy()) {
+        add_draft(*d->seq, nullptr, spec_ids_[next_id++], d->context, d->counts);
+      } else {
+        add_draft(*d->seq, spec_rows_.data() + int64_t(next_row++) * vocab, -1, d->context, d->counts);
+      }
+    }
+  };
   ForwardBatch b;
   std::vector<int32_t> hidden_rows;
   std::vector<Drafter> drafters;
@@ -230,15 +286,15 @@ void Engine::draft_tokens(const StepInFlight& f) {
   }
   if (b.seqs.empty()) return;
   const double start = now();
-  Tensor hidden = Tensor::empty({b.num_tokens(), hsz}, hidden_.dtype());
+  Tensor hidden = Tensor::empty({b.num_tokens(), hsz}, hidden_.dtype(), hidden_.device());
   ops::gather_rows(hidden_, hidden_rows, hidden);
   Tensor head_hidden;
   model_->mtp_forward_with_hidden(b, hidden, cache_->caches(), draft_logits_, head_hidden);
   ++stats_.spec_draft_forwards;
-  for (Drafter& d : drafters) {
-    add_draft(*d.seq, draft_logits_.data<float>() + int64_t(d.row) * vocab, d.context, d.counts);
-    d.row = b.logit_rows[size_t(d.row)];  // its row of head_hidden
-  }
+  std::vector<Drafter*> all;
+  for (Drafter& d : drafters) all.push_back(&d);
+  take_drafts(all);
+  for (Drafter& d : drafters) d.row = b.logit_rows[size_t(d.row)];  // its row of head_hidden
   // Deeper drafts: position p = num_computed + j - 1 pairs the head's own state at p - 1 with
   // draft j (the token at p + 1).
   for (int32_t depth = 2;; ++depth) {
@@ -263,15 +319,12 @@ void Engine::draft_tokens(const StepInFlight& f) {
       active.push_back(&d);
     }
     if (active.empty()) break;
-    Tensor h = Tensor::empty({cb.num_tokens(), hsz}, head_hidden.dtype());
+    Tensor h = Tensor::empty({cb.num_tokens(), hsz}, head_hidden.dtype(), head_hidden.device());
     ops::gather_rows(head_hidden, hidden_rows, h);
     model_->mtp_forward_with_hidden(cb, h, cache_->caches(), draft_logits_, head_hidden);
     ++stats_.spec_draft_forwards;
-    for (size_t i = 0; i < active.size(); ++i) {
-      add_draft(*active[i]->seq, draft_logits_.data<float>() + int64_t(i) * vocab, active[i]->context,
-                active[i]->counts);
-      active[i]->row = int32_t(i);
-    }
+    for (size_t i = 0; i < active.size(); ++i) active[i]->row = int32_t(i);
+    take_drafts(active);
   }
   stats_.spec_draft_seconds += now() - start;
 }

@@ -9,6 +9,7 @@
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
 #include "strata/ops/cuda/dispatch.h"
+#include "strata/ops/host_read.h"
 #include "strata/ops/ops.h"
 
 namespace strata::ops {
@@ -165,6 +166,30 @@ void argmax(const Tensor& logits, const Tensor& ids) {
   const int64_t v = logits.dim(1);
   for (int64_t r = 0; r < logits.dim(0); ++r) {
     ids.data<int32_t>()[r] = argmax_row(logits.data<float>() + r * v, v);
+  }
+}
+
+void rows_to_host(const Tensor& x, const std::vector<int32_t>& rows, std::vector<float>& out) {
+  STRATA_CUDA_DISPATCH(x, rows_to_host(x, rows, out));
+  expect_cpu_f32(x, "rows_to_host", "x");
+  STRATA_CHECK(x.ndim() == 2, "rows_to_host: x must be [N, V], got ", x.describe());
+  const int64_t v = x.dim(1);
+  out.resize(rows.size() * size_t(v));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    STRATA_CHECK(rows[i] >= 0 && rows[i] < x.dim(0), "rows_to_host: row ", rows[i], " out of range");
+    std::copy_n(x.data<float>() + rows[i] * v, v, out.data() + int64_t(i) * v);
+  }
+}
+
+void argmax_rows_to_host(const Tensor& x, const std::vector<int32_t>& rows, std::vector<int32_t>& ids) {
+  STRATA_CUDA_DISPATCH(x, argmax_rows_to_host(x, rows, ids));
+  expect_cpu_f32(x, "argmax_rows_to_host", "x");
+  STRATA_CHECK(x.ndim() == 2, "argmax_rows_to_host: x must be [N, V], got ", x.describe());
+  const int64_t v = x.dim(1);
+  ids.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    STRATA_CHECK(rows[i] >= 0 && rows[i] < x.dim(0), "argmax_rows_to_host: row ", rows[i], " out of range");
+    ids[i] = argmax_row(x.data<float>() + rows[i] * v, v);
   }
 }
 

@@ -17,6 +17,7 @@
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
+#include "strata/ops/host_read.h"
 
 namespace strata::ops::cuda {
 namespace {
@@ -1060,6 +1061,54 @@ void argmax(const Tensor& logits, const Tensor& ids) {
   launch_pdl(argmax_final_kernel, unsigned(n), 32, 0, part_v.data<float>(), part_i.data<int32_t>(),
              logits.data<float>(), logits.dim(1), ids.data<int32_t>());
   check_launch("argmax");
+}
+
+namespace {
+
+// The host side of rows_to_host and argmax_rows_to_host (one caller thread: the engine's).
+PinnedBuffer& host_read_buffer() {
+  static thread_local PinnedBuffer buffer;
+  return buffer;
+}
+
+// x's rows `rows`, gathered into a contiguous F32 tensor on the device.
+Tensor gather_logit_rows(const Tensor& x, const std::vector<int32_t>& rows, const char* op) {
+  expect_dtype(x, DType::kF32, op, "x");
+  STRATA_CHECK(x.ndim() == 2, op, ": x must be [N, V], got ", x.describe());
+  Tensor g = scratch({int64_t(rows.size()), x.dim(1)}, DType::kF32);
+  gather_rows(x, rows, g);
+  return g;
+}
+
+void copy_to_host(const Tensor& d, void* dst, size_t bytes) {
+  if (!bytes) return;
+  STRATA_CHECK(!capturing(), "copying a GPU tensor to the host is not allowed during graph capture");
+  void* pinned = host_read_buffer().get(bytes);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(pinned, d.raw(), bytes, cudaMemcpyDeviceToHost, stream()));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  std::memcpy(dst, pinned, bytes);
+}
+
+}  // namespace
+
+void rows_to_host(const Tensor& x, const std::vector<int32_t>& rows, std::vector<float>& out) {
+  OpTimer timer_("rows_to_host");
+  out.clear();
+  if (rows.empty()) return;
+  const Tensor g = gather_logit_rows(x, rows, "rows_to_host");
+  out.resize(size_t(g.numel()));
+  copy_to_host(g, out.data(), g.nbytes());
+}
+
+void argmax_rows_to_host(const Tensor& x, const std::vector<int32_t>& rows, std::vector<int32_t>& ids) {
+  OpTimer timer_("argmax_rows_to_host");
+  ids.clear();
+  if (rows.empty()) return;
+  const Tensor g = gather_logit_rows(x, rows, "argmax_rows_to_host");
+  Tensor d_ids = scratch({int64_t(rows.size())}, DType::kI32);
+  argmax(g, d_ids);
+  ids.resize(rows.size());
+  copy_to_host(d_ids, ids.data(), ids.size() * sizeof(int32_t));
 }
 
 void feed_tokens(int32_t* tokens, const int32_t* rows, const int32_t* from, int n, const int32_t* ids) {
