@@ -158,6 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) sc[i] = 0.f;
     const uint32_t k_tile = k_sm + stage * L::kStage, v_tile = v_sm + stage * L::kStage;
+    wgmma_fence_operands(sc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -213,7 +214,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) p[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
+      wgmma_fence_operands(p[kk]);
     }
+#pragma unroll
+    for (int cb = 0; cb < D / 64; ++cb) wgmma_fence_operands(o[cb]);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {

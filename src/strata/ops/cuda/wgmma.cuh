@@ -55,12 +55,19 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
-// After a wait: the accumulators are read only from here on (the compiler sees no dependence of
-// them on the wait).
+// Pins the registers of an MMA's operands in program order against the (volatile) fence, commit
+// and wait: before wgmma_fence, so what wrote them is done before the MMAs start; after a wait,
+// so the accumulators are read only from there on (the compiler sees no dependence of them on
+// the fence or the wait).
 template <int N>
 __device__ __forceinline__ void wgmma_fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 
 // d[64 x 128] (+)= a[64 x 16] b[128 x 16]^T, both K-major in shared memory; d is overwritten when
