@@ -179,8 +179,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    // Online softmax: the new row maxima over the quad's lanes, the old sums and O rescaled.
+    // Online softmax: the new row maxima over the quad's lanes, the old sums and O rescaled
+    // (skipped while no row's maximum of the warp grew: the factors are then exactly 1).
     float corr[2];
+    bool grew = false;
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       float mx = m[rr];
@@ -190,6 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base_l2 = mx == -INFINITY ? 0.f : mx * scale_log2;  // a row with no key yet stays at 0
       corr[rr] = fast_exp2(m[rr] * scale_log2 - base_l2);
+      grew |= mx != m[rr];
       m[rr] = mx;
       float sum = 0.f;
 #pragma unroll
@@ -200,12 +203,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       l[rr] = l[rr] * corr[rr] + sum;
     }
+    if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
-    for (int cb = 0; cb < D / 64; ++cb) {
+      for (int cb = 0; cb < D / 64; ++cb) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        o[cb][4 * j] *= corr[0], o[cb][4 * j + 1] *= corr[0];
-        o[cb][4 * j + 2] *= corr[1], o[cb][4 * j + 3] *= corr[1];
+        for (int j = 0; j < 8; ++j) {
+          o[cb][4 * j] *= corr[0], o[cb][4 * j + 1] *= corr[0];
+          o[cb][4 * j + 2] *= corr[1], o[cb][4 * j + 3] *= corr[1];
+        }
       }
     }
     // O += P V: S's accumulators 8 kk .. 8 kk + 7 are P's A fragment for keys 16 kk .. 16 kk + 15.
