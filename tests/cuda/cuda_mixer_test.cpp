@@ -28,20 +28,29 @@ Tensor unit_interval(Shape shape, std::mt19937& rng) {
 // hq query heads over hkv KV heads of head dim d; paged_attention, then paged_attention_gated.
 // q_scale > 1 sharpens the softmax; strict also holds the error to 2e-2 of the reference's
 // largest element when that is below 1 (long contexts average the values down).
+// bs: tokens a KV page (the engine's default is 16). q_scale 0 makes every score 0 (the output is
+// the mean of the causal prefix's values, whatever Q K^T computes); flat_v gives every key the
+// same value row (the output is that row, whatever the probabilities are, if they sum to 1).
 void check_attention(int64_t d, int64_t hkv, const std::vector<int32_t>& q_lens,
-                     const std::vector<int32_t>& ctx, int64_t hq = 4, float q_scale = 1.f, bool strict = false) {
+                     const std::vector<int32_t>& ctx, int64_t hq = 4, float q_scale = 1.f, bool strict = false,
+                     int bs = 16, bool flat_v = false) {
   std::mt19937 rng(int(d) * 31 + int(hkv) * 7 + int(q_lens.size()));
-  const int bs = 16;
   int blocks = 0;
   ForwardBatch batch = make_batch(q_lens, ctx, bs, &blocks);
   const int64_t t = batch.num_tokens();
   for (bool gated : {false, true}) {
     const std::string at = std::string(gated ? "gated, " : "") + "head dim " + std::to_string(d) + ", " +
-                           std::to_string(hkv) + " kv heads, " + std::to_string(q_lens.size()) + " seqs";
+                           std::to_string(hq) + "/" + std::to_string(hkv) + " heads, " +
+                           std::to_string(q_lens.size()) + " seqs, page " + std::to_string(bs);
     Tensor q = rand_bf16_values({t, hq, d}, rng, q_scale), k = rand_bf16_values({t, hkv, d}, rng),
            v = rand_bf16_values({t, hkv, d}, rng);
     Tensor kc = rand_bf16_values({blocks, bs, hkv, d}, rng), vc = rand_bf16_values({blocks, bs, hkv, d}, rng);
     Tensor gate = rand_bf16_values({t, hq * d}, rng, 2.f);
+    if (flat_v) {
+      for (Tensor* x : {&v, &vc}) {
+        for (int64_t i = 0; i < x->numel(); ++i) x->data<float>()[i] = float(i % d % 7 - 3) * 0.25f;
+      }
+    }
     Tensor gkc = to_gpu(kc), gvc = to_gpu(vc);
     Tensor ref = Tensor::empty({t, hq, d}, DType::kF32), got = Tensor::empty({t, hq, d}, DType::kBF16, Device::kCuda);
     const float scale = 1.f / std::sqrt(float(d));
@@ -91,6 +100,34 @@ TEST(CudaMixer, PagedAttentionPrefillProductionShapes) {
   check_attention(256, 2, {2048, 700}, {0, 1000}, 16, 2.f, true);
   check_attention(128, 2, {1000, 333}, {0, 517}, 16, 2.f, true);
   check_attention(128, 2, {300, 129}, {0, 70}, 6, 2.f, true);
+}
+
+// The wgmma prefill (head dims 128 and 256, attention_wgmma.cu) at production head dims: varlen
+// batches whose query counts are not multiples of its 64-row warpgroup tiles (1, 63, 65, 300; a
+// 1-query sequence leaves a warpgroup idle), after cached pages (ctx_len > 0, some not a page
+// multiple), GQA groups of 8 (two heads a block) and 1 (one head a block), the engine's 16-token
+// pages and 32-token ones; plain and gated (check_attention runs both).
+TEST(CudaMixer, PagedAttentionPrefillWgmma) {
+  STRATA_REQUIRE_GPU();
+  const std::vector<int32_t> q_lens = {1, 63, 65, 300}, ctx = {0, 17, 100, 1000};
+  check_attention(256, 2, q_lens, ctx, 16, 2.f, true);       // Qwen3.5: 16 / 2 heads
+  check_attention(128, 4, q_lens, ctx, 32, 2.f, true);       // 32 / 4 heads
+  check_attention(256, 2, q_lens, ctx, 2, 2.f, true);        // group 1
+  check_attention(128, 1, {300, 65, 1}, {64, 0, 7}, 1, 2.f, true);  // one head, group 1
+  check_attention(256, 1, {130, 63}, {200, 33}, 8, 2.f, true, 32);  // group 8, 32-token pages
+  check_attention(128, 2, {64, 128, 192}, {0, 64, 0}, 16, 2.f, true);  // whole tiles only
+}
+
+// The wgmma prefill's two products apart, to tell from one run which one is wrong: with Q = 0
+// only O += P V (V read transposed) and the softmax sums matter; with every value row the same,
+// only the softmax normalization and the epilogue (Q K^T must merely be finite).
+TEST(CudaMixer, PagedAttentionPrefillWgmmaProducts) {
+  STRATA_REQUIRE_GPU();
+  const std::vector<int32_t> q_lens = {65, 300}, ctx = {0, 100};
+  for (int64_t d : {128, 256}) {
+    check_attention(d, 2, q_lens, ctx, 16, 0.f, true);                  // P V alone
+    check_attention(d, 2, q_lens, ctx, 16, 2.f, true, 16, true);        // softmax and epilogue alone
+  }
 }
 
 void check_conv1d(int64_t c, int64_t kw, const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx) {

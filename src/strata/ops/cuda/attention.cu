@@ -5,17 +5,20 @@
 //    and stored into their page by the block whose split holds them; or
 //  - prefill (any batch): the new keys and values are written into their pages first, then
 //    FlashAttention-style tiles walk the keys with an online softmax: at head dims 128 and 256 a
-//    FlashAttention-2 kernel (mma.sync, ldmatrix, cp.async; see attn_prefill_fa_kernel), at the
-//    smaller ones tiles of 64 queries x 64 keys with WMMA through shared memory.
-// paged_attention_gated's sigmoid gate is applied where decode and the FlashAttention-2 kernel
-// write their output (after the small head dims' prefill, by mul_sigmoid).
+//    wgmma kernel (attention_wgmma.cu; kPrefillOnWgmma) or the FlashAttention-2 kernel here
+//    (mma.sync, ldmatrix, cp.async; see attn_prefill_fa_kernel), at the smaller ones tiles of 64
+//    queries x 64 keys with WMMA through shared memory.
+// paged_attention_gated's sigmoid gate is applied where decode and the head dim 128 / 256
+// prefill write their output (after the small head dims' prefill, by mul_sigmoid).
 #include <mma.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "strata/ops/cuda/async_copy.cuh"
+#include "strata/ops/cuda/attention_wgmma.h"
 #include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/mma_fragment.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
 
@@ -427,15 +430,6 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // tiles: (sequence, first query) pairs, kFaRows / hpb queries each; block x serves tile
 // x / (hq / hpb) for query heads hpb (x % (hq / hpb)) ... + hpb - 1. scale_log2 = scale * log2 e.
@@ -651,8 +645,12 @@ __global__ void __launch_bounds__(kFaWarps * 32, 1)
   }
 }
 
-// The FlashAttention-2 prefill (head dims 128, 256): two query heads a block where the GQA group
-// allows, the tiles longest (most keys) first; the gate (null: none) applied by its epilogue.
+// Which kernel runs the prefill at head dims 128 and 256: the wgmma one (attention_wgmma.cu), or
+// the FlashAttention-2 one here. Both take the same tile list of 128 query rows a block.
+constexpr bool kPrefillOnWgmma = true;
+
+// The prefill at head dims 128 and 256: two query heads a block where the GQA group allows, the
+// tiles longest (most keys) first; the gate (null: none) applied by the kernel's epilogue.
 template <int D>
 void launch_prefill_fa(const bf16* qp, const bf16* kp, const bf16* vp, const DeviceBatch& db,
                        const ForwardBatch& batch, int hq, int hkv, int bs, float scale, const bf16* gp, bf16* op) {
@@ -675,6 +673,11 @@ void launch_prefill_fa(const bf16* qp, const bf16* kp, const bf16* vp, const Dev
   }
   Tensor keep;
   const int32_t* d_tiles = device_ints(tiles, &keep);
+  if (kPrefillOnWgmma) {
+    attn_prefill_wgmma(D, qp, kp, vp, db, d_tiles, unsigned(order.size()), hq, hkv, bs, hpb,
+                       scale * 1.4426950408889634f, gp, op);
+    return;
+  }
   using L = FaSmem<D>;
   static const bool kAttr = [] {
     allow_shared_memory(reinterpret_cast<const void*>(attn_prefill_fa_kernel<D>), L::kBytes, "paged_attention");

@@ -12,6 +12,7 @@
 // its up value and SiLU-mul is the epilogue.
 #include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/moe_gemm.cuh"
+#include "strata/ops/cuda/wgmma.cuh"
 
 namespace strata::ops::cuda {
 namespace {
@@ -24,54 +25,6 @@ constexpr int a_stage() { return BM * kRowBytes; }
 template <int BM>
 constexpr size_t smem_bytes() { return size_t(kStages) * (a_stage<BM>() + kBStage) + 1024; }  // + 1 KiB alignment
 
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define STRATA_WGMMA 1
-#endif
-
-// The shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle: 8-row groups
-// 1024 bytes apart (stride byte offset), the leading byte offset unused by this layout (1).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-#ifdef STRATA_WGMMA
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#ifdef STRATA_WGMMA
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#ifdef STRATA_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// d[64 x 128] += a[64 x 16] b[128 x 16]^T, both K-major in shared memory.
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
-#ifdef STRATA_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b), "r"(1));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
-}
 
 // gate_up: out[p, c] = silu(g) * u over act columns c of block x (128 of them), n = intermediate;
 // down: out[p, c] over output columns c of block x (256 of them), n = hidden.
@@ -156,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
     for (int kk = 0; kk < kBk / 16; ++kk) {
       const uint64_t da = smem_desc(sa + kk * 32);
 #pragma unroll
-      for (int h = 0; h < kAcc; ++h) wgmma_m64n128k16(acc[h], da, smem_desc(sb + h * 128 * kRowBytes + kk * 32));
+      for (int h = 0; h < kAcc; ++h) wgmma_m64n128k16_ss(acc[h], da, smem_desc(sb + h * 128 * kRowBytes + kk * 32));
     }
     wgmma_commit();
     // The previous k-block's products are done, in both warpgroups: its stage takes the load of
@@ -171,10 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
   cp_wait<0>();
   // The accumulators are read only after the wait (the compiler sees no dependence on it).
 #pragma unroll
-  for (int h = 0; h < kAcc; ++h) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(acc[h][i])::"memory");
-  }
+  for (int h = 0; h < kAcc; ++h) wgmma_fence_operands(acc[h]);
   // Epilogue from registers: value 4j + q of an accumulator, in warp w of the warpgroup, is row
   // 16 w + g + 8 (q / 2), weight row 8 j + 2 t + q % 2 of the accumulator's 128.
   const int g = lane >> 2, t = lane & 3, wr = (BM == 128 ? wg * 64 : 0) + (wtid >> 5) * 16 + g;

@@ -1,0 +1,17 @@
+// The wgmma prefill attention (attention_wgmma.cu), head dims 128 and 256, launched by
+// paged_attention (attention.cu) after the new keys and values are in their pages.
+#pragma once
+
+#include <cstdint>
+
+#include "strata/ops/cuda/common.cuh"
+
+namespace strata::ops::cuda {
+
+// tiles: n_tiles (sequence, first query) pairs of 128 / hpb queries each (hpb query heads of one
+// kv head a block, hpb 1 or 2), longest first; scale_log2 = scale * log2 e; gate null: none.
+void attn_prefill_wgmma(int d, const bf16* q, const bf16* k_cache, const bf16* v_cache, const DeviceBatch& db,
+                        const int32_t* tiles, unsigned n_tiles, int hq, int hkv, int bs, int hpb, float scale_log2,
+                        const bf16* gate, bf16* out);
+
+}  // namespace strata::ops::cuda
