@@ -1,8 +1,10 @@
 #include "strata/models/weights.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "strata/core/error.h"
+#include "strata/io/quant.h"
 #include "strata/ops/ops.h"
 #if defined(STRATA_WITH_CUDA)
 #include "strata/ops/cuda/weight_upload.h"
@@ -59,6 +61,7 @@ WeightLoader::~WeightLoader() = default;  // the writer waits for its copies
 
 void WeightLoader::finish() {
   if (writer_) writer_->finish();
+  dequantised_.clear();
   progress_.finish();
 }
 
@@ -85,6 +88,51 @@ const TensorInfo& WeightLoader::stored(const std::string& full_name, const Shape
   return info;
 }
 
+WeightLoader::Source WeightLoader::source(const std::string& full_name, const Shape& shape) {
+  const TensorInfo& info = stored(full_name, shape, !fp8_.enabled);
+  const DType t = info.dtype;
+  if (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16) return {ckpt_.data(full_name), t};
+  STRATA_CHECK(t == DType::kF8E4M3, ckpt_.file_of(full_name), ": tensor '", full_name, "': dtype ", dtype_name(t),
+               " is not a weight format of an fp8 checkpoint (expected BF16, F16, F32 or F8_E4M3)");
+  auto it = dequantised_.find(full_name);
+  if (it == dequantised_.end()) it = dequantised_.emplace(full_name, dequantise_fp8(full_name, info)).first;
+  return {static_cast<const char*>(it->second.raw()), DType::kF32};
+}
+
+Tensor WeightLoader::dequantise_fp8(const std::string& full_name, const TensorInfo& info) {
+  const std::string what = ckpt_.file_of(full_name) + ": tensor '" + full_name + "'";
+  STRATA_CHECK(!fp8_.listed_not_converted(full_name), what, " is F8_E4M3, but its module is listed in ",
+               ckpt_.config_path(), " quantization_config.modules_to_not_convert (expected BF16)");
+  const std::string scale_name = full_name + "_scale_inv";
+  STRATA_CHECK(ckpt_.has(scale_name), what, " is F8_E4M3 but has no block scale '", scale_name, "'");
+  const Shape& shape = info.shape;
+  STRATA_CHECK(shape.size() == 2 || shape.size() == 3, what, ": F8_E4M3 weight ", shape_str(shape),
+               " is not a matrix [out, in] or fused experts [E, out, in]");
+  const int64_t experts = shape.size() == 3 ? shape[0] : 1;
+  const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  const int64_t br = fp8_.block_rows, bc = fp8_.block_cols;
+  Shape scale_shape{(rows + br - 1) / br, (cols + bc - 1) / bc};
+  if (shape.size() == 3) scale_shape.insert(scale_shape.begin(), experts);
+  const TensorInfo& s = ckpt_.info(scale_name);
+  STRATA_CHECK(s.dtype == DType::kF32, ckpt_.file_of(scale_name), ": tensor '", scale_name, "': block scale of '",
+               full_name, "' must be F32, got ", dtype_name(s.dtype));
+  stored(scale_name, scale_shape, false);  // shape checked, marked read
+  const Tensor w = ckpt_.get(full_name), scale = ckpt_.get(scale_name);
+  if (experts == 1 && shape.size() == 2) return dequant_fp8_block(w, scale, int(br), int(bc), what);
+  // Fused experts: each expert's [out, in] slab with its own scales.
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  const int64_t slab = rows * cols, scale_slab = scale_shape[1] * scale_shape[2];
+  for (int64_t e = 0; e < experts; ++e) {
+    const Tensor we = Tensor::view_of(nullptr, static_cast<char*>(const_cast<void*>(w.raw())) + e * slab,
+                                      {rows, cols}, DType::kF8E4M3);
+    const Tensor se = Tensor::view_of(nullptr, static_cast<char*>(const_cast<void*>(scale.raw())) + e * scale_slab * 4,
+                                      {scale_shape[1], scale_shape[2]}, DType::kF32);
+    const Tensor d = dequant_fp8_block(we, se, int(br), int(bc), cat(what, " expert ", e));
+    std::memcpy(out.data<float>() + e * slab, d.data<float>(), size_t(slab) * sizeof(float));
+  }
+  return out;
+}
+
 Tensor WeightLoader::raw(const std::string& full_name, const Shape& shape) {
   stored(full_name, shape, false);
   return ckpt_.get(full_name);
@@ -96,8 +144,8 @@ Tensor WeightLoader::get(const std::string& name, const Shape& shape) {
 
 Tensor WeightLoader::get_top(const std::string& full_name, const Shape& shape) {
   if (dummy()) return random(full_name, shape);
-  const TensorInfo& info = stored(full_name, shape, true);
-  return assemble(shape, {dense_block(ckpt_.data(full_name), info.dtype, shape_numel(shape))});
+  const Source src = source(full_name, shape);
+  return assemble(shape, {dense_block(src.data, src.dtype, shape_numel(shape))});
 }
 
 DType WeightLoader::device_dtype(const Shape& shape) const {
@@ -143,9 +191,9 @@ Tensor WeightLoader::random_host(const std::string& full_name, const Shape& shap
 
 Tensor WeightLoader::get_host_f32(const std::string& full_name, const Shape& shape) {
   if (dummy()) return random_host(full_name, shape, DType::kF32);
-  const TensorInfo& info = stored(full_name, shape, true);
+  const Source src = source(full_name, shape);
   Tensor out = Tensor::empty(shape, DType::kF32);
-  copy_blocks({dense_block(ckpt_.data(full_name), info.dtype, out.numel())}, 0, out.numel(), out.raw(), DType::kF32);
+  copy_blocks({dense_block(src.data, src.dtype, out.numel())}, 0, out.numel(), out.raw(), DType::kF32);
   return out;
 }
 
@@ -169,14 +217,14 @@ Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
       total[0] += shape[0];
     }
     if (dummy()) continue;
-    const TensorInfo& info = stored(full_name, s.full, true);
-    const char* src = ckpt_.data(full_name);
-    const int64_t esz = int64_t(dtype_size(info.dtype));
+    const Source in = source(full_name, s.full);
+    const char* src = in.data;
+    const int64_t esz = int64_t(dtype_size(in.dtype));
     if (s.dim == 0) {  // whole rows: one dense run
       const int64_t row = shape_numel(Shape(s.full.begin() + 1, s.full.end()));
-      blocks.push_back(dense_block(src + s.begin * row * esz, info.dtype, s.count * row));
+      blocks.push_back(dense_block(src + s.begin * row * esz, in.dtype, s.count * row));
     } else {  // columns [begin, begin + count) of every row
-      blocks.push_back({src + s.begin * esz, info.dtype, s.full[0], s.count, s.full[1]});
+      blocks.push_back({src + s.begin * esz, in.dtype, s.full[0], s.count, s.full[1]});
     }
   }
   if (dummy()) return random((parts[0].top ? "" : prefix_) + parts[0].name, total);
@@ -210,16 +258,28 @@ WeightLoader::RoutedExperts WeightLoader::get_routed_experts(const std::string& 
   for (int64_t j = 0; j < e; ++j) {
     const std::string q = prefix_ + p + cat("experts.", j, ".");
     const std::string gn = q + "gate_proj.weight", un = q + "up_proj.weight", dn = q + "down_proj.weight";
-    const TensorInfo &g = stored(gn, {full_inter, h}, true), &u = stored(un, {full_inter, h}, true),
-                     &d = stored(dn, {h, full_inter}, true);
-    if (j < experts.begin || j >= experts.begin + experts.count) continue;  // another rank's: checked and marked only
-    for (const auto& [name, info] : {std::pair{&gn, &g}, std::pair{&un, &u}}) {
+    const bool ours = j >= experts.begin && j < experts.begin + experts.count;
+    if (!ours) {  // another rank's: checked and marked only (an FP8 one with its scale)
+      for (const auto& [n, shape] : {std::pair{&gn, Shape{full_inter, h}}, std::pair{&un, Shape{full_inter, h}},
+                                     std::pair{&dn, Shape{h, full_inter}}}) {
+        if (fp8_.enabled && ckpt_.has(*n) && ckpt_.info(*n).dtype == DType::kF8E4M3) {
+          source(*n, shape);
+          dequantised_.erase(*n);
+        } else {
+          stored(*n, shape, true);
+        }
+      }
+      continue;
+    }
+    for (const std::string* name : {&gn, &un}) {
+      const Source in = source(*name, {full_inter, h});
       const std::vector<CopyBlock> b =
-          expert_blocks(ckpt_.data(*name), info->dtype, info->shape, 0, 1, {{inter.begin, inter.count}}, {0, h}, *name);
+          expert_blocks(in.data, in.dtype, {full_inter, h}, 0, 1, {{inter.begin, inter.count}}, {0, h}, *name);
       gate_up.insert(gate_up.end(), b.begin(), b.end());
     }
+    const Source d = source(dn, {h, full_inter});
     const std::vector<CopyBlock> b =
-        expert_blocks(ckpt_.data(dn), d.dtype, d.shape, 0, 1, {{0, h}}, {inter.begin, inter.count}, dn);
+        expert_blocks(d.data, d.dtype, {h, full_inter}, 0, 1, {{0, h}}, {inter.begin, inter.count}, dn);
     down.insert(down.end(), b.begin(), b.end());
   }
   r.gate_up = assemble({experts.count, 2 * inter.count, h}, gate_up);
@@ -238,9 +298,9 @@ Tensor WeightLoader::get_expert_slices(const std::string& name, const Shape& ful
     out_rows += r.count;
   }
   if (dummy()) return random(full_name, {experts.count, out_rows, cols.count});
-  const TensorInfo& info = stored(full_name, full, true);
+  const Source src = source(full_name, full);
   return assemble({experts.count, out_rows, cols.count},
-                  expert_blocks(ckpt_.data(full_name), info.dtype, full, experts.begin, experts.count, row_ranges,
+                  expert_blocks(src.data, src.dtype, full, experts.begin, experts.count, row_ranges,
                                 {cols.begin, cols.count}, ckpt_.file_of(full_name) + ": tensor '" + full_name + "'"));
 }
 

@@ -1,0 +1,270 @@
+// FP8 block-scale checkpoints of the Qwen3.5 family (config.json quantization_config, F8_E4M3
+// weights with F32 weight_scale_inv): the qwen3_5_tiny fixture quantised here by the published
+// recipe loads to the model of its dequantised weights, and each broken variant fails with an
+// error naming the tensor or field. Also the dequantisation at 128-block boundaries.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "strata/core/error.h"
+#include "strata/engine/single_sequence.h"
+#include "strata/io/fp8_config.h"
+#include "strata/io/quant.h"
+#include "strata/io/safetensors.h"
+#include "strata/models/model.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+namespace {
+
+const std::string kFixture = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/qwen3_5_tiny";
+
+// The nearest finite e4m3 code to x (|x| <= 448), ties to the even code; by search over the
+// 127 magnitudes (a test helper: slow, exact).
+uint8_t to_e4m3(float x) {
+  const float a = std::fabs(x);
+  int best = 0;
+  for (int c = 1; c < 0x7f; ++c) {
+    const float d = std::fabs(f8e4m3_to_f32(uint8_t(c)) - a), e = std::fabs(f8e4m3_to_f32(uint8_t(best)) - a);
+    if (d < e || (d == e && (c & 1) == 0)) best = c;
+  }
+  return uint8_t(best | (x < 0 ? 0x80 : 0));
+}
+
+// The published recipe: per 128 x 128 block scale = amax / 448, code = e4m3(w / scale),
+// weight_scale_inv = scale. Returns {F8_E4M3 [N, K], F32 [ceil(N/128), ceil(K/128)]}.
+std::pair<Tensor, Tensor> quantise(const Tensor& w32) {
+  const int64_t n = w32.dim(0), k = w32.dim(1), bn = (n + 127) / 128, bk = (k + 127) / 128;
+  Tensor q = Tensor::empty({n, k}, DType::kF8E4M3), s = Tensor::empty({bn, bk}, DType::kF32);
+  const float* w = w32.data<float>();
+  auto* code = static_cast<uint8_t*>(q.raw());
+  for (int64_t bi = 0; bi < bn; ++bi) {
+    for (int64_t bj = 0; bj < bk; ++bj) {
+      float amax = 0;
+      for (int64_t i = bi * 128; i < std::min(n, bi * 128 + 128); ++i) {
+        for (int64_t j = bj * 128; j < std::min(k, bj * 128 + 128); ++j) amax = std::max(amax, std::fabs(w[i * k + j]));
+      }
+      const float scale = amax > 0 ? amax / 448.f : 1.f;
+      s.data<float>()[bi * bk + bj] = scale;
+      for (int64_t i = bi * 128; i < std::min(n, bi * 128 + 128); ++i) {
+        for (int64_t j = bj * 128; j < std::min(k, bj * 128 + 128); ++j) {
+          code[i * k + j] = to_e4m3(std::clamp(w[i * k + j] / scale, -448.f, 448.f));
+        }
+      }
+    }
+  }
+  return {q, s};
+}
+
+Tensor as_f32(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), DType::kF32);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    out.data<float>()[i] = t.dtype() == DType::kF32 ? t.data<float>()[i]
+                                                    : bf16_to_f32(static_cast<const uint16_t*>(t.raw())[i]);
+  }
+  return out;
+}
+
+bool quantised_name(const std::string& name) {
+  return name.ends_with("_proj.weight") && name.find("in_proj_a") == std::string::npos &&
+         name.find("in_proj_b") == std::string::npos;
+}
+
+// qwen3_5_tiny with its projections quantised: `fp8_` (F8 weights + scales) and `plain_` (the
+// dequantised weights as F32: the model the FP8 file means).
+class Fp8Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() / ("strata_fp8_" + std::to_string(rd()));
+    fs::create_directories(dir_ / "fp8");
+    fs::create_directories(dir_ / "plain");
+    std::ifstream in(kFixture + "/config.json");
+    config_ = nlohmann::json::parse(in);
+    fs::copy_file(kFixture + "/config.json", dir_ / "plain" / "config.json");
+    auto file = SafetensorsFile::open(kFixture + "/model.safetensors");
+    for (const TensorInfo& t : file->header().tensors) {
+      const Tensor stored = file->get(t.name);
+      if (!quantised_name(t.name) || t.shape.size() != 2) {
+        fp8_.emplace_back(t.name, stored);
+        plain_.emplace_back(t.name, stored);
+        continue;
+      }
+      auto [q, s] = quantise(as_f32(stored));
+      fp8_.emplace_back(t.name, q);
+      fp8_.emplace_back(t.name + "_scale_inv", s);
+      plain_.emplace_back(t.name, dequant_fp8_block(q, s, 128, 128, t.name));
+      ++quantised_;
+    }
+    keep_ = file;
+    config_["quantization_config"] = {{"quant_method", "fp8"},
+                                      {"fmt", "e4m3"},
+                                      {"activation_scheme", "dynamic"},
+                                      {"weight_block_size", {128, 128}},
+                                      {"modules_to_not_convert", {"lm_head", "in_proj_a", "in_proj_b"}}};
+    write_safetensors((dir_ / "plain" / "model.safetensors").string(), plain_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+    std::ofstream(dir_ / "fp8" / "config.json") << config_.dump(2);
+    write_safetensors((dir_ / "fp8" / "model.safetensors").string(), tensors);
+  }
+  std::string load_error() {
+    try {
+      load_model((dir_ / "fp8").string());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::pair<std::string, Tensor>& find(const std::string& suffix) {
+    for (auto& t : fp8_) {
+      if (t.first.ends_with(suffix)) return t;
+    }
+    throw std::runtime_error("no tensor ending in " + suffix);
+  }
+
+  fs::path dir_;
+  nlohmann::json config_;
+  std::vector<std::pair<std::string, Tensor>> fp8_, plain_;
+  std::shared_ptr<SafetensorsFile> keep_;
+  int quantised_ = 0;
+};
+
+TEST_F(Fp8Checkpoint, LoadsAsItsDequantisedWeights) {
+  ASSERT_GT(quantised_, 4);
+  write(fp8_);
+  auto fp8 = load_model((dir_ / "fp8").string());
+  auto plain = load_model((dir_ / "plain").string());
+  const std::vector<int32_t> ids = {5, 17, 3, 99, 42, 7};
+  const Tensor a = sequence_logits(*fp8, ids, "full"), b = sequence_logits(*plain, ids, "full");
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+}
+
+// --load-format dummy reads the quantization_config too: a good one loads, a bad one is named.
+TEST_F(Fp8Checkpoint, DummyLoadChecksTheQuantizationConfig) {
+  write(fp8_);
+  LoadOptions o;
+  o.format = LoadFormat::kDummy;
+  EXPECT_NO_THROW(load_model((dir_ / "fp8").string(), o));
+  config_["quantization_config"]["fmt"] = "e5m2";
+  write(fp8_);
+  try {
+    load_model((dir_ / "fp8").string(), o);
+    ADD_FAILURE() << "a dummy load took fmt e5m2";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quantization_config.fmt"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Fp8Checkpoint, MissingScaleIsNamed) {
+  const std::string name = find("mlp.down_proj.weight").first;
+  std::erase_if(fp8_, [&](const auto& t) { return t.first == name + "_scale_inv"; });
+  write(fp8_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(name + "_scale_inv"), std::string::npos) << e;
+  EXPECT_NE(e.find("no block scale"), std::string::npos) << e;
+}
+
+TEST_F(Fp8Checkpoint, WrongScaleShapeIsNamed) {
+  auto& s = find("mlp.down_proj.weight_scale_inv");
+  s.second = Tensor::zeros({s.second.dim(0) + 1, s.second.dim(1)}, DType::kF32);
+  write(fp8_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(s.first), std::string::npos) << e;
+  EXPECT_NE(e.find("expected shape"), std::string::npos) << e;
+}
+
+TEST_F(Fp8Checkpoint, ScaleOfWrongDtypeIsNamed) {
+  auto& s = find("mlp.down_proj.weight_scale_inv");
+  s.second = Tensor::zeros(s.second.shape(), DType::kBF16);
+  write(fp8_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(s.first), std::string::npos) << e;
+  EXPECT_NE(e.find("must be F32"), std::string::npos) << e;
+}
+
+TEST_F(Fp8Checkpoint, Fp8WeightListedAsNotConvertedIsNamed) {
+  const std::string name = find("mlp.down_proj.weight").first;
+  config_["quantization_config"]["modules_to_not_convert"].push_back("mlp.down_proj");
+  write(fp8_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(name), std::string::npos) << e;
+  EXPECT_NE(e.find("modules_to_not_convert"), std::string::npos) << e;
+}
+
+TEST_F(Fp8Checkpoint, Fp8WeightWithoutQuantizationConfigIsNamed) {
+  config_.erase("quantization_config");
+  write(fp8_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find("F8_E4M3"), std::string::npos) << e;
+  EXPECT_NE(e.find("_proj.weight"), std::string::npos) << e;
+}
+
+TEST_F(Fp8Checkpoint, BadQuantizationFieldsAreNamed) {
+  const struct {
+    const char* key;
+    nlohmann::json value;
+  } cases[] = {{"quant_method", "awq"},       {"fmt", "e5m2"},
+               {"activation_scheme", "static"}, {"weight_block_size", {64, 64}},
+               {"weight_block_size", {128}}};
+  for (const auto& c : cases) {
+    nlohmann::json saved = config_;
+    config_["quantization_config"][c.key] = c.value;
+    write(fp8_);
+    const std::string e = load_error();
+    EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("quantization_config.") + c.key), std::string::npos) << e;
+    config_ = saved;
+  }
+}
+
+// A 130 x 257 matrix: blocks of 128 x 128, 128 x 1, 2 x 128 and 2 x 1, each with its own scale
+// (magnitudes 1000x apart between neighbours), quantised by the recipe and dequantised back.
+TEST(Fp8Dequant, RoundTripsAcrossPartialBlocks) {
+  const int64_t n = 130, k = 257;
+  Tensor w = Tensor::empty({n, k}, DType::kF32);
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) w.data<float>()[i * k + j] = u(gen) * (((i / 128 + j / 128) % 2) ? 1000.f : 1.f);
+  }
+  auto [q, s] = quantise(w);
+  ASSERT_EQ(s.shape(), (Shape{2, 3}));
+  const Tensor d = dequant_fp8_block(q, s, 128, 128, "w");
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      const float x = w.data<float>()[i * k + j], y = d.data<float>()[i * k + j];
+      const float scale = s.data<float>()[(i / 128) * 3 + j / 128];
+      // e4m3 keeps 3 mantissa bits: half an ulp is 1/16 relative; below 2^-6 the subnormal step 2^-9.
+      EXPECT_LE(std::fabs(x - y), std::max(std::fabs(x) / 16.f, scale * std::ldexp(1.f, -10)) * 1.0001f)
+          << i << "," << j;
+    }
+  }
+  // The amax of each block maps to 448 exactly.
+  for (int64_t b = 0; b < 6; ++b) EXPECT_GT(s.data<float>()[b], 0.f);
+}
+
+TEST(Fp8Config, AbsentMeansDisabledAndListsAreRead) {
+  EXPECT_FALSE(parse_fp8_block_quant(nlohmann::json::parse(R"({"hidden_size": 8})"), "c.json").enabled);
+  const Fp8BlockQuant q = parse_fp8_block_quant(nlohmann::json::parse(R"({"quantization_config":
+      {"quant_method": "fp8", "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head",
+       "model.layers.0.linear_attn.in_proj_a"]}})"), "c.json");
+  EXPECT_TRUE(q.enabled);
+  EXPECT_TRUE(q.listed_not_converted("model.layers.0.linear_attn.in_proj_a.weight"));
+  EXPECT_TRUE(q.listed_not_converted("lm_head.weight"));
+  EXPECT_FALSE(q.listed_not_converted("model.layers.1.linear_attn.in_proj_a.weight"));
+  EXPECT_THROW(parse_fp8_block_quant(nlohmann::json::parse(R"({"quantization_config": {"quant_method": "fp8"}})"),
+                                     "c.json"),
+               Error);
+}
+
+}  // namespace
+}  // namespace strata
