@@ -91,7 +91,7 @@ TEST(CudaMixer, PagedAttentionDecodeAndPrefill) {
   }
 }
 
-// Qwen3.5's shape, 16 query heads over 2 kv heads of head dim 256 (the FlashAttention-2 prefill,
+// Qwen3.5's shape, 16 query heads over 2 kv heads of head dim 256 (the wgmma prefill,
 // two heads a block): a long prompt from an empty cache and a chunk after cached pages in one
 // batch, neither a whole number of tiles; head dim 128 likewise, and at a group of 3 (one head a
 // block).

@@ -4,10 +4,9 @@
 //    merging the splits' partial softmaxes. The new token's key and value are read from k and v
 //    and stored into their page by the block whose split holds them; or
 //  - prefill (any batch): the new keys and values are written into their pages first, then
-//    FlashAttention-style tiles walk the keys with an online softmax: at head dims 128 and 256 a
-//    wgmma kernel (attention_wgmma.cu; kPrefillOnWgmma) or the FlashAttention-2 kernel here
-//    (mma.sync, ldmatrix, cp.async; see attn_prefill_fa_kernel), at the smaller ones tiles of 64
-//    queries x 64 keys with WMMA through shared memory.
+//    FlashAttention-style tiles walk the keys with an online softmax: at head dims 128 and 256 the
+//    wgmma kernel (attention_wgmma.cu), at the smaller ones tiles of 64 queries x 64 keys with
+//    WMMA through shared memory.
 // paged_attention_gated's sigmoid gate is applied where decode and the head dim 128 / 256
 // prefill write their output (after the small head dims' prefill, by mul_sigmoid).
 #include <mma.h>
@@ -15,10 +14,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/attention_wgmma.h"
 #include "strata/ops/cuda/common.cuh"
-#include "strata/ops/cuda/mma_fragment.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
 
@@ -383,278 +380,12 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restric
   }
 }
 
-// ---- prefill, head dims 128 and 256: FlashAttention-2 style ----
-//
-// A block of 8 warps owns 128 query rows: kFaRows / hpb consecutive queries of each of hpb query
-// heads that share one kv head (GQA packing: the block's K/V tiles, loaded once, serve all of
-// them; hpb is 2 when the group allows). Warp w owns rows 16w..16w+15, all of one head. The keys
-// stream through shared memory in tiles of kFaBk, two stages of cp.async (tile i + 1 loads while
-// tile i is computed), gathered from the paged cache row by row with the page ids read one tile
-// earlier still (a load that waits on the block table stalls the warp). Per tile a warp computes
-// S = Q K^T with mma.sync m16n8k16 (bf16 in, fp32 accumulate; K fragments by ldmatrix, Q's from
-// registers at D = 128 and from shared memory at D = 256, where registers are short), an online
-// softmax on the S fragment in registers (exp2, the scale times log2 e folded into one FMA), and
-// O += P V with P repacked from S's accumulator fragment into the A fragment and V's fragments
-// by ldmatrix.trans. O and the row statistics stay in registers until the epilogue, which
-// normalizes, applies the gate and stores through the warp's (no longer needed) Q rows in shared
-// memory. Key tiles past a warp's last query are skipped; only tiles that cross the diagonal are
-// masked. Blocks run longest first (the tile list is sorted by key count), so the causal
-// imbalance leaves no tail.
-constexpr int kFaWarps = 8, kFaRows = kFaWarps * 16, kFaBk = 64;
-
-template <int D>
-struct FaSmem {
-  static constexpr int kLd = D + 8;  // row pitch in elements: 16 bytes of padding, ldmatrix without conflicts
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + size_t(kFaRows) * kLd * 2;       // [2 stages][kFaBk][kLd]
-  static constexpr size_t kV = kK + size_t(2) * kFaBk * kLd * 2;     // [2 stages][kFaBk][kLd]
-  static constexpr size_t kBytes = kV + size_t(2) * kFaBk * kLd * 2;
-};
-
-
-// Four 8x8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i holds a
-// lane's two elements of it (transposed: of its transpose).
-__device__ __forceinline__ void ldsm_x4(uint32_t* r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-// c[16x8] += a[16x16] b[16x8]. Lane l (g = l / 4, t = l % 4) holds a: (g, 2t..2t+1), (g + 8, 2t..),
-// (g, 2t + 8..), (g + 8, 2t + 8..); b: (2t..2t+1, g), (2t + 8.., g); c: (g, 2t..2t+1), (g + 8, 2t..).
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// tiles: (sequence, first query) pairs, kFaRows / hpb queries each; block x serves tile
-// x / (hq / hpb) for query heads hpb (x % (hq / hpb)) ... + hpb - 1. scale_log2 = scale * log2 e.
-template <int D>
-__global__ void __launch_bounds__(kFaWarps * 32, 1)
-    attn_prefill_fa_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kc, const bf16* __restrict__ vc,
-                           DeviceBatch b, const int32_t* tiles, int hq, int hkv, int bs, int hpb, float scale_log2,
-                           const bf16* __restrict__ gate, bf16* __restrict__ out) {
-  pdl_begin();
-  using L = FaSmem<D>;
-  constexpr int kLd = L::kLd, kChunks = D / 8;  // 16-byte chunks per row
-  constexpr bool kQRegs = D <= 128;              // Q's fragments live in registers
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);
-  const uint32_t q_sm = smem_u32(smem + L::kQ), k_sm = smem_u32(smem + L::kK), v_sm = smem_u32(smem + L::kV);
-  constexpr uint32_t kStage = kFaBk * kLd * 2;  // bytes of one K or V stage
-
-  const int groups = hq / hpb, qt = kFaRows / hpb;  // blocks per tile, queries per block
-  const int tile = blockIdx.x / groups, h0 = (blockIdx.x % groups) * hpb;
-  const int s = tiles[2 * tile], q0 = tiles[2 * tile + 1];
-  const int kvh = h0 / (hq / hkv);
-  const int qlen = b.q_len[s], ctx = b.ctx_len[s], qstart = b.q_start[s];
-  const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
-  const int kv_end = ctx + q0 + min(qt, qlen - q0);  // keys of the block's last query, plus one
-  const int n_tiles = (kv_end + kFaBk - 1) / kFaBk;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-  // Q rows (zeros past the sequence), then key/value tile 0.
-  for (int i = tid; i < kFaRows * kChunks; i += kFaWarps * 32) {
-    const int r = i / kChunks, c = i % kChunks, qi = q0 + r % qt, h = h0 + r / qt;
-    const bool ok = qi < qlen;
-    cp_async16(q_sm + (r * kLd + c * 8) * 2, q + (ok ? (int64_t(qstart + qi) * hq + h) * D + c * 8 : 0), ok);
-  }
-  // Page ids are read a tile ahead of the rows that need them: lane l of every warp looks up keys
-  // kt + l and kt + l + 32 (pg, rem: page id and row in the page; -1 past kv_end) of the tile after
-  // the one being loaded, and a tile's loads take each row's cache slot from its lane by a
-  // shuffle, so no load waits on the block table.
-  static_assert(kFaBk == 64 && 32 % (kFaWarps * 32 / kChunks) == 0, "two keys a lane; passes split 32");
-  constexpr int kRowStep = kFaWarps * 32 / kChunks;  // rows the block loads side by side
-  int pg[2], rem[2];
-  auto fetch_pages = [&](int kt) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int j = kt + lane + 32 * e, pi = j / bs;
-      rem[e] = j - pi * bs;
-      pg[e] = j < kv_end ? __ldg(bt + pi) : -1;
-    }
-  };
-  auto load_kv = [&](int stage) {
-    int slot[2];  // cache rows of keys kt + lane, kt + lane + 32
-#pragma unroll
-    for (int e = 0; e < 2; ++e) slot[e] = pg[e] < 0 ? -1 : pg[e] * bs + rem[e];
-    const int c = tid % kChunks, rb = tid / kChunks;
-#pragma unroll
-    for (int i = 0; i < kFaBk / kRowStep; ++i) {
-      const int r = rb + i * kRowStep;
-      const int sl = __shfl_sync(0xffffffffu, slot[i * kRowStep / 32], r & 31);
-      const int64_t off = sl >= 0 ? (int64_t(sl) * hkv + kvh) * D + c * 8 : 0;
-      const uint32_t dst = stage * kStage + (r * kLd + c * 8) * 2;
-      cp_async16(k_sm + dst, kc + off, sl >= 0);
-      cp_async16(v_sm + dst, vc + off, sl >= 0);
-    }
-    cp_commit();
-  };
-  fetch_pages(0);
-  load_kv(0);
-  fetch_pages(kFaBk);
-
-  // This warp's 16 rows: head h, queries qw..qw+15 (positions ctx + qw ...). Lane l holds rows
-  // g = l / 4 and g + 8 of the accumulators, columns 2t, 2t + 1 (t = l % 4) of each 8-column block.
-  const int g = lane >> 2, t = lane & 3;
-  const int r0 = warp * 16, h = h0 + r0 / qt, qw = q0 + r0 % qt;
-  const int pos_lo = ctx + qw, pos_hi = pos_lo + 15;
-  // ldmatrix row addresses (bytes): A of Q (rows lane % 16, columns 8 (lane / 16)), B of K (keys
-  // lane % 8 + 8 (lane / 16), columns 8 (lane / 8 % 2)), B of V transposed (keys lane % 8 +
-  // 8 (lane / 8 % 2), columns 8 (lane / 16)).
-  const uint32_t q_lane = q_sm + ((r0 + (lane & 15)) * kLd + (lane >> 4) * 8) * 2;
-  const uint32_t k_lane = k_sm + (((lane & 7) + ((lane >> 4) << 3)) * kLd + ((lane >> 3) & 1) * 8) * 2;
-  const uint32_t v_lane = v_sm + (((lane & 7) + (((lane >> 3) & 1) << 3)) * kLd + (lane >> 4) * 8) * 2;
-
-  uint32_t qf[kQRegs ? D / 16 : 1][4];
-  float o[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8: running max (of raw S), lane's partial sum
-
-  for (int it = 0; it < n_tiles; ++it) {
-    const int kt = it * kFaBk, stage = it & 1;
-    cp_wait<0>();
-    __syncthreads();  // tile `it` landed for every thread; every warp is done with tile it - 1's stage
-    if (it + 1 < n_tiles) {
-      load_kv(stage ^ 1);
-      fetch_pages(kt + 2 * kFaBk);
-    }
-    if constexpr (kQRegs) {
-      if (it == 0) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[kk], q_lane + kk * 32);
-      }
-    }
-    if (kt > pos_hi) continue;  // every key of the tile is after this warp's queries
-
-    // S = Q K^T, 16 x kFaBk.
-    float sc[kFaBk / 8][4];
-#pragma unroll
-    for (int n = 0; n < kFaBk / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
-    const uint32_t k_tile = k_lane + stage * kStage, v_tile = v_lane + stage * kStage;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      if constexpr (kQRegs) {
-        a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
-      } else {
-        ldsm_x4(a, q_lane + kk * 32);
-      }
-#pragma unroll
-      for (int np = 0; np < kFaBk / 16; ++np) {
-        uint32_t bk[4];
-        ldsm_x4(bk, k_tile + np * 16 * kLd * 2 + kk * 32);
-        mma_bf16(sc[2 * np], a, bk[0], bk[1]);
-        mma_bf16(sc[2 * np + 1], a, bk[2], bk[3]);
-      }
-    }
-    // Causal mask, only where the tile reaches past the warp's first query.
-    if (kt + kFaBk - 1 > pos_lo) {
-#pragma unroll
-      for (int n = 0; n < kFaBk / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (kt + n * 8 + 2 * t + (e & 1) > pos_lo + g + (e >> 1) * 8) sc[n][e] = -INFINITY;
-        }
-      }
-    }
-    // Online softmax: the new row maxima over the quad's lanes, the old sums and O rescaled
-    // (skipped while no row's maximum of the warp grew).
-    float corr[2];
-    bool grew = false;
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float mx = m[rr];
-#pragma unroll
-      for (int n = 0; n < kFaBk / 8; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * rr], sc[n][2 * rr + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == -INFINITY ? 0.f : mx * scale_log2;  // a row with no key yet stays at 0
-      corr[rr] = fast_exp2(m[rr] * scale_log2 - base);
-      grew |= mx != m[rr];
-      m[rr] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < kFaBk / 8; ++n) {
-        sc[n][2 * rr] = fast_exp2(fmaf(sc[n][2 * rr], scale_log2, -base));
-        sc[n][2 * rr + 1] = fast_exp2(fmaf(sc[n][2 * rr + 1], scale_log2, -base));
-        sum += sc[n][2 * rr] + sc[n][2 * rr + 1];
-      }
-      l[rr] = l[rr] * corr[rr] + sum;
-    }
-    if (__any_sync(0xffffffffu, grew)) {
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][0] *= corr[0], o[n][1] *= corr[0];
-        o[n][2] *= corr[1], o[n][3] *= corr[1];
-      }
-    }
-    // O += P V: S's accumulator blocks 2kk and 2kk + 1 are P's A fragment for keys 16kk..16kk+15.
-#pragma unroll
-    for (int kk = 0; kk < kFaBk / 16; ++kk) {
-      const uint32_t a[4] = {pack_bf16x2(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16x2(sc[2 * kk][2], sc[2 * kk][3]),
-                             pack_bf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                             pack_bf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t bv[4];
-        ldsm_x4_trans(bv, v_tile + kk * 16 * kLd * 2 + np * 32);
-        mma_bf16(o[2 * np], a, bv[0], bv[1]);
-        mma_bf16(o[2 * np + 1], a, bv[2], bv[3]);
-      }
-    }
-  }
-
-  // Epilogue: O / l (the sums completed over the quad) as bf16 into this warp's Q rows, then out
-  // (times sigmoid(gate)) in 16-byte rows.
-  float inv[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
-    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
-    inv[rr] = l[rr] > 0.f ? 1.f / l[rr] : 0.f;
-  }
-  __syncwarp();
-  bf16* ow = qs + r0 * kLd;
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
-    *reinterpret_cast<uint32_t*>(ow + g * kLd + n * 8 + 2 * t) = pack_bf16x2(o[n][0] * inv[0], o[n][1] * inv[0]);
-    *reinterpret_cast<uint32_t*>(ow + (g + 8) * kLd + n * 8 + 2 * t) =
-        pack_bf16x2(o[n][2] * inv[1], o[n][3] * inv[1]);
-  }
-  __syncwarp();
-  for (int i = lane; i < 16 * kChunks; i += 32) {
-    const int r = i / kChunks, c = i % kChunks;
-    if (qw + r >= qlen) break;
-    const int64_t off = (int64_t(qstart + qw + r) * hq + h) * D + c * 8;
-    uint4 u = *reinterpret_cast<const uint4*>(ow + r * kLd + c * 8);
-    if (gate) {
-      float f[8], gf[8];
-      unpack8(u, f);
-      unpack8(__ldg(reinterpret_cast<const uint4*>(gate + off)), gf);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) f[e] *= sigmoid_f(gf[e]);
-      u = pack8(f);
-    }
-    *reinterpret_cast<uint4*>(out + off) = u;
-  }
-}
-
-// Which kernel runs the prefill at head dims 128 and 256: the wgmma one (attention_wgmma.cu), or
-// the FlashAttention-2 one here. Both take the same tile list of 128 query rows a block.
-constexpr bool kPrefillOnWgmma = true;
-
 // The prefill at head dims 128 and 256: two query heads a block where the GQA group allows, the
 // tiles longest (most keys) first; the gate (null: none) applied by the kernel's epilogue.
 template <int D>
-void launch_prefill_fa(const bf16* qp, const bf16* kp, const bf16* vp, const DeviceBatch& db,
+void launch_prefill_wgmma(const bf16* qp, const bf16* kp, const bf16* vp, const DeviceBatch& db,
                        const ForwardBatch& batch, int hq, int hkv, int bs, float scale, const bf16* gp, bf16* op) {
-  const int hpb = (hq / hkv) % 2 == 0 ? 2 : 1, qt = kFaRows / hpb;
+  const int hpb = (hq / hkv) % 2 == 0 ? 2 : 1, qt = kWgmmaPrefillRows / hpb;
   struct Tile {
     int32_t seq, q0, keys;
   };
@@ -673,21 +404,8 @@ void launch_prefill_fa(const bf16* qp, const bf16* kp, const bf16* vp, const Dev
   }
   Tensor keep;
   const int32_t* d_tiles = device_ints(tiles, &keep);
-  if (kPrefillOnWgmma) {
-    attn_prefill_wgmma(D, qp, kp, vp, db, d_tiles, unsigned(order.size()), hq, hkv, bs, hpb,
-                       scale * 1.4426950408889634f, gp, op);
-    return;
-  }
-  using L = FaSmem<D>;
-  static const bool kAttr = [] {
-    allow_shared_memory(reinterpret_cast<const void*>(attn_prefill_fa_kernel<D>), L::kBytes, "paged_attention");
-    return true;
-  }();
-  (void)kAttr;
-  const unsigned grid = unsigned(order.size()) * unsigned(hq / hpb);
-  launch_pdl(attn_prefill_fa_kernel<D>, grid, kFaWarps * 32, L::kBytes, qp, kp, vp, db, d_tiles, hq, hkv, bs, hpb,
-             scale * 1.4426950408889634f, gp, op);
-  check_launch("attn_prefill_fa");
+  attn_prefill_wgmma(D, qp, kp, vp, db, d_tiles, unsigned(order.size()), hq, hkv, bs, hpb,
+                     scale * 1.4426950408889634f, gp, op);
 }
 
 // The WMMA prefill (head dims 16 to 64), one block per (64-query tile, query head).
@@ -715,7 +433,7 @@ void launch_prefill_wmma(const bf16* qp, const bf16* kp, const bf16* vp, const D
 }
 
 // Decode with the new keys and values stored inside, or (prefill) after kv_write_kernel; the gate
-// (null: none) applied by decode's and the FlashAttention-2 kernel's output writes, else after
+// (null: none) applied by decode's and the wgmma prefill's output writes, else after
 // the attention.
 template <int D>
 void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const DeviceBatch& db,
@@ -755,7 +473,7 @@ void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const
              int64_t(hkv) * D, bs);
   check_launch("kv_write");
   if constexpr (D == 128 || D == 256) {
-    launch_prefill_fa<D>(qp, kp, vp, db, batch, hq, hkv, bs, scale, gp, op);
+    launch_prefill_wgmma<D>(qp, kp, vp, db, batch, hq, hkv, bs, scale, gp, op);
   } else {
     launch_prefill_wmma<D>(qp, kp, vp, db, batch, hq, hkv, bs, scale, op);
     if (gate) cuda::mul_sigmoid(out, gate->reshape(out.shape()));

@@ -2,8 +2,8 @@
 // warpgroup MMA (wgmma), FlashAttention-3 style, without warp specialization.
 //
 // A block of two warpgroups owns 128 query rows: 128 / hpb consecutive queries of each of hpb
-// query heads that share one kv head (as the FlashAttention-2 kernel in attention.cu, whose tile
-// list it takes). Warpgroup wg owns rows 64 wg .. 64 wg + 63, all of one head. The keys stream
+// query heads that share one kv head (the tile list is made by launch_prefill_wgmma in
+// attention.cu, longest first). Warpgroup wg owns rows 64 wg .. 64 wg + 63, all of one head. The keys stream
 // through shared memory in tiles of 64, two stages of cp.async issued by all 256 threads (tile
 // i + 1 loads while tile i is computed), gathered from the paged cache row by row with the page
 // ids read one tile earlier still. Per tile a warpgroup computes
@@ -43,7 +43,7 @@
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kRows = 128, kKeys = 64, kThreads = 256;
+constexpr int kRows = kWgmmaPrefillRows, kKeys = 64, kThreads = 256;
 
 template <int D>
 struct WgmmaSmem {

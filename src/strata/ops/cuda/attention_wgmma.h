@@ -8,7 +8,10 @@
 
 namespace strata::ops::cuda {
 
-// tiles: n_tiles (sequence, first query) pairs of 128 / hpb queries each (hpb query heads of one
+// Query rows a block (two warpgroups of 64); the tile list is cut to it.
+inline constexpr int kWgmmaPrefillRows = 128;
+
+// tiles: n_tiles (sequence, first query) pairs of kWgmmaPrefillRows / hpb queries each (hpb query heads of one
 // kv head a block, hpb 1 or 2), longest first; scale_log2 = scale * log2 e; gate null: none.
 void attn_prefill_wgmma(int d, const bf16* q, const bf16* k_cache, const bf16* v_cache, const DeviceBatch& db,
                         const int32_t* tiles, unsigned n_tiles, int hq, int hkv, int bs, int hpb, float scale_log2,
