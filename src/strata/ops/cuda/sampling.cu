@@ -64,23 +64,28 @@ __device__ int row_argmax(const float* l, int64_t v, float* redv, int* redi) {
   return t == INT_MAX || l[0] != l[0] ? 0 : t;
 }
 
+// Refused by a structured-output mask: bit i of 32-bit word i / 32 clear (never without a mask).
+__device__ __forceinline__ bool refused(const uint32_t* allow, int64_t i) {
+  return allow && !((allow[i >> 5] >> (i & 31)) & 1u);
+}
+
 // Greedy decode reads a whole vocabulary row (~1 MB at 248k): stage 1 spreads a row over
 // kArgmaxParts blocks, each leaving its (best, index); stage 2 is one warp per row over those.
 constexpr int kArgmaxParts = 128, kArgmaxThreads = 256;
 
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_part_kernel(const float* logits, int64_t v, float* part_v,
-                                                                     int* part_i) {
-  pdl_begin();
-  __shared__ float redv[32];
-  __shared__ int redi[32];
+// Part blockIdx.x of row l into *out_v / *out_i: a refused token reads as -inf without loading
+// its logit (the CPU's masked row holds -inf there), a NaN is skipped as in row_argmax; the
+// index is INT_MAX when the part has only NaNs.
+__device__ void part_argmax(const float* l, const uint32_t* allow, int64_t v, float* out_v, int* out_i,
+                            float* redv, int* redi) {
   const int64_t chunk = (v + kArgmaxParts - 1) / kArgmaxParts;
   const int64_t lo = blockIdx.x * chunk, hi = min(v, lo + chunk);
-  const float* l = logits + int64_t(blockIdx.y) * v;
   float best = -INFINITY;
   int bi = INT_MAX;
   for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    const float li = l[i];
-    if (li != li) continue;  // NaN: as row_argmax
+    float li = -INFINITY;
+    if (!refused(allow, i)) li = l[i];
+    if (li != li) continue;            // NaN: as row_argmax
     if (bi == INT_MAX || li > best) {  // ascending i: the lower index keeps a tie
       best = li;
       bi = int(i);
@@ -88,20 +93,21 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_part_kernel(const float
   }
   block_argmax(best, bi, redv, redi);
   if (threadIdx.x == 0) {
-    part_v[int64_t(blockIdx.y) * kArgmaxParts + blockIdx.x] = redv[0];
-    part_i[int64_t(blockIdx.y) * kArgmaxParts + blockIdx.x] = redi[0];
+    *out_v = redv[0];
+    *out_i = redi[0];
   }
 }
 
-__global__ void argmax_final_kernel(const float* part_v, const int* part_i, const float* logits, int64_t v,
-                                    int32_t* ids) {
-  pdl_begin();
+// The row's pick from its kArgmaxParts (best, index) entries, by one warp: the largest, the
+// lower index on a tie; `first` is the row's first (processed) logit. As row_argmax: 0 when
+// every entry is NaN, or when the first is.
+__device__ int parts_pick(const float* part_v, const int* part_i, float first) {
   const int lane = threadIdx.x;
   float best = -INFINITY;
   int bi = INT_MAX;
   for (int j = lane; j < kArgmaxParts; j += 32) {
-    const float pv = part_v[int64_t(blockIdx.x) * kArgmaxParts + j];
-    const int pi = part_i[int64_t(blockIdx.x) * kArgmaxParts + j];
+    const float pv = part_v[j];
+    const int pi = part_i[j];
     if (pi != INT_MAX && (bi == INT_MAX || pv > best || (pv == best && pi < bi))) {
       best = pv;
       bi = pi;
@@ -117,10 +123,24 @@ __global__ void argmax_final_kernel(const float* part_v, const int* part_i, cons
       bi = oi;
     }
   }
-  if (lane == 0) {
-    const float first = logits[int64_t(blockIdx.x) * v];
-    ids[blockIdx.x] = bi == INT_MAX || first != first ? 0 : bi;
-  }
+  return bi == INT_MAX || first != first ? 0 : bi;
+}
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_part_kernel(const float* logits, int64_t v, float* part_v,
+                                                                     int* part_i) {
+  pdl_begin();
+  __shared__ float redv[32];
+  __shared__ int redi[32];
+  const int64_t at = int64_t(blockIdx.y) * kArgmaxParts + blockIdx.x;
+  part_argmax(logits + int64_t(blockIdx.y) * v, nullptr, v, part_v + at, part_i + at, redv, redi);
+}
+
+__global__ void argmax_final_kernel(const float* part_v, const int* part_i, const float* logits, int64_t v,
+                                    int32_t* ids) {
+  pdl_begin();
+  const int64_t at = int64_t(blockIdx.x) * kArgmaxParts;
+  const int id = parts_pick(part_v + at, part_i + at, logits[int64_t(blockIdx.x) * v]);
+  if (threadIdx.x == 0) ids[blockIdx.x] = id;
 }
 
 constexpr int kWarps = kThreads / 32;
@@ -156,7 +176,19 @@ struct SampleArgs {
   float* part_sum;      // sum of exp(z - part max), when log-probabilities are asked for
   uint32_t* part_key;
   int32_t* part_id;
+  // The bare greedy draws (bare_greedy), which take the multi-block arg max, and their per-part
+  // results, [draws, kArgmaxParts].
+  const int32_t* argmax_draw;
+  float* argmax_v;
+  int32_t* argmax_i;
 };
+
+// A greedy draw without adjustments or log-probabilities, masked or not: its pick is the arg max
+// of its logits row over the allowed tokens, taken over many blocks (draw_argmax_*_kernel) with
+// no processed copy; sample_tokens_kernel leaves it alone.
+__host__ __device__ __forceinline__ bool bare_greedy(const SampleSpec& s) {
+  return s.greedy && s.adjust_count == 0 && s.num_top_logprobs < 0;
+}
 
 struct Smem {
   u64 hist[2048];
@@ -827,10 +859,6 @@ __device__ __forceinline__ const uint32_t* allow_bits(const SampleArgs& a, const
   return s.allow_row >= 0 ? a.allow + int64_t(s.allow_row) * a.allow_stride : nullptr;
 }
 
-__device__ __forceinline__ bool refused(const uint32_t* allow, int64_t i) {
-  return allow && !((allow[i >> 5] >> (i & 31)) & 1u);
-}
-
 __global__ void __launch_bounds__(kCopyThreads) adjust_copy_kernel(SampleArgs a) {
   pdl_begin();
   const int r = blockIdx.y;
@@ -863,11 +891,36 @@ __global__ void __launch_bounds__(kCopyThreads) adjust_apply_kernel(SampleArgs a
   }
 }
 
+// Bare greedy draw a.argmax_draw[blockIdx.y]'s part blockIdx.x, its mask read directly.
+__global__ void __launch_bounds__(kArgmaxThreads) draw_argmax_part_kernel(SampleArgs a) {
+  pdl_begin();
+  __shared__ float redv[32];
+  __shared__ int redi[32];
+  const SampleSpec& s = a.specs[a.argmax_draw[blockIdx.y]];
+  const int64_t at = int64_t(blockIdx.y) * kArgmaxParts + blockIdx.x;
+  part_argmax(a.logits + int64_t(s.logits_row) * a.v, allow_bits(a, s), a.v, a.argmax_v + at, a.argmax_i + at,
+              redv, redi);
+}
+
+// Its pick, one warp a draw. Every token refused: every part's best is -inf at its first
+// index, so the pick is 0, as the CPU's arg max of an all -inf row.
+__global__ void draw_argmax_final_kernel(SampleArgs a) {
+  pdl_begin();
+  const int r = a.argmax_draw[blockIdx.x];
+  const SampleSpec& s = a.specs[r];
+  const float* l = a.logits + int64_t(s.logits_row) * a.v;
+  const float first = refused(allow_bits(a, s), 0) ? -INFINITY : l[0];
+  const int64_t at = int64_t(blockIdx.x) * kArgmaxParts;
+  const int id = parts_pick(a.argmax_v + at, a.argmax_i + at, first);
+  if (threadIdx.x == 0) a.ids[r] = id;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_tokens_kernel(SampleArgs a) {
   pdl_begin();
   __shared__ Smem sm;
   const int r = blockIdx.x, tid = threadIdx.x;
   const SampleSpec s = a.specs[r];
+  if (bare_greedy(s)) return;  // draw_argmax_final_kernel's
   const int64_t v = a.v;
   const float* l = a.logits + int64_t(s.logits_row) * v;
   const bool want = s.num_top_logprobs >= 0;
@@ -1130,35 +1183,40 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
     draws.ids = persistent({int64_t(words)}, DType::kI32);
   }
   int32_t* d = draws.ids.data<int32_t>();
-  st.plain = std::all_of(batch.rows.begin(), batch.rows.end(), [](const SampleSpec& s) {
-    return s.greedy && s.adjust_count == 0 && s.allow_row < 0 && s.num_top_logprobs < 0;
-  });
+  st.plain = std::all_of(batch.rows.begin(), batch.rows.end(), [](const SampleSpec& s) { return bare_greedy(s); });
   // The inputs go up in one copy from pinned memory (a pageable copy could wait for the GPU).
   const std::vector<int32_t> specs = as_words(batch.rows), adjust = as_words(batch.adjust);
-  // A draw with adjustments or a mask gets its own processed copy of its row in `work`.
-  std::vector<int32_t> work_row(size_t(n), -1);
+  // A bare greedy draw takes the multi-block arg max of its row (reading its mask, if any);
+  // any other draw with adjustments or a mask gets its own processed copy of its row in `work`.
+  std::vector<int32_t> work_row(size_t(n), -1), argmax_draw;
   int32_t n_work = 0;
   bool masked = false;
   for (int64_t r = 0; r < n; ++r) {
     const SampleSpec& s = batch.rows[size_t(r)];
-    if (s.adjust_count > 0 || s.allow_row >= 0) work_row[size_t(r)] = n_work++;
+    if (bare_greedy(s)) {
+      argmax_draw.push_back(int32_t(r));
+    } else if (s.adjust_count > 0 || s.allow_row >= 0) {
+      work_row[size_t(r)] = n_work++;
+    }
     masked = masked || s.allow_row >= 0;
   }
   // The masks follow the other inputs in the same copy, as 32-bit words (2 per uint64).
-  const size_t allow_at = specs.size() + adjust.size() + work_row.size();
+  const size_t work_at = specs.size() + adjust.size(), argmax_at = work_at + work_row.size();
+  const size_t allow_at = argmax_at + argmax_draw.size();
   const size_t allow_words = masked ? batch.allow.size() * 2 : 0;
   const size_t up_words = allow_at + allow_words + 1;
   auto* up = static_cast<int32_t*>(st.up.get(up_words * 4));
   std::copy(specs.begin(), specs.end(), up);
   std::copy(adjust.begin(), adjust.end(), up + specs.size());
-  std::copy(work_row.begin(), work_row.end(), up + specs.size() + adjust.size());
+  std::copy(work_row.begin(), work_row.end(), up + work_at);
+  std::copy(argmax_draw.begin(), argmax_draw.end(), up + argmax_at);
   if (allow_words) std::memcpy(up + allow_at, batch.allow.data(), allow_words * 4);
   Tensor inputs = scratch({int64_t(up_words)}, DType::kI32);
   int32_t* in = inputs.data<int32_t>();
   if (n) STRATA_CUDA_CHECK(cudaMemcpyAsync(in, up, up_words * 4, cudaMemcpyHostToDevice, stream()));
   const auto* d_specs = reinterpret_cast<const SampleSpec*>(in);
   size_t down_words = size_t(n);
-  if (n && st.plain) {  // the arg max of every logits row, over many blocks a row
+  if (n && st.plain && !masked) {  // the arg max of every logits row, over many blocks a row
     Tensor row_ids = scratch({logits.dim(0)}, DType::kI32);
     argmax(logits, row_ids);
     launch_pdl(pick_rows_kernel, unsigned((n + 127) / 128), 128, 0, row_ids.data<int32_t>(), d_specs, int(n), d);
@@ -1173,11 +1231,14 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
     Tensor part_count = scratch({slots}, DType::kI32), part_max = scratch({slots}, DType::kF32),
            part_sum = scratch({slots}, DType::kF32), part_key = scratch({slots * kPartKeep}, DType::kI32),
            part_id = scratch({slots * kPartKeep}, DType::kI32);
+    const int64_t n_argmax = int64_t(argmax_draw.size());
+    Tensor argmax_v = scratch({std::max<int64_t>(n_argmax, 1) * kArgmaxParts}, DType::kF32),
+           argmax_i = scratch({std::max<int64_t>(n_argmax, 1) * kArgmaxParts}, DType::kI32);
     SampleArgs a{logits.data<float>(),
                  v,
                  d_specs,
                  reinterpret_cast<const LogitAdjust*>(in + specs.size()),
-                 in + specs.size() + adjust.size(),
+                 in + work_at,
                  work.data<float>(),
                  reinterpret_cast<const uint32_t*>(in + allow_at),
                  batch.allow_words * 2,
@@ -1191,8 +1252,19 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
                  part_max.data<float>(),
                  part_sum.data<float>(),
                  reinterpret_cast<uint32_t*>(part_key.data<int32_t>()),
-                 part_id.data<int32_t>()};
-    STRATA_CUDA_CHECK(cudaMemsetAsync(d, 0, words * 4, stream()));  // slots not asked for read 0, as on the CPU
+                 part_id.data<int32_t>(),
+                 in + argmax_at,
+                 argmax_v.data<float>(),
+                 argmax_i.data<int32_t>()};
+    if (!st.plain) {  // slots not asked for read 0, as on the CPU (plain: every id is written)
+      STRATA_CUDA_CHECK(cudaMemsetAsync(d, 0, words * 4, stream()));
+    }
+    if (n_argmax > 0) {
+      launch_pdl(draw_argmax_part_kernel, dim3(kArgmaxParts, unsigned(n_argmax)), kArgmaxThreads, 0, a);
+      check_launch("sample_tokens draw_argmax_part");
+      launch_pdl(draw_argmax_final_kernel, unsigned(n_argmax), 32, 0, a);
+      check_launch("sample_tokens draw_argmax");
+    }
     if (n_work > 0) {
       launch_pdl(adjust_copy_kernel, dim3(unsigned((v + kCopySpan - 1) / kCopySpan), unsigned(n)), kCopyThreads, 0,
                  a);
@@ -1200,13 +1272,15 @@ void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsIn
       launch_pdl(adjust_apply_kernel, unsigned(n), kCopyThreads, 0, a);
       check_launch("sample_tokens adjust_apply");
     }
-    if (any_fast) {
-      launch_pdl(topk_part_kernel, dim3(unsigned(parts), unsigned(n)), kPartThreads, 0, a);
-      check_launch("sample_tokens topk_part");
+    if (!st.plain) {  // plain: only the ids come back
+      if (any_fast) {
+        launch_pdl(topk_part_kernel, dim3(unsigned(parts), unsigned(n)), kPartThreads, 0, a);
+        check_launch("sample_tokens topk_part");
+      }
+      launch_pdl(sample_tokens_kernel, unsigned(n), kThreads, 0, a);
+      check_launch("sample_tokens");
+      down_words = size_t(n) * (2 + 2 * kMaxTopLogprobs);
     }
-    launch_pdl(sample_tokens_kernel, unsigned(n), kThreads, 0, a);
-    check_launch("sample_tokens");
-    down_words = size_t(n) * (2 + 2 * kMaxTopLogprobs);
   }
   void* h = st.down.get(std::max<size_t>(down_words, 1) * 4);
   if (n) STRATA_CUDA_CHECK(cudaMemcpyAsync(h, d, down_words * 4, cudaMemcpyDeviceToHost, stream()));
