@@ -19,6 +19,7 @@
 #include "cuda_test_util.h"
 
 #if defined(STRATA_WITH_CUDA)
+#include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/runtime.h"
 #endif
 
@@ -164,8 +165,8 @@ TEST(CudaMaskedSampling, MasksMatchTheCpuAtProductionShapes) {
     ops::sample_tokens(glogits, b, got);
     check_masked(b, want, got, "mixed");
   }
-  // All greedy without adjustments or log-probabilities: the unmasked rows may take the
-  // multi-block arg max, the masked ones must not.
+  // All greedy without adjustments or log-probabilities: every draw takes the multi-block arg
+  // max, the masked ones reading their mask bits.
   ops::SampleBatch g;
   g.allow_words = (kVocab + 63) / 64;
   for (int i = 0; i < 40; ++i) {
@@ -210,38 +211,281 @@ TEST(CudaMaskedSampling, TwoSlotsInFlightKeepTheirMasks) {
     ops::sample_tokens(logits, batches[size_t(k)], want[size_t(k)]);
     check_masked(batches[size_t(k)], want[size_t(k)], got[size_t(k)], "two slots");
   }
+}
+
+// ---- the bare greedy path: a greedy draw without adjustments or log-probabilities takes the
+// multi-block arg max, reading its mask bits (no processed copy) ----
+
+constexpr int32_t kEos = 248044;  // Qwen3.5's EOS id
+constexpr int kEdgeKinds = 10;
+
+// One logits row and its mask of edge kind `kind` (0: none; else the allowed tokens: 1 one at
+// random, 2 the last id, 3 the first id, 4 half at random, 5 EOS only, 6 none at all, 7 all but
+// the row's arg max, 8 half at random plus three tied at the top (ids a < a + 7 < a + 40000),
+// 9 three whose logits are -inf). Kinds 8 and 9 write into the row. Returns the id the CPU's
+// arg max of the masked row must give where the kind decides it, else -1.
+int32_t edge_mask(int kind, float* row, std::vector<uint64_t>& words, std::mt19937& rng) {
+  words.assign(size_t((kVocab + 63) / 64), 0);
+  auto set = [&](int64_t id) { words[size_t(id >> 6)] |= uint64_t(1) << (id & 63); };
+  auto clear = [&](int64_t id) { words[size_t(id >> 6)] &= ~(uint64_t(1) << (id & 63)); };
+  std::uniform_int_distribution<int64_t> any(0, kVocab - 1);
+  switch (kind) {
+    case 1: set(any(rng)); return -1;
+    case 2: set(kVocab - 1); return int32_t(kVocab - 1);
+    case 3: set(0); return 0;
+    case 5: set(kEos); return kEos;
+    case 6: return 0;  // every token refused: the CPU's arg max of an all -inf row
+    case 7: {
+      int64_t best = 0;
+      for (int64_t i = 1; i < kVocab; ++i) best = row[i] > row[best] ? i : best;
+      for (int64_t i = 0; i < kVocab; ++i) set(i);
+      clear(best);
+      return -1;
+    }
+    case 9: {
+      for (int j = 0; j < 3; ++j) {
+        const int64_t id = 1 + any(rng) % (kVocab - 1);  // not 0: the pick must still be 0
+        set(id);
+        row[id] = -INFINITY;
+      }
+      return 0;  // all allowed are -inf: the lowest id of the (-inf) row, refused or not
+    }
+    default: break;
+  }
+  if (kind == 4 || kind == 8) {
+    for (int64_t id = 0; id < kVocab; ++id) {
+      if (rng() % 2) set(id);
+    }
+  }
+  if (kind == 8) {
+    const int64_t a = any(rng) % (kVocab - 40001);
+    for (int64_t id : {a + 40000, a + 7, a}) {
+      set(id);
+      row[id] = 50.f;  // above every normal logit
+    }
+    return int32_t(a);
+  }
+  return -1;
+}
+
+// Random logits [256, V] with each row's edge kind (r % kEdgeKinds) applied, the masks and the
+// ids the kinds decide.
+struct EdgeRows {
+  Tensor logits;
+  std::vector<std::vector<uint64_t>> masks;
+  std::vector<int32_t> decided;
+};
+
+EdgeRows edge_rows(int64_t rows, std::mt19937& rng) {
+  EdgeRows e;
+  e.logits = random_logits(rows, rng);
+  e.masks.resize(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    e.decided.push_back(edge_mask(int(r % kEdgeKinds), e.logits.data<float>() + r * kVocab, e.masks[size_t(r)], rng));
+  }
+  return e;
+}
+
+// Draw s reads row `row` and, when `masked` and its kind has one, its mask.
+ops::SampleSpec edge_draw(ops::SampleBatch& b, const EdgeRows& e, int32_t row, bool masked) {
+  ops::SampleSpec s;
+  s.logits_row = row;
+  if (masked && row % kEdgeKinds != 0) {
+    s.allow_row = int32_t(b.allow.size() / size_t(b.allow_words));
+    b.allow.insert(b.allow.end(), e.masks[size_t(row)].begin(), e.masks[size_t(row)].end());
+  }
+  return s;
+}
+
+// Every greedy id equals the CPU's, and the id the draw's kind decides.
+void check_greedy(const ops::SampleBatch& b, const EdgeRows& e, const ops::SampledTokens& want,
+                  const ops::SampledTokens& got, const char* what) {
+  for (size_t i = 0; i < b.rows.size(); ++i) {
+    const ops::SampleSpec& s = b.rows[i];
+    if (!s.greedy) continue;
+    SCOPED_TRACE(std::string(what) + ": draw " + std::to_string(i) + ", row " + std::to_string(s.logits_row) +
+                 ", kind " + std::to_string(s.logits_row % kEdgeKinds) + (s.allow_row >= 0 ? ", masked" : ""));
+    EXPECT_EQ(got.ids[i], want.ids[i]);
+    const int32_t decided = e.decided[size_t(s.logits_row)];
+    if (s.allow_row >= 0 && s.adjust_count == 0 && decided >= 0) EXPECT_EQ(want.ids[i], decided);
+    if (s.allow_row >= 0 && s.logits_row % kEdgeKinds != 6 && s.logits_row % kEdgeKinds != 9) {
+      EXPECT_TRUE(allowed(b, s, got.ids[i])) << "refused token " << got.ids[i];
+    }
+  }
+}
+
+TEST(CudaMaskedSampling, BareGreedyReadsTheMaskAtBatch1And256) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(23);
+  const int64_t rows = 256;
+  const EdgeRows e = edge_rows(rows, rng);
+  const Tensor glogits = e.logits.to(Device::kCuda);
+  auto run = [&](const ops::SampleBatch& b, const char* what) {
+    ops::SampledTokens want, got;
+    ops::sample_tokens(e.logits, b, want);
+    ops::sample_tokens(glogits, b, got);
+    check_greedy(b, e, want, got, what);
+    return got;
+  };
+  for (int32_t row = 0; row < 2 * kEdgeKinds; ++row) {  // batch 1, each kind twice
+    ops::SampleBatch b;
+    b.allow_words = (kVocab + 63) / 64;
+    b.rows.push_back(edge_draw(b, e, row, true));
+    run(b, "batch 1");
+  }
+  ops::SampleBatch all;  // batch 256, every draw bare greedy: only ids come back
+  all.allow_words = (kVocab + 63) / 64;
+  for (int32_t row = 0; row < rows; ++row) all.rows.push_back(edge_draw(all, e, row, true));
+  const ops::SampledTokens got = run(all, "batch 256");
+  int moved = 0;  // kind 7 refuses the row's arg max: the mask is read
+  for (int32_t row = 7; row < rows; row += kEdgeKinds) {
+    int32_t best = 0;
+    const float* l = e.logits.data<float>() + int64_t(row) * kVocab;
+    for (int64_t k = 1; k < kVocab; ++k) best = l[k] > l[best] ? int32_t(k) : best;
+    moved += got.ids[size_t(row)] != best;
+  }
+  EXPECT_EQ(moved, int((rows - 7 + kEdgeKinds - 1) / kEdgeKinds));
+}
+
+// Bare greedy draws among draws that keep the processed copy (masked with adjustments, with
+// log-probabilities, sampled) and unmasked ones, at batch 256.
+TEST(CudaMaskedSampling, BareGreedyAmongOtherDrawsAtBatch256) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(24);
+  const int64_t rows = 256;
+  const EdgeRows e = edge_rows(rows, rng);
+  const Tensor glogits = e.logits.to(Device::kCuda);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  for (bool raw : {false, true}) {
+    ops::SampleBatch b;
+    b.raw_logprobs = raw;
+    b.allow_words = (kVocab + 63) / 64;
+    for (int32_t row = 0; row < rows; ++row) {
+      const int kind = row % kEdgeKinds;
+      int cat = (row / kEdgeKinds + (raw ? 3 : 0)) % 6;
+      const bool nothing_drawable = kind == 6 || kind == 9;  // no finite allowed logit
+      if (nothing_drawable && (cat == 3 || cat == 4)) cat = 0;
+      // 0 masked bare greedy, 1 masked greedy with adjustments, 2 unmasked bare greedy, 3 masked
+      // greedy with log-probabilities, 4 masked sampled, 5 unmasked greedy with adjustments.
+      ops::SampleSpec s = edge_draw(b, e, row, cat != 2 && cat != 5);
+      if (cat == 1 || cat == 5) {
+        s.repetition_penalty = 1.2f;
+        s.adjust_begin = int32_t(b.adjust.size());
+        for (int j = 0; j < 50; ++j) {
+          ops::LogitAdjust a;
+          a.id = int32_t((int64_t(j) * 4957 + row) % kVocab);
+          a.bias = j % 9 == 0 ? 60.f : 0.f;  // 60: above every logit, refused or not
+          a.repeat = j % 2;
+          a.subtract = j % 3 == 0 ? 0.3f : 0.f;
+          b.adjust.push_back(a);
+        }
+        s.adjust_count = 50;
+      }
+      if (cat == 3) s.num_top_logprobs = 3;
+      if (cat == 4) {
+        s.greedy = false;
+        s.inv_temperature = 1.f / 0.8f;
+        s.top_p = 0.95f;
+        s.uniform = u(rng) * 0.9999f;
+      }
+      b.rows.push_back(s);
+    }
+    ops::SampledTokens want, got;
+    ops::sample_tokens(e.logits, b, want);
+    ops::sample_tokens(glogits, b, got);
+    check_greedy(b, e, want, got, raw ? "mixed, raw" : "mixed");
+    int sampled = 0, differ = 0;
+    double max_lp = 0;
+    for (size_t i = 0; i < b.rows.size(); ++i) {
+      const ops::SampleSpec& s = b.rows[i];
+      SCOPED_TRACE("draw " + std::to_string(i));
+      if (!s.greedy) {
+        ++sampled;
+        differ += got.ids[i] != want.ids[i];
+        EXPECT_TRUE(allowed(b, s, got.ids[i])) << "drew refused token " << got.ids[i];
+      }
+      if (s.num_top_logprobs >= 0 && got.ids[i] == want.ids[i]) {
+        max_lp = std::max(max_lp, double(std::fabs(got.logprobs[i] - want.logprobs[i])));
+        for (int k = 0; k < s.num_top_logprobs; ++k) {
+          const size_t at = i * ops::kMaxTopLogprobs + size_t(k);
+          EXPECT_EQ(got.top_ids[at], want.top_ids[at]) << "top " << k;
+        }
+      }
+    }
+    EXPECT_LE(differ, std::max(1, sampled / 100)) << "of " << sampled << " sampled draws";
+    EXPECT_LE(max_lp, 1e-4);
+  }
+}
+
 #if defined(STRATA_WITH_CUDA)
-  // What a mask costs a step at batch 256 (greedy; uploads and all): printed for the record.
+// What a mask costs a greedy step at batch 256 (printed for the record, nothing checked): per
+// step with uploads and all (the ids back on the host), and the device's own time (ten steps
+// queued behind a stalled stream, so the host's staging is off the clock).
+TEST(CudaMaskedSampling, GreedyTimesAtBatch256) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(25);
   const Tensor wide = random_logits(256, rng).to(Device::kCuda);
-  auto time_batch = [&](const ops::SampleBatch& b) {
+  constexpr int kSteps = 10;
+  auto time_batch = [&](const ops::SampleBatch& b, float* device_ms) {
     ops::SampledTokens out;
     ops::sample_tokens(wide, b, out);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     cudaEventRecord(e0, ops::cuda::stream());
-    for (int k = 0; k < 10; ++k) ops::sample_tokens(wide, b, out);
+    for (int k = 0; k < kSteps; ++k) ops::sample_tokens(wide, b, out);
     cudaEventRecord(e1, ops::cuda::stream());
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
+    std::vector<ops::DrawsInFlight> slots(kSteps);
+    for (auto& slot : slots) {  // their buffers allocated before the clock starts
+      ops::sample_tokens_begin(wide, b, slot);
+      ops::sample_tokens_end(slot, out);
+    }
+    ops::cuda::stall_stream(50.0);
+    cudaEventRecord(e0, ops::cuda::stream());
+    for (auto& slot : slots) ops::sample_tokens_begin(wide, b, slot);
+    cudaEventRecord(e1, ops::cuda::stream());
+    for (auto& slot : slots) ops::sample_tokens_end(slot, out);
+    cudaEventElapsedTime(device_ms, e0, e1);
+    *device_ms /= kSteps;
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    return ms / 10;
+    return ms / kSteps;
   };
-  ops::SampleBatch plain, masked;
-  masked.allow_words = (kVocab + 63) / 64;
+  // Masks of half the vocabulary (every sector of logits read) and of one token; the last
+  // batch's zero-bias entry on each draw sends it through the processed copy (the path masked
+  // greedy draws took before).
+  ops::SampleBatch plain, half, one, copied;
+  for (ops::SampleBatch* b : {&half, &one, &copied}) b->allow_words = (kVocab + 63) / 64;
   for (int r = 0; r < 256; ++r) {
     ops::SampleSpec s;
     s.logits_row = r;
     plain.rows.push_back(s);
-    s.allow_row = add_mask(masked, 4, rng);
-    masked.rows.push_back(s);
+    s.allow_row = add_mask(half, 4, rng);
+    half.rows.push_back(s);
+    copied.rows.push_back(s);
+    s.allow_row = add_mask(one, 1, rng);
+    one.rows.push_back(s);
+    ops::LogitAdjust a;
+    a.id = r;
+    copied.rows.back().adjust_begin = int32_t(copied.adjust.size());
+    copied.rows.back().adjust_count = 1;
+    copied.adjust.push_back(a);
   }
-  std::printf("sample_tokens at batch 256, greedy: %.3f ms unmasked, %.3f ms with 256 masks\n", time_batch(plain),
-              time_batch(masked));
-#endif
+  copied.allow = half.allow;
+  const std::pair<const char*, const ops::SampleBatch*> cases[] = {
+      {"unmasked", &plain}, {"masked, half the vocabulary", &half}, {"masked, one token", &one},
+      {"masked through the processed copy", &copied}};
+  for (const auto& [what, b] : cases) {
+    float device_ms = 0;
+    const float ms = time_batch(*b, &device_ms);
+    std::printf("sample_tokens at batch 256, greedy, %s: %.3f ms a step, %.3f ms on the device\n", what, ms,
+                device_ms);
+  }
 }
+#endif
 
 }  // namespace
 }  // namespace strata::testing

@@ -6,9 +6,13 @@
 // every sum, and with it every draw, is the same whatever the order of the additions. The draw
 // walks the row in id order: per-warp segment sums, then one warp scans its segment. Draws with
 // a small top_k first go over many blocks a row (topk_part_kernel), and sample_tokens_kernel
-// draws them from the candidates those leave. A draw with adjustments or a structured-output
-// mask reads its own processed copy of its row (adjust_copy_kernel, adjust_apply_kernel), so
-// every path after them sees a refused token as -inf, as the CPU does.
+// draws them from the candidates those leave. A bare greedy draw (no adjustments, no
+// log-probabilities; bare_greedy) takes the multi-block arg max instead (draw_argmax_*_kernel),
+// reading its structured-output mask bits directly: a refused token counts as -inf without its
+// logit being loaded, so the pick, ties and the all-refused case (0) are the CPU's arg max of the
+// masked row. Any other draw with adjustments or a mask reads its own processed copy of its row
+// (adjust_copy_kernel, adjust_apply_kernel), so every path after them sees a refused token as
+// -inf, as the CPU does.
 #include <algorithm>
 #include <climits>
 #include <cstring>
