@@ -307,7 +307,9 @@ void check_greedy(const ops::SampleBatch& b, const EdgeRows& e, const ops::Sampl
                  ", kind " + std::to_string(s.logits_row % kEdgeKinds) + (s.allow_row >= 0 ? ", masked" : ""));
     EXPECT_EQ(got.ids[i], want.ids[i]);
     const int32_t decided = e.decided[size_t(s.logits_row)];
-    if (s.allow_row >= 0 && s.adjust_count == 0 && decided >= 0) EXPECT_EQ(want.ids[i], decided);
+    if (s.allow_row >= 0 && s.adjust_count == 0 && decided >= 0) {
+      EXPECT_EQ(want.ids[i], decided);
+    }
     if (s.allow_row >= 0 && s.logits_row % kEdgeKinds != 6 && s.logits_row % kEdgeKinds != 9) {
       EXPECT_TRUE(allowed(b, s, got.ids[i])) << "refused token " << got.ids[i];
     }
