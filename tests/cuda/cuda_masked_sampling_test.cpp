@@ -8,7 +8,10 @@
 // allowed; the chosen token's log-probability agrees within 1e-4 (the top ones within 2e-4, as
 // unmasked); the top log-probabilities are the CPU's ids, and in the processed mode allowed
 // tokens only, unless fewer than asked are allowed: then the rest are -inf (refused tokens,
-// lower ids first, as on the CPU).
+// lower ids first, as on the CPU). The bare greedy draws (no adjustments, no log-probabilities),
+// which take the multi-block arg max reading their masks, are also checked over edge masks at
+// batch 1 and 256, alone and among draws that keep the processed copy; GreedyTimesAtBatch256
+// prints what a mask costs a greedy step.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
