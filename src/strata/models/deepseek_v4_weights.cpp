@@ -58,17 +58,19 @@ const std::map<std::string, std::string>& hf_top_names() {
   return kNames;
 }
 
-// transformers' save_pretrained names (5.17, DeepseekV4ForCausalLM): the published names with
-// the exceptions below. Its key reversal undoes the conversion mapping only where a rule matches
-// the prefixed key, so (differences from the published names):
+// transformers' save_pretrained names (5.17, DeepseekV4ForCausalLM, as observed): the published
+// names with these differences. Its key reversal undoes the conversion mapping only where a
+// rule matches the model's key, so the top-level names keep HF's module names:
 //   embed.weight                  -> model.embed_tokens.weight
 //   norm.weight                   -> model.norm.weight
 //   hc_head_{fn,base,scale}       -> model.hc_head.hc_{fn,base,scale}
 //   head.weight                   -> head.weight (the same; not HF's lm_head.weight)
-//   layers.N.<rest>               -> model.layers.N.<rest>, experts per expert (w1/w2/w3)
-//   layers.N.attn.kv_norm.weight  -> model.layers.N.attn.norm.weight (the compressors' rule
-//                                    kv_norm -> norm, reversed, also catches the attention's)
+//   layers.N.<rest>               -> model.layers.N.<rest>, experts one tensor per projection
+//   layers.N.attn.kv_norm.weight  -> model.layers.N.attn.norm.weight (presumably the compressors'
+//                                    norm -> kv_norm rule, reversed, catches it too)
 // HF's model holds no mtp.* tensors, so a save_pretrained folder has none.
+// tools/fixtures/make_fixtures_deepseek_v4_hf_names.py checks this list against what
+// save_pretrained really writes.
 std::string save_pretrained_top_name(const std::string& pub) {
   static const std::map<std::string, std::string> kNames = {
       {"embed.weight", "model.embed_tokens.weight"}, {"head.weight", "head.weight"},
