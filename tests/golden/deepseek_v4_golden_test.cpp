@@ -1,6 +1,8 @@
 // The DeepSeek-V4 family against HF transformers' fp32 token-by-token logits, in every mode, and
 // HF's greedy ids. Fixtures come from tools/fixtures/make_fixtures_deepseek_v4.py (run on the GPU
-// machine); a missing fixture is a failure, not a skip.
+// machine); a missing fixture is a failure, not a skip, except deepseek_v4_hf_tiny (the folder
+// transformers' save_pretrained writes, from make_fixtures_deepseek_v4_hf_names.py), skipped
+// until it is generated and committed.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -13,10 +15,17 @@
 namespace strata::testing {
 namespace {
 
+const std::string kSavePretrainedFixture = "deepseek_v4_hf_tiny";
+
 class DeepseekV4Golden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     const std::string dir = fixture_dir(GetParam());
+    if (GetParam() == kSavePretrainedFixture && !std::filesystem::exists(dir)) {
+      GTEST_SKIP() << "fixture " << dir << " is not generated yet: run `cd tools/fixtures && python3 "
+                   << "make_fixtures_deepseek_v4_hf_names.py OUT_DIR` with transformers 5.17 and copy "
+                   << "OUT_DIR/" << kSavePretrainedFixture << " into tests/fixtures/";
+    }
     ASSERT_TRUE(std::filesystem::exists(dir + "/reference.json"))
         << "fixture " << dir << " is missing: run `cd tools/fixtures && python3 "
         << "make_fixtures_deepseek_v4.py OUT_DIR` with transformers 5.17 and copy OUT_DIR/* into "
@@ -78,7 +87,8 @@ TEST_P(DeepseekV4Golden, GreedyIdsMatchHf) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Golden,
-                         ::testing::Values("deepseek_v4_tiny", "deepseek_v4_topk_all", "deepseek_v4_quant"));
+                         ::testing::Values("deepseek_v4_tiny", "deepseek_v4_topk_all", "deepseek_v4_quant",
+                                           kSavePretrainedFixture));
 
 }  // namespace
 }  // namespace strata::testing

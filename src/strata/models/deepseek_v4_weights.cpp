@@ -58,14 +58,48 @@ const std::map<std::string, std::string>& hf_top_names() {
   return kNames;
 }
 
+// transformers' save_pretrained names (5.17, DeepseekV4ForCausalLM, as observed): the published
+// names with these differences. Its key reversal undoes the conversion mapping only where a
+// rule matches the model's key, so the top-level names keep HF's module names:
+//   embed.weight                  -> model.embed_tokens.weight
+//   norm.weight                   -> model.norm.weight
+//   hc_head_{fn,base,scale}       -> model.hc_head.hc_{fn,base,scale}
+//   head.weight                   -> head.weight (the same; not HF's lm_head.weight)
+//   layers.N.<rest>               -> model.layers.N.<rest>, experts one tensor per projection
+//   layers.N.attn.kv_norm.weight  -> model.layers.N.attn.norm.weight (presumably the compressors'
+//                                    norm -> kv_norm rule, reversed, catches it too)
+// HF's model holds no mtp.* tensors, so a save_pretrained folder has none.
+// tools/fixtures/make_fixtures_deepseek_v4_hf_names.py checks this list against what
+// save_pretrained really writes.
+std::string save_pretrained_top_name(const std::string& pub) {
+  static const std::map<std::string, std::string> kNames = {
+      {"embed.weight", "model.embed_tokens.weight"}, {"head.weight", "head.weight"},
+      {"norm.weight", "model.norm.weight"},          {"hc_head_fn", "model.hc_head.hc_fn"},
+      {"hc_head_base", "model.hc_head.hc_base"},     {"hc_head_scale", "model.hc_head.hc_scale"},
+  };
+  return kNames.at(pub);
+}
+
+std::string save_pretrained_layer_name(int64_t i, const std::string& pub) {
+  return cat("model.layers.", i, ".", pub == "attn.kv_norm.weight" ? "attn.norm.weight" : pub);
+}
+
 class Reader {
  public:
-  Reader(const Checkpoint& ckpt, const DeepseekV4Config& c, WeightLoader& w, bool published)
-      : ckpt_(ckpt), c_(c), w_(w), published_(published) {}
+  Reader(const Checkpoint& ckpt, const DeepseekV4Config& c, WeightLoader& w, Dsv4Names names)
+      : ckpt_(ckpt), c_(c), w_(w), hf_(names == Dsv4Names::kHfModules) {}
 
-  std::string top(const std::string& pub) const { return published_ ? pub : hf_top_names().at(pub); }
+  // The name in this folder of the tensor published as `pub` (top-level) or layers.i.`pub`:
+  // HF's module name, or whichever of the published and save_pretrained names is there.
+  std::string top(const std::string& pub) const {
+    return hf_ ? hf_top_names().at(pub) : pick(pub, save_pretrained_top_name(pub));
+  }
   std::string layer(int64_t i, const std::string& pub) const {
-    return published_ ? cat("layers.", i, ".", pub) : cat("model.layers.", i, ".", hf_layer_names().at(pub));
+    if (hf_) return cat("model.layers.", i, ".", hf_layer_names().at(pub));
+    return pick(cat("layers.", i, ".", pub), save_pretrained_layer_name(i, pub));
+  }
+  bool has_top(const std::string& pub) const {
+    return hf_ ? has(hf_top_names().at(pub)) : has(pub) || has(save_pretrained_top_name(pub));
   }
   bool has(const std::string& name) const { return ckpt_.has(name); }
   // --load-format dummy: every tensor random (WeightLoader::random), read under HF's names.
@@ -173,10 +207,20 @@ class Reader {
          "' and '", candidates[1], "')");
   }
 
+  // The published name if the folder has it, else the save_pretrained one; neither is an error
+  // naming both.
+  std::string pick(const std::string& pub, const std::string& saved) const {
+    if (ckpt_.has(pub)) return pub;
+    if (ckpt_.has(saved)) return saved;
+    if (pub == saved) fail(ckpt_.dir(), ": missing tensor '", pub, "'");
+    fail(ckpt_.dir(), ": missing tensor '", pub, "' (DeepSeek's published name; transformers' ",
+         "save_pretrained name '", saved, "' is not there either)");
+  }
+
   const Checkpoint& ckpt_;
   const DeepseekV4Config& c_;
   WeightLoader& w_;
-  bool published_;
+  bool hf_;
 };
 
 // This rank's share of n things split par.size ways (divisibility checked by the model).
@@ -226,7 +270,7 @@ void load_attention(Reader& r, const DeepseekV4Config& c, const dist::Parallel& 
 
 // The routed experts: whole experts spread over the ranks (expert parallel), or each expert's
 // intermediate columns split (gate and up rows, down columns). Router replicated.
-void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, int64_t i, bool published,
+void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, int64_t i, Dsv4Names names,
               Dsv4Layer& l) {
   const int64_t h = c.hidden, e = c.experts, inter = c.moe_inter;
   l.router = r.matrix(r.layer(i, "ffn.gate.weight"), {e, h});
@@ -237,23 +281,24 @@ void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, i
   }
   const Share es = par.expert_parallel ? share(par, e) : Share{0, e};
   const Share is = par.expert_parallel ? Share{0, inter} : share(par, inter);
-  if (published) {
+  if (names != Dsv4Names::kHfModules) {  // one tensor per expert and projection
     l.experts_gate_up = Tensor::empty({es.count, 2 * is.count, h}, DType::kF32);
     l.experts_down = Tensor::empty({es.count, h, is.count}, DType::kF32);
     for (int64_t j = 0; j < e; ++j) {
-      const std::string base = cat("layers.", i, ".ffn.experts.", j, ".");
+      const std::string e = cat("ffn.experts.", j, ".");
+      const std::string w1 = r.layer(i, e + "w1.weight"), w2 = r.layer(i, e + "w2.weight"),
+                        w3 = r.layer(i, e + "w3.weight");
       if (j < es.first || j >= es.first + es.count) {  // another rank's
-        r.skip_matrix(base + "w1.weight", {inter, h});
-        r.skip_matrix(base + "w3.weight", {inter, h});
-        r.skip_matrix(base + "w2.weight", {h, inter});
+        r.skip_matrix(w1, {inter, h});
+        r.skip_matrix(w3, {inter, h});
+        r.skip_matrix(w2, {h, inter});
         continue;
       }
       const int64_t k = j - es.first;
-      put_rows(l.experts_gate_up, k * 2 * is.count,
-               r.matrix_slice(base + "w1.weight", {inter, h}, {{is.first, is.count}}, {0, h}));
+      put_rows(l.experts_gate_up, k * 2 * is.count, r.matrix_slice(w1, {inter, h}, {{is.first, is.count}}, {0, h}));
       put_rows(l.experts_gate_up, k * 2 * is.count + is.count,
-               r.matrix_slice(base + "w3.weight", {inter, h}, {{is.first, is.count}}, {0, h}));
-      put_rows(l.experts_down, k * h, r.matrix_slice(base + "w2.weight", {h, inter}, {{0, h}}, {is.first, is.count}));
+               r.matrix_slice(w3, {inter, h}, {{is.first, is.count}}, {0, h}));
+      put_rows(l.experts_down, k * h, r.matrix_slice(w2, {h, inter}, {{0, h}}, {is.first, is.count}));
     }
   } else {
     const std::string base = cat("model.layers.", i, ".mlp.experts.");
@@ -276,28 +321,26 @@ void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, i
 Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Config& c,
                                      WeightLoader& loader, const dist::Parallel& par) {
   Dsv4Weights w;
-  if (loader.dummy()) {
-    w.published_names = false;
-  } else if (ckpt.has("embed.weight")) {
-    w.published_names = true;
-  } else if (ckpt.has("model.embed_tokens.weight")) {
-    w.published_names = false;
+  // HF's module names when layer 0 has HF's norm (or for dummy weights); else the published
+  // names, or save_pretrained's, tensor by tensor.
+  if (loader.dummy() || ckpt.has("model.layers.0.input_layernorm.weight")) {
+    w.names = Dsv4Names::kHfModules;
   } else {
-    fail(ckpt.dir(), ": missing tensor 'embed.weight' (DeepSeek's published names; also looked for ",
-         "HF's 'model.embed_tokens.weight')");
+    w.names = ckpt.has("embed.weight") ? Dsv4Names::kPublished : Dsv4Names::kSavePretrained;
   }
-  Reader r(ckpt, c, loader, w.published_names);
+  Reader r(ckpt, c, loader, w.names);
   const int64_t h = c.hidden, s = c.hc_mult;
   w.embed = r.vec(r.top("embed.weight"), {c.vocab, h});
   w.norm = r.vec(r.top("norm.weight"), {h});
   // The head split over the vocabulary (its logits all-gathered).
   const Share vs = share(par, c.vocab);
-  if (r.has(r.top("head.weight")) || (r.dummy() && !c.tie_embeddings)) {
+  if (r.has_top("head.weight") || (r.dummy() && !c.tie_embeddings)) {
     w.head = r.matrix_rows(r.top("head.weight"), {c.vocab, h}, vs.first, vs.count);
   } else if (c.tie_embeddings) {
     w.head = par.size == 1 ? w.embed : r.matrix_rows(r.top("embed.weight"), {c.vocab, h}, vs.first, vs.count);
   } else {
-    fail(ckpt.dir(), ": missing tensor '", r.top("head.weight"), "' (tie_word_embeddings is false)");
+    fail(ckpt.dir(), ": missing tensor '", w.names == Dsv4Names::kHfModules ? "lm_head.weight" : "head.weight",
+         "' (tie_word_embeddings is false)");
   }
   w.hc_head_fn = r.vec(r.top("hc_head_fn"), {s, s * h});
   w.hc_head_base = r.vec(r.top("hc_head_base"), {s});
@@ -316,7 +359,7 @@ Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Con
     l.hc_ffn_base = r.vec(r.layer(i, "hc_ffn_base"), {mix});
     l.hc_ffn_scale = r.vec(r.layer(i, "hc_ffn_scale"), {3});
     load_attention(r, c, par, i, l);
-    load_moe(r, c, par, i, w.published_names, l);
+    load_moe(r, c, par, i, w.names, l);
     w.layers.push_back(std::move(l));
   }
   const auto unused = loader.unused({"mtp.", "model.mtp."});

@@ -1,7 +1,10 @@
 // DeepSeek-V4 weights: read under the published names (embed.weight, head.weight,
-// layers.N.attn.wq_a.weight, layers.N.ffn.experts.E.w1.weight, hc_head_fn, ...) or under HF's
-// module names (model.embed_tokens.weight, model.layers.N.self_attn.q_a_proj.weight,
-// model.layers.N.mlp.experts.gate_up_proj, ...), in bf16/f16/f32 or in the published quantised
+// layers.N.attn.wq_a.weight, layers.N.ffn.experts.E.w1.weight, hc_head_fn, ...), under the names
+// transformers' save_pretrained writes (model.embed_tokens.weight, head.weight,
+// model.layers.N.attn.wq_a.weight, model.layers.N.attn.norm.weight for attn.kv_norm, ...; the
+// list is in deepseek_v4_weights.cpp) or under HF's module names (model.embed_tokens.weight,
+// model.layers.N.self_attn.q_a_proj.weight, model.layers.N.mlp.experts.gate_up_proj, ...),
+// detected from the names present, in bf16/f16/f32 or in the published quantised
 // formats (FP8 e4m3 with 128x128 block scales named .scale or .weight_scale_inv; MXFP4 experts
 // packed in I8/U8 with ue8m0 .scale), dequantised to float32. mtp.* tensors are not ours.
 #pragma once
@@ -48,15 +51,24 @@ struct Dsv4Layer {
   Tensor shared_down;          // [hidden, shared_inter]
 };
 
+// The names a folder's tensors go by.
+enum class Dsv4Names {
+  kPublished,       // DeepSeek's release
+  kSavePretrained,  // what transformers' DeepseekV4ForCausalLM.save_pretrained writes
+  kHfModules,       // HF's module names (its state_dict)
+};
+
 struct Dsv4Weights {
   Tensor embed, head, norm;             // [vocab, hidden], [vocab (this rank's), hidden], [hidden]
   Tensor hc_head_fn, hc_head_base, hc_head_scale;  // [S, S hidden], [S], [1]
   std::vector<Dsv4Layer> layers;
-  bool published_names = true;
+  Dsv4Names names = Dsv4Names::kPublished;
 };
 
-// Reads every tensor the config calls for (shapes checked); unexpected tensors other than mtp.*
-// are an error naming the first of them. A tensor-parallel rank (`par`) converts only its shard
+// Reads every tensor the config calls for (shapes checked). HF's module names when the folder has
+// model.layers.0.input_layernorm.weight; else each tensor under its published name or, failing
+// that, its save_pretrained name (an error names both when neither is there). Unexpected tensors
+// other than mtp.* / model.mtp.* are an error naming the first of them. A tensor-parallel rank (`par`) converts only its shard
 // (HF's ep plan): its experts (expert_parallel) or every expert's intermediate columns, its
 // indexer heads (index_wq_b, index_weights) and its vocabulary rows of the head; the rest is
 // replicated. Other ranks' tensors are checked and marked read.
