@@ -96,18 +96,21 @@ TEST(GrammarJsonSchema, WhitespaceRunsAreBounded) {
   auto object = std::make_shared<Grammar>(json_object_grammar());
   auto schema = std::make_shared<Grammar>(from_json_schema(
       R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"additionalProperties":false})"));
-  const std::string max(kMaxJsonWhitespace, ' ');
-  const std::string indent = "\n" + std::string(kMaxJsonWhitespace - 1, ' ');
+  const std::string sp(kMaxJsonSpaces, ' ');
+  const std::string max = sp + "\r\n" + sp + "\n" + sp;  // the longest run
+  const std::string indent = "\n" + std::string(kMaxJsonSpaces - 2, ' ') + "\t\t";
   for (const auto& g : {object, schema}) {
-    for (const std::string& ws : {max, indent, std::string("\r\n\t \t")}) {
+    for (const std::string& ws : {max, indent, sp, std::string("\n\n"), std::string("\r\n\t \t")}) {
       EXPECT_TRUE(accepts(g, "{" + ws + "}")) << ws.size();
       EXPECT_TRUE(accepts(g, "{" + ws + R"("a")" + ws + ":" + ws + "[" + ws + "1" + ws + "," + ws + "2" + ws +
                              "]" + ws + "}"));
     }
-    for (const std::string& ws : {max, indent}) {  // one byte beyond the bound
-      EXPECT_FALSE(accepts(g, "{" + ws + " }"));
-      EXPECT_FALSE(accepts(g, R"({"a":[1,)" + ws + "\n2]}"));
-      EXPECT_FALSE(accepts(g, R"({"a")" + ws + "\t:[]}"));
+    // Beyond the bounds: a space or tab too many on a line, a third line break, a lone \r.
+    for (const std::string& ws : {sp + " ", indent + " ", max + "\t", sp + "\n" + sp + " ", std::string("\n\n\n"),
+                                  std::string(" \n \n \n "), std::string("\r"), std::string("\n\r")}) {
+      EXPECT_FALSE(accepts(g, "{" + ws + "}")) << ws.size();
+      EXPECT_FALSE(accepts(g, R"({"a":[1,)" + ws + "2]}")) << ws.size();
+      EXPECT_FALSE(accepts(g, R"({"a")" + ws + ":[]}")) << ws.size();
     }
     // Nothing before or after the value: a complete value ends the output.
     EXPECT_FALSE(accepts(g, " {}"));

@@ -218,7 +218,7 @@ const spaced = (v, ws = " ") => {
   return out;
 };
 const forms = (v) => [JSON.stringify(v, null, 2), JSON.stringify(v, null, "\t"),
-                      JSON.stringify(v, null, 4).replaceAll("\n", "\r\n"), spaced(v), spaced(v, " \n\t\r ")];
+                      JSON.stringify(v, null, 4).replaceAll("\n", "\r\n"), spaced(v), spaced(v, " \r\n\t ")];
 const spacedCases = [
   ["object", { type: "object", properties: { a: { type: "integer" }, b: { type: "array", items: { type: "integer" } }, c: { type: "object" } },
                required: ["a"], additionalProperties: false },
@@ -242,7 +242,7 @@ for (const [name, schema, values] of spacedCases) addText(`whitespace: ${name}`,
 addText("whitespace: malformed", {},
         ["tr ue", "nu ll", "fal se", "1 2", "- 1", "1 .5", "1. 5", "1e 5", "1 e5", '"a" "b"', "[1 2]", '{"a" 1}',
          '{"a":1 "b":2}', "[ , 1]", "[1 , ]", "{ , }", "[1]\f", "[\f1]", "[1,\v2]", "{\u00a0}", "[\u20281]",
-         "[ 1 ]", '{ "a" : [ true , null ] }', "[\n\t\r 1\r\n]"]);
+         "[ 1 ]", '{ "a" : [ true , null ] }', "[\n\t 1\r\n]"]);
 
 writeFileSync(join(here, "corpus.json"), JSON.stringify(corpus, null, 1) + "\n");
 console.log(`corpus.json: ${corpus.length} schemas, ${corpus.reduce((n, c) => n + c.instances.length, 0)} instances`);

@@ -14,6 +14,24 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
+// A whitespace run as a flat automaton: json-ws-L-K has seen L line breaks and K spaces or tabs
+// since the last. Every reference is a tail call, so inside a run the stack's top frames are
+// the run's state and the rule that holds the run, and the token mask's context (three frames)
+// still sees what follows it.
+std::string whitespace_rules() {
+  std::string out;
+  for (int l = 0; l <= kMaxJsonLineBreaks; ++l) {
+    for (int k = 0; k <= kMaxJsonSpaces; ++k) {
+      out += cat("json-ws-", l, "-", k, " ::= \"\"");
+      if (k < kMaxJsonSpaces) out += cat(" | [ \\t] json-ws-", l, "-", k + 1);
+      if (l < kMaxJsonLineBreaks)
+        out += cat(" | \"\\n\" json-ws-", l + 1, "-0 | \"\\r\\n\" json-ws-", l + 1, "-0");
+      out += "\n";
+    }
+  }
+  return out;
+}
+
 // The JSON value rules every schema grammar may use (RFC 8259). `w` is " json-ws " where
 // whitespace may stand (after an opening bracket, around ':' and ',', before a closing bracket),
 // " " in canonical form. A whitespace run never follows another one, so the grammar stays
@@ -32,7 +50,8 @@ json-integer ::= json-int | "-"? [1-9] ("." [0-9]+)? "e+" ("2" [1-9] | [3-9] [0-
 json-number ::= json-int ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
 json-boolean ::= "true" | "false"
 json-null ::= "null"
-json-ws ::= [ \t\n\r]{0,)gbnf", kMaxJsonWhitespace, "}\n");
+json-ws ::= json-ws-0-0
+)gbnf", whitespace_rules());
 }
 
 // String formats (ajv-formats' full mode, except leap seconds; docs/GRAMMAR.md).

@@ -13,17 +13,22 @@ namespace strata::grammar {
 // Where the JSON grammars allow whitespace.
 enum class JsonWhitespace {
   // JSON whitespace (space, \t, \n, \r) after `{`, `[`, `,` and `:`, and before `}`, `]`, `:`
-  // and `,`, as RFC 8259 allows it, at most kMaxJsonWhitespace bytes in a row; none before or
-  // after the whole value, so the output ends with the value's last character. Pretty-printed
-  // JSON (`{"a": 1}`, indented lines) is accepted. vLLM's default (xgrammar's any_whitespace).
+  // and `,`, as RFC 8259 allows it, in bounded runs: at most kMaxJsonLineBreaks line breaks
+  // ("\n" or "\r\n"), with at most kMaxJsonSpaces spaces and tabs before the first and after each.
+  // None before or after the whole value, so the output ends with the value's last character.
+  // Pretty-printed JSON (`{"a": 1}`, indented lines) is accepted. vLLM's default (xgrammar's
+  // any_whitespace).
   kFlexible,
   // Canonical: no whitespace at all (`{"a":1,"b":[1,2]}`, what JSON.stringify writes).
   kNone,
 };
 
-// The longest whitespace run of kFlexible: a newline and 31 spaces (an indentation of 4 at
-// depth 7, of 2 at depth 15). The bound keeps a model from writing whitespace forever.
-constexpr int kMaxJsonWhitespace = 32;
+// The bounds of a kFlexible whitespace run (as llama.cpp's json-schema-to-grammar bounds its
+// `space` rule): an indentation of 4 to depth 6 or of 2 to depth 12, and one blank line. They
+// keep a model from writing whitespace forever (a small model otherwise fills every gap with
+// newlines), and keep the grammar and its token masks small.
+constexpr int kMaxJsonSpaces = 24;
+constexpr int kMaxJsonLineBreaks = 2;
 
 // The schema as GBNF text (root rule `root`). Throws strata::Error naming the keyword and the
 // schema path (e.g. "json schema: /properties/a: unsupported keyword 'pattern'").
