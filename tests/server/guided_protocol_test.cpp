@@ -8,6 +8,7 @@
 #include "strata/grammar/matcher.h"
 #include "strata/server/guided.h"
 #include "strata/server/protocol.h"
+#include "strata/server/tool_parser.h"
 
 namespace strata::server {
 namespace {
@@ -165,6 +166,27 @@ TEST(GuidedProtocol, RequiredToolChoiceTakesOneOrMoreCalls) {
     ASSERT_TRUE(m.accept_token(w));
     EXPECT_TRUE(m.can_end());
     EXPECT_FALSE(m.is_terminated());  // another call may follow
+  }
+  // What the grammar takes, the tool parser reads as as many calls, with no content left over.
+  const std::string pretty = hermes("{\n  \"name\": \"noop\",\n  \"arguments\": {\n    \"x\": [ 1 ]\n  }\n}");
+  ASSERT_TRUE(accepts(parallel, w + "\n" + pretty + "\n" + n));
+  for (const std::string& text : {w + "\n" + pretty + "\n" + n, n + "\n" + w}) {
+    ToolCallParser parser;
+    ToolCallParser::Delta d = parser.push(text);
+    const ToolCallParser::Delta end = parser.finish();
+    d.content += end.content;
+    d.calls.insert(d.calls.end(), end.calls.begin(), end.calls.end());
+    EXPECT_EQ(d.content, "") << text;
+    EXPECT_EQ(parser.num_calls(), text == n + "\n" + w ? 2 : 3) << text;
+    std::vector<std::string> names, args;
+    for (const ToolCallDelta& c : d.calls) {
+      if (!c.name.empty()) names.push_back(c.name), args.emplace_back();
+      if (!args.empty()) args.back() += c.arguments;
+    }
+    if (names.size() == 3) {
+      EXPECT_EQ(names, (std::vector<std::string>{"get_weather", "noop", "noop"}));
+      EXPECT_EQ(args, (std::vector<std::string>{R"({"city": "Oslo"})", R"({"x": [1]})", R"({"x": [1, 2]})"}));
+    }
   }
   auto one = chat_grammar(std::string(kTwoTools) + R"(, "tool_choice": "required", "parallel_tool_calls": false)");
   EXPECT_TRUE(accepts(one, w));
