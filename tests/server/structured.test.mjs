@@ -138,7 +138,7 @@ test('chat: tool_choice named and required force a valid call', async () => {
     assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
     assertValid(weather, c.message.tool_calls[0].function.arguments);
     const required = await client.chat.completions.create({
-      model: 'tiny', messages: msgs, tools, temperature: 1, seed, tool_choice: 'required',
+      model: 'tiny', messages: msgs, tools, temperature: 1, seed, tool_choice: 'required', parallel_tool_calls: false,
     });
     const call = required.choices[0].message.tool_calls[0].function;
     assert.ok(['get_weather', 'get_time'].includes(call.name));
