@@ -1,6 +1,7 @@
 // Writes corpus.json: JSON schemas across the features that from_json_schema supports, each
 // with candidate instances in canonical form (JSON.stringify: no whitespace, object keys in the
-// schema's property order). Which instances are valid is not decided here: verdicts.mjs asks
+// schema's property order), and (section 9) the same values written with whitespace, and texts
+// that are not JSON (whitespace inside a literal or a number), which verdicts.mjs marks invalid. Which instances are valid is not decided here: verdicts.mjs asks
 // ajv. Usage: node make_corpus.mjs   (then node verdicts.mjs to refresh verdicts.json)
 import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -189,6 +190,59 @@ add("person", { type: "object", properties: { name: { type: "string" }, birthday
                 required: ["name"] },
     [{ name: "A" }, { name: "A", birthday: "1990-07-04", id: "123e4567-e89b-12d3-a456-426614174000", address: { zip: "12345" } },
      { name: "A", address: { zip: "1234" } }, { name: "A", address: { street: "s", zip: "12345", extra: 1 } }, { name: "A", birthday: "1990-07-32" }]);
+
+// 9. Whitespace: each value pretty-printed (indent 2, a tab, CRLF lines), with a space around
+// every structural character inside the value, and malformed texts (whitespace inside literals
+// and numbers, between two values, JSON-foreign whitespace such as \f). Whitespace before or
+// after the whole value is refused by the grammar by design (tests/grammar/json_schema_test.cpp).
+const addText = (name, schema, texts) => corpus.push({ name, schema, instances: texts });
+// A space (or a tab/newline mix) before and after every structural character outside strings.
+const spaced = (v, ws = " ") => {
+  const text = JSON.stringify(v);
+  let out = "", inString = false;
+  for (let i = 0; i < text.length; ++i) {
+    const c = text[i];
+    if (inString) {
+      out += c;
+      if (c === "\\") out += text[++i];
+      else if (c === '"') inString = false;
+    } else if (c === '"') {
+      out += c;
+      inString = true;
+    } else if ("{}[]:,".includes(c)) {
+      out += (i > 0 ? ws : "") + c + (i < text.length - 1 ? ws : "");
+    } else {
+      out += c;
+    }
+  }
+  return out;
+};
+const forms = (v) => [JSON.stringify(v, null, 2), JSON.stringify(v, null, "\t"),
+                      JSON.stringify(v, null, 4).replaceAll("\n", "\r\n"), spaced(v), spaced(v, " \r\n\t ")];
+const spacedCases = [
+  ["object", { type: "object", properties: { a: { type: "integer" }, b: { type: "array", items: { type: "integer" } }, c: { type: "object" } },
+               required: ["a"], additionalProperties: false },
+   [{ a: 1, b: [1, 2], c: { x: [true, null], y: "s p" } }, { a: 1 }, { a: 1, b: [] , c: {} }, { a: "1", b: [1] }, { b: [1] }]],
+  ["additional properties", { type: "object", properties: { id: { type: "integer" } }, additionalProperties: { type: "string" } },
+   [{ id: 1, x: "a", y: "b" }, { x: "a" }, { id: 1, x: 2 }]],
+  ["prefix items", { type: "array", prefixItems: [{ type: "string" }, { type: "integer" }], items: { type: "boolean" }, maxItems: 4 },
+   [["a", 1], ["a", 1, true, false], ["a"], [], ["a", 1, true, false, true], [1, "a"]]],
+  ["min items", { type: "array", items: { type: "integer" }, minItems: 2, maxItems: 3 }, [[1, 2], [1, 2, 3], [1], [1, 2, 3, 4]]],
+  ["enum and const objects", { anyOf: [{ const: { k: [1, 2], m: {} } }, { enum: [[], [1, [2]], "x"] }] },
+   [{ k: [1, 2], m: {} }, [], [1, [2]], { k: [1], m: {} }, [1, 2]]],
+  ["ref tree", { $defs: { node: { type: "object", properties: { value: { type: "integer" }, children: { type: "array", items: { $ref: "#/$defs/node" } } },
+                                  required: ["value"], additionalProperties: false } }, $ref: "#/$defs/node" },
+   [{ value: 1, children: [{ value: 2, children: [{ value: 3 }] }, { value: 4 }] }, { value: 1, children: [{ children: [] }] }]],
+  ["any object", { type: "object" }, [{ a: [1, { b: null }], c: "é", d: -1.5e3, e: {} }, {}, [1]]],
+  ["tool call", { type: "object", properties: { name: { const: "get_weather" }, arguments: { type: "object", properties: { city: { type: "string" }, days: { type: "integer" } }, required: ["city"], additionalProperties: false } },
+                  required: ["name", "arguments"], additionalProperties: false },
+   [{ name: "get_weather", arguments: { city: "Oslo", days: 3 } }, { name: "get_weather", arguments: {} }, { name: "other", arguments: { city: "Oslo" } }]],
+];
+for (const [name, schema, values] of spacedCases) addText(`whitespace: ${name}`, schema, values.flatMap(forms));
+addText("whitespace: malformed", {},
+        ["tr ue", "nu ll", "fal se", "1 2", "- 1", "1 .5", "1. 5", "1e 5", "1 e5", '"a" "b"', "[1 2]", '{"a" 1}',
+         '{"a":1 "b":2}', "[ , 1]", "[1 , ]", "{ , }", "[1]\f", "[\f1]", "[1,\v2]", "{\u00a0}", "[\u20281]",
+         "[ 1 ]", '{ "a" : [ true , null ] }', "[\n\t 1\r\n]"]);
 
 writeFileSync(join(here, "corpus.json"), JSON.stringify(corpus, null, 1) + "\n");
 console.log(`corpus.json: ${corpus.length} schemas, ${corpus.reduce((n, c) => n + c.instances.length, 0)} instances`);

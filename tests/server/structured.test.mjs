@@ -138,12 +138,75 @@ test('chat: tool_choice named and required force a valid call', async () => {
     assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
     assertValid(weather, c.message.tool_calls[0].function.arguments);
     const required = await client.chat.completions.create({
-      model: 'tiny', messages: msgs, tools, temperature: 1, seed, tool_choice: 'required',
+      model: 'tiny', messages: msgs, tools, temperature: 1, seed, tool_choice: 'required', parallel_tool_calls: false,
     });
     const call = required.choices[0].message.tool_calls[0].function;
     assert.ok(['get_weather', 'get_time'].includes(call.name));
     assertValid(tools.find((t) => t.function.name === call.name).function.parameters, call.arguments);
   }
+});
+
+test('chat: tool_choice required makes one or more valid calls, one without parallel_tool_calls', async () => {
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', minLength: 1, maxLength: 8 } }, required: ['city'], additionalProperties: false } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { enum: ['utc', 'cet'] } }, required: ['zone'], additionalProperties: false } } },
+  ];
+  const msgs = [{ role: 'user', content: 'Weather and time in Oslo and Rome?' }];
+  const counts = [];
+  for (const seed of [1, 2]) {
+    for (const parallel of [undefined, true, false]) {
+      const extra = parallel === undefined ? {} : { parallel_tool_calls: parallel };
+      const r = await client.chat.completions.create({
+        model: 'tiny', messages: msgs, tools, temperature: 1, seed, tool_choice: 'required', max_tokens: 400, ...extra,
+      });
+      const c = r.choices[0];
+      assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
+      assert.ok(!c.message.content, JSON.stringify(c.message));
+      const calls = c.message.tool_calls;
+      assert.ok(calls.length >= 1);
+      if (parallel === false) assert.equal(calls.length, 1);
+      else counts.push(calls.length);
+      assert.equal(new Set(calls.map((t) => t.id)).size, calls.length);
+      for (const { function: f } of calls) {
+        assertValid(tools.find((t) => t.function.name === f.name).function.parameters, f.arguments);
+      }
+    }
+  }
+  // The number of calls is the model's choice under the grammar (GuidedProtocol tests 2 and 3).
+  console.log(`calls per parallel required response: ${counts.join(' ')}`);
+  // A streamed forced response gives the same calls.
+  const body = { model: 'tiny', messages: msgs, tools, temperature: 0, tool_choice: 'required', max_tokens: 400 };
+  const whole = await client.chat.completions.create(body);
+  const stream = await client.chat.completions.create({ ...body, stream: true });
+  const streamed = [];
+  for await (const chunk of stream) {
+    for (const t of chunk.choices[0]?.delta?.tool_calls ?? []) {
+      if (t.id) streamed[t.index] = { name: t.function.name, arguments: '' };
+      streamed[t.index].arguments += t.function.arguments ?? '';
+    }
+  }
+  assert.deepEqual(streamed, whole.choices[0].message.tool_calls.map((t) => ({ name: t.function.name, arguments: t.function.arguments })));
+  await assert.rejects(
+    client.chat.completions.create({ model: 'tiny', messages: msgs, tools, tool_choice: 'required', parallel_tool_calls: 'no' }),
+    (e) => e.status === 400 && e.param === 'parallel_tool_calls',
+  );
+});
+
+test('JSON whitespace: flexible by default, none with structured_outputs.disable_any_whitespace', async () => {
+  const hasWhitespace = (text) => /[ \t\n\r]/.test(text.replace(/"(?:[^"\\]|\\.)*"/g, '""'));
+  for (const seed of [1, 2, 3]) {
+    const compact = await client.chat.completions.create({
+      model: 'tiny', messages, temperature: 1, seed, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: person } },
+      structured_outputs: { disable_any_whitespace: true },
+    });
+    const text = compact.choices[0].message.content;
+    assertValid(person, text);
+    assert.ok(!hasWhitespace(text), text);
+  }
+  await assert.rejects(
+    client.chat.completions.create({ model: 'tiny', messages, structured_outputs: { json_object: true, disable_any_whitespace: 1 } }),
+    (e) => e.status === 400 && e.param === 'structured_outputs.disable_any_whitespace',
+  );
 });
 
 test('logprobs under a mask: refused alternatives are -9999, as vLLM', async () => {

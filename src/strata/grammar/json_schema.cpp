@@ -14,11 +14,34 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// The JSON value rules every schema grammar may use (compact JSON, RFC 8259).
-constexpr const char* kJsonRules = R"gbnf(
+// A whitespace run as a flat automaton: json-ws-L-K has seen L line breaks and K spaces or tabs
+// since the last. Every reference is a tail call, so inside a run the stack's top frames are
+// the run's state and the rule that holds the run, and the token mask's context (three frames)
+// still sees what follows it.
+std::string whitespace_rules() {
+  std::string out;
+  for (int l = 0; l <= kMaxJsonLineBreaks; ++l) {
+    for (int k = 0; k <= kMaxJsonSpaces; ++k) {
+      out += cat("json-ws-", l, "-", k, " ::= \"\"");
+      if (k < kMaxJsonSpaces) out += cat(" | [ \\t] json-ws-", l, "-", k + 1);
+      if (l < kMaxJsonLineBreaks)
+        out += cat(" | \"\\n\" json-ws-", l + 1, "-0 | \"\\r\\n\" json-ws-", l + 1, "-0");
+      out += "\n";
+    }
+  }
+  return out;
+}
+
+// The JSON value rules every schema grammar may use (RFC 8259). `w` is " json-ws " where
+// whitespace may stand (after an opening bracket, around ':' and ',', before a closing bracket),
+// " " in canonical form. A whitespace run never follows another one, so the grammar stays
+// unambiguous.
+std::string json_rules(const std::string& w) {
+  return cat(R"gbnf(
 json-value ::= json-object | json-array | json-string | json-number | "true" | "false" | "null"
-json-object ::= "{" (json-string ":" json-value ("," json-string ":" json-value)*)? "}"
-json-array ::= "[" (json-value ("," json-value)*)? "]"
+json-object ::= "{")gbnf", w, R"gbnf(( json-member ( ",")gbnf", w, R"gbnf(json-member )* )? "}"
+json-member ::= json-string)gbnf", w, R"gbnf(":")gbnf", w, R"gbnf(json-value)gbnf", w, R"gbnf(
+json-array ::= "[")gbnf", w, R"gbnf(( json-value)gbnf", w, R"gbnf(( ",")gbnf", w, R"gbnf(json-value)gbnf", w, R"gbnf()* )? "]"
 json-string ::= "\"" json-char* "\""
 json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 json-int ::= "-"? ("0" | [1-9] [0-9]*)
@@ -27,7 +50,9 @@ json-integer ::= json-int | "-"? [1-9] ("." [0-9]+)? "e+" ("2" [1-9] | [3-9] [0-
 json-number ::= json-int ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
 json-boolean ::= "true" | "false"
 json-null ::= "null"
-)gbnf";
+json-ws ::= json-ws-0-0
+)gbnf", whitespace_rules());
+}
 
 // String formats (ajv-formats' full mode, except leap seconds; docs/GRAMMAR.md).
 constexpr const char* kFormatRules = R"gbnf(
@@ -66,13 +91,14 @@ const std::set<std::string> kSupported = {
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const ojson& root) : root_(root) {}
+  SchemaCompiler(const ojson& root, JsonWhitespace ws)
+      : root_(root), w_(ws == JsonWhitespace::kFlexible ? " json-ws " : " ") {}
 
   std::string compile() {
     std::string root_expr = expr(root_, "");
     std::string out = "root ::= " + root_expr + "\n";
     for (const auto& r : rules_) out += r.first + " ::= " + r.second + "\n";
-    return out + kJsonRules + kFormatRules;
+    return out + json_rules(w_) + kFormatRules;
   }
 
  private:
@@ -214,10 +240,24 @@ class SchemaCompiler {
     for (const ojson& v : values) {
       if (!has_type(v, types)) continue;
       if (v.is_number_float()) fail_at(path, "non-integer numbers in 'enum'/'const' are not supported");
-      alts += (alts.empty() ? "" : " | ") + quote(v.dump());
+      alts += (alts.empty() ? "" : " | ") + literal(v);
     }
     if (alts.empty()) fail_at(path, "no value of 'enum'/'const' is allowed by the schema");
     return new_rule(path + "-enum", alts);
+  }
+
+  // One JSON value, with whitespace where the form allows it (keys in the value's order).
+  std::string literal(const ojson& v) {
+    if (w_ == " " || !v.is_structured()) return quote(v.dump());
+    const bool obj = v.is_object();
+    std::string out = quote(obj ? "{" : "[") + w_;
+    size_t i = 0;
+    for (const auto& [key, item] : v.items()) {
+      if (i++) out += "\",\"" + w_;
+      if (obj) out += quote(ojson(key).dump()) + w_ + "\":\"" + w_;
+      out += "(" + literal(item) + ")" + w_;
+    }
+    return out + quote(obj ? "}" : "]");
   }
 
   std::string string_expr(const ojson& s, const std::string& path) {
@@ -245,7 +285,7 @@ class SchemaCompiler {
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) fail_at(path, "'properties' must be an object");
       for (const auto& [name, sub] : s["properties"].items()) {
-        props.push_back({quote(ojson(name).dump() + ":"),
+        props.push_back({quote(ojson(name).dump()) + w_ + "\":\"" + w_,
                          expr(sub, path + "/properties/" + name)});
         names.insert(name);
       }
@@ -273,22 +313,24 @@ class SchemaCompiler {
       if (a.is_boolean()) extra = a.get<bool>() ? "json-value" : "";
       else extra = expr(a, path + "/additionalProperties");
     }
-    std::string kv_extra = extra.empty() ? "" : other_key(names, path) + " \":\" " + extra;
+    // A member is `key: value` and the whitespace after it; a comma and whitespace go before
+    // every member but the first.
+    std::string kv_extra = extra.empty() ? "" : other_key(names, path) + w_ + "\":\"" + w_ + extra + w_;
     // rest(i, first): properties i.. (first: no comma before the next one), then extras.
     size_t n = props.size();
     std::vector<std::string> rest_first(n + 1), rest_more(n + 1);
-    std::string tail_first = kv_extra.empty() ? "\"\"" : "(" + kv_extra + " (\",\" " + kv_extra + ")*)?";
-    std::string tail_more = kv_extra.empty() ? "\"\"" : "(\",\" " + kv_extra + ")*";
+    std::string tail_first = kv_extra.empty() ? "\"\"" : "(" + kv_extra + " (\",\"" + w_ + kv_extra + ")*)?";
+    std::string tail_more = kv_extra.empty() ? "\"\"" : "(\",\"" + w_ + kv_extra + ")*";
     rest_first[n] = new_rule(path + "-rest", tail_first);
     rest_more[n] = new_rule(path + "-rest", tail_more);
     for (size_t i = n; i-- > 0;) {
       const auto& [key, value] = props[i];
-      std::string take_first = key + " " + value + " " + rest_more[i + 1];
-      std::string take_more = "\",\" " + take_first;
+      std::string take_first = key + " " + value + w_ + rest_more[i + 1];
+      std::string take_more = "\",\"" + w_ + take_first;
       rest_first[i] = new_rule(path + "-rest", required[i] ? take_first : take_first + " | " + rest_first[i + 1]);
       rest_more[i] = new_rule(path + "-rest", required[i] ? take_more : take_more + " | " + rest_more[i + 1]);
     }
-    return new_rule(path + "-object", "\"{\" " + rest_first[0] + " \"}\"");
+    return new_rule(path + "-object", "\"{\"" + w_ + rest_first[0] + " \"}\"");
   }
 
   // The JSON characters of a key's canonical text (without quotes): an escape or a UTF-8
@@ -373,29 +415,29 @@ class SchemaCompiler {
       if (rlo > 0) fail_at(path, "'minItems' cannot be met with the allowed items");
       rest = "\"\"";
     } else if (k > 0) {
-      rest = "(\",\" " + item + ")" + (rhi < 0 ? cat("{", rlo, ",}") : cat("{", rlo, ",", rhi, "}"));
+      rest = "(\",\"" + w_ + item + w_ + ")" + (rhi < 0 ? cat("{", rlo, ",}") : cat("{", rlo, ",", rhi, "}"));
     } else {
-      std::string more = "(\",\" " + item + ")" +
+      std::string more = "(\",\"" + w_ + item + w_ + ")" +
                          (rhi < 0 ? cat("{", std::max<int64_t>(0, rlo - 1), ",}")
                                   : cat("{", std::max<int64_t>(0, rlo - 1), ",", rhi - 1, "}"));
-      rest = rlo > 0 ? item + " " + more : "(" + item + " " + more + ")?";
+      rest = rlo > 0 ? item + w_ + more : "(" + item + w_ + more + ")?";
     }
     std::string next = new_rule(path + "-items", rest);
     // Prefix items i.. as rules p(i): "," value_i p(i+1), optional when i >= lo.
     for (int64_t i = k; i-- > 0;) {
       if (hi >= 0 && i >= hi) continue;
-      std::string take = (i > 0 ? "\",\" " : "") + prefix[size_t(i)] + " " + next;
+      std::string take = (i > 0 ? "\",\"" + w_ : "") + prefix[size_t(i)] + w_ + next;
       next = new_rule(path + "-prefix", i >= lo ? take + " | \"\"" : take);
     }
     if (hi >= 0 && hi < k) {
       // Only the first hi prefix items may appear; rebuild without the rest.
       next = "\"\"";
       for (int64_t i = hi; i-- > 0;) {
-        std::string take = (i > 0 ? "\",\" " : "") + prefix[size_t(i)] + " " + next;
+        std::string take = (i > 0 ? "\",\"" + w_ : "") + prefix[size_t(i)] + w_ + next;
         next = new_rule(path + "-prefix", i >= lo ? take + " | \"\"" : take);
       }
     }
-    return new_rule(path + "-array", "\"[\" " + next + " \"]\"");
+    return new_rule(path + "-array", "\"[\"" + w_ + next + " \"]\"");
   }
 
   std::string ref(const ojson& r, const std::string& path) {
@@ -422,6 +464,7 @@ class SchemaCompiler {
   }
 
   const ojson& root_;
+  const std::string w_;  // " json-ws " where whitespace may stand, " " in canonical form
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> ref_rules_;
   int depth_ = 0;
@@ -429,16 +472,16 @@ class SchemaCompiler {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_json) {
+std::string json_schema_to_gbnf(std::string_view schema_json, JsonWhitespace ws) {
   ojson schema = ojson::parse(schema_json, nullptr, false);
   if (schema.is_discarded()) fail("json schema: not valid JSON");
-  return SchemaCompiler(schema).compile();
+  return SchemaCompiler(schema, ws).compile();
 }
 
-Grammar from_json_schema(std::string_view schema_json) {
-  return from_gbnf(json_schema_to_gbnf(schema_json));
+Grammar from_json_schema(std::string_view schema_json, JsonWhitespace ws) {
+  return from_gbnf(json_schema_to_gbnf(schema_json, ws));
 }
 
-Grammar json_object_grammar() { return from_json_schema(R"({"type": "object"})"); }
+Grammar json_object_grammar(JsonWhitespace ws) { return from_json_schema(R"({"type": "object"})", ws); }
 
 }  // namespace strata::grammar

@@ -35,12 +35,13 @@ std::shared_ptr<const grammar::Grammar> compile(const std::string& param, F&& f)
 }
 
 // A JSON schema given as an object (or, as vLLM allows for guided_json, as JSON text).
-std::shared_ptr<const grammar::Grammar> schema_grammar(const std::string& param, const Json& schema) {
+std::shared_ptr<const grammar::Grammar> schema_grammar(const std::string& param, const Json& schema,
+                                                       grammar::JsonWhitespace ws) {
   std::string text;
   if (schema.is_string()) text = schema.get<std::string>();
   else if (schema.is_object() || schema.is_boolean()) text = schema.dump();
   else wrong_type(param, "a JSON schema (an object)", schema);
-  return compile(param, [&] { return grammar::from_json_schema(text); });
+  return compile(param, [&] { return grammar::from_json_schema(text, ws); });
 }
 
 std::string string_value(const std::string& param, const Json& v) {
@@ -60,7 +61,7 @@ std::shared_ptr<const grammar::Grammar> choices(const std::string& param, const 
   return compile(param, [&] { return choice_grammar(list); });
 }
 
-std::shared_ptr<const grammar::Grammar> response_format(const Json& rf) {
+std::shared_ptr<const grammar::Grammar> response_format(const Json& rf, grammar::JsonWhitespace ws) {
   if (!rf.is_object()) wrong_type("response_format", "an object", rf);
   const Json* type = member(rf, "type");
   if (!type || !type->is_string()) {
@@ -69,7 +70,7 @@ std::shared_ptr<const grammar::Grammar> response_format(const Json& rf) {
   }
   const std::string t = type->get<std::string>();
   if (t == "text") return nullptr;
-  if (t == "json_object") return compile("response_format", [] { return grammar::json_object_grammar(); });
+  if (t == "json_object") return compile("response_format", [&] { return grammar::json_object_grammar(ws); });
   if (t != "json_schema") {
     throw bad_request("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got '" +
                           t + "'", "response_format.type");
@@ -88,11 +89,11 @@ std::shared_ptr<const grammar::Grammar> response_format(const Json& rf) {
   }
   // Without a schema, any JSON object (as vLLM does).
   const Json* schema = member(*js, "schema");
-  if (!schema) return compile("response_format", [] { return grammar::json_object_grammar(); });
-  return schema_grammar("response_format.json_schema.schema", *schema);
+  if (!schema) return compile("response_format", [&] { return grammar::json_object_grammar(ws); });
+  return schema_grammar("response_format.json_schema.schema", *schema, ws);
 }
 
-std::shared_ptr<const grammar::Grammar> structured_outputs(const Json& so) {
+std::shared_ptr<const grammar::Grammar> structured_outputs(const Json& so, grammar::JsonWhitespace ws) {
   if (!so.is_object()) wrong_type("structured_outputs", "an object", so);
   std::shared_ptr<const grammar::Grammar> g;
   int count = 0;
@@ -103,17 +104,19 @@ std::shared_ptr<const grammar::Grammar> structured_outputs(const Json& so) {
     const Json& value = it.value();
     if (value.is_null()) continue;
     const std::string param = "structured_outputs." + key;
-    if (key == "json") g = schema_grammar(param, value);
+    if (key == "json") g = schema_grammar(param, value, ws);
     else if (key == "regex") g = compile(param, [&] { return grammar::from_regex(string_value(param, value)); });
     else if (key == "choice") g = choices(param, value);
     else if (key == "grammar") g = compile(param, [&] { return grammar::from_gbnf(string_value(param, value)); });
     else if (key == "json_object") {
       if (!value.is_boolean()) wrong_type(param, "a boolean", value);
       if (!value.get<bool>()) continue;
-      g = compile(param, [] { return grammar::json_object_grammar(); });
-    } else if (key == "disable_fallback" || key == "disable_any_whitespace" ||
-               key == "disable_additional_properties" || key == "whitespace_pattern") {
-      continue;  // backend options of vLLM's; the grammar here is always compact
+      g = compile(param, [&] { return grammar::json_object_grammar(ws); });
+    } else if (key == "disable_any_whitespace") {
+      continue;  // read by json_whitespace()
+    } else if (key == "disable_fallback" || key == "disable_additional_properties" ||
+               key == "whitespace_pattern") {
+      continue;  // backend options of vLLM's that do not apply here
     } else {
       throw bad_request("'" + param + "' is not supported (json, regex, choice, grammar and json_object are)",
                         param);
@@ -129,7 +132,16 @@ std::shared_ptr<const grammar::Grammar> structured_outputs(const Json& so) {
 
 }  // namespace
 
-std::shared_ptr<const grammar::Grammar> tool_call_grammar(const Json& tools, const std::string& name) {
+grammar::JsonWhitespace json_whitespace(const Json& b) {
+  const Json* so = member(b, "structured_outputs");
+  const Json* off = so && so->is_object() ? member(*so, "disable_any_whitespace") : nullptr;
+  if (!off) return grammar::JsonWhitespace::kFlexible;
+  if (!off->is_boolean()) wrong_type("structured_outputs.disable_any_whitespace", "a boolean", *off);
+  return off->get<bool>() ? grammar::JsonWhitespace::kNone : grammar::JsonWhitespace::kFlexible;
+}
+
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(const Json& tools, const std::string& name,
+                                                          bool parallel, grammar::JsonWhitespace ws) {
   Json calls = Json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const Json& fn = tools[i]["function"];
@@ -141,7 +153,7 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(const Json& tools, con
       if (!p->is_object()) wrong_type(param, "a JSON schema (an object)", *p);
       params = *p;
     }
-    schema_grammar(param, params);  // its own errors, named by the tool
+    schema_grammar(param, params, ws);  // its own errors, named by the tool
     calls.push_back({{"type", "object"},
                      {"properties", {{"name", {{"const", fname}}}, {"arguments", params}}},
                      {"required", {"name", "arguments"}},
@@ -149,9 +161,11 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(const Json& tools, con
   }
   const Json schema = calls.size() == 1 ? calls[0] : Json{{"anyOf", calls}};
   return compile("tool_choice", [&] {
-    std::string gbnf = grammar::json_schema_to_gbnf(schema.dump());
+    std::string gbnf = grammar::json_schema_to_gbnf(schema.dump(), ws);
     gbnf.replace(0, 4, "tool-call-json");  // its first rule is `root ::= `
-    return grammar::from_gbnf("root ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n" + gbnf);
+    const char* root = parallel ? "root ::= tool-call (\"\\n\" tool-call)*\n" : "root ::= tool-call\n";
+    return grammar::from_gbnf(root + std::string("tool-call ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n") +
+                              gbnf);
   });
 }
 
@@ -163,6 +177,7 @@ grammar::Grammar choice_grammar(const std::vector<std::string>& list) {
 }
 
 std::shared_ptr<const grammar::Grammar> parse_guided(const Json& b) {
+  const grammar::JsonWhitespace ws = json_whitespace(b);
   std::shared_ptr<const grammar::Grammar> g;
   std::string first;
   auto take = [&](const char* param, std::shared_ptr<const grammar::Grammar> x) {
@@ -174,8 +189,8 @@ std::shared_ptr<const grammar::Grammar> parse_guided(const Json& b) {
     g = std::move(x);
     first = param;
   };
-  if (const Json* v = member(b, "response_format")) take("response_format", response_format(*v));
-  if (const Json* v = member(b, "guided_json")) take("guided_json", schema_grammar("guided_json", *v));
+  if (const Json* v = member(b, "response_format")) take("response_format", response_format(*v, ws));
+  if (const Json* v = member(b, "guided_json")) take("guided_json", schema_grammar("guided_json", *v, ws));
   if (const Json* v = member(b, "guided_regex")) {
     take("guided_regex", compile("guided_regex", [&] { return grammar::from_regex(string_value("guided_regex", *v)); }));
   }
@@ -184,7 +199,7 @@ std::shared_ptr<const grammar::Grammar> parse_guided(const Json& b) {
     take("guided_grammar",
          compile("guided_grammar", [&] { return grammar::from_gbnf(string_value("guided_grammar", *v)); }));
   }
-  if (const Json* v = member(b, "structured_outputs")) take("structured_outputs", structured_outputs(*v));
+  if (const Json* v = member(b, "structured_outputs")) take("structured_outputs", structured_outputs(*v, ws));
   return g;
 }
 

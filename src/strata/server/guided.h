@@ -11,18 +11,26 @@
 #include <vector>
 
 #include "strata/grammar/grammar.h"
+#include "strata/grammar/json_schema.h"
 
 namespace strata::server {
+
+// Whitespace in the request's JSON grammars (response_format, guided_json, structured_outputs,
+// forced tool calls): flexible (docs/GRAMMAR.md), none when `structured_outputs` has
+// `disable_any_whitespace: true` (vLLM's switch; not a boolean: a 400 naming it).
+grammar::JsonWhitespace json_whitespace(const nlohmann::ordered_json& body);
 
 // The grammar the body asks for, or null when it asks for none (or response_format "text").
 std::shared_ptr<const grammar::Grammar> parse_guided(const nlohmann::ordered_json& body);
 
-// tool_choice "required" (name empty: any of the tools) or a named function: one call in the
-// Hermes format, `<tool_call>\n{"name":NAME,"arguments":ARGS}\n</tool_call>`, ARGS following the
-// function's `parameters` schema (any object when absent). A schema the grammar refuses is a
-// 400 naming tools[i].function.parameters.
-std::shared_ptr<const grammar::Grammar> tool_call_grammar(const nlohmann::ordered_json& tools,
-                                                          const std::string& name);
+// tool_choice "required" (name empty: any of the tools) or a named function: calls in the
+// Hermes format, `<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>`, ARGS following
+// the function's `parameters` schema (any object when absent). `parallel`: one or more calls,
+// separated by "\n" as the Qwen3 / Hermes templates write them; else exactly one. A schema the
+// grammar refuses is a 400 naming tools[i].function.parameters.
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(
+    const nlohmann::ordered_json& tools, const std::string& name, bool parallel,
+    grammar::JsonWhitespace ws = grammar::JsonWhitespace::kFlexible);
 
 // The grammar of exactly one of the strings (guided_choice).
 grammar::Grammar choice_grammar(const std::vector<std::string>& choices);

@@ -427,13 +427,18 @@ ChatRequest parse_chat_request(const Json& b, const RequestLimits& limits) {
       }
     }
   }
+  if (auto p = get_bool(b, "parallel_tool_calls")) r.parallel_tool_calls = *p;
   if (r.tools.is_array() && r.tools.empty()) r.tools = Json();
   if (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) {
     if (r.gen.grammar) {
       throw bad_request("'tool_choice' \"required\" or a named function cannot be combined with "
                         "response_format or guided decoding", "tool_choice");
     }
-    r.gen.grammar = tool_call_grammar(r.tools, r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : "");
+    // "required": one call, or one or more with parallel_tool_calls; a named function: exactly
+    // one call, as OpenAI documents a forced function.
+    const bool named = r.tool_choice == ToolChoice::kNamed;
+    r.gen.grammar = tool_call_grammar(r.tools, named ? r.tool_choice_name : "",
+                                      !named && r.parallel_tool_calls, json_whitespace(b));
   }
   if (auto lp = get_bool(b, "logprobs")) r.logprobs = *lp;
   if (auto top = get_int(b, "top_logprobs", 0, kMaxLogprobs)) {

@@ -58,6 +58,9 @@ struct ChatRequest {
   nlohmann::ordered_json tools;      // array, or null when absent/empty
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;      // kNamed
+  // Whether tool_choice "required" may make several calls (OpenAI's default); not enforced
+  // under "auto".
+  bool parallel_tool_calls = true;
   bool logprobs = false;
   int top_logprobs = 0;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();

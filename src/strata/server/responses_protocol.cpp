@@ -164,7 +164,7 @@ ResponsesRequest parse_responses_request(const Json& b, const RequestLimits& lim
   Json chat = Json::object();
   for (const char* key : {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stream",
                           "repetition_penalty", "presence_penalty", "frequency_penalty",
-                          "chat_template_kwargs"}) {
+                          "chat_template_kwargs", "parallel_tool_calls"}) {
     if (const Json* v = field(b, key)) chat[key] = *v;
   }
   const Json* input = field(b, "input");

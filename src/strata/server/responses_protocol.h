@@ -6,14 +6,15 @@
 // Served: input (a string, or a list of messages with string or input_text/output_text content
 // and the function_call / function_call_output items of an earlier turn), instructions,
 // max_output_tokens, temperature, top_p, top_k, seed, stream, tools (flat {type: "function",
-// name, description, parameters}), tool_choice, metadata, user, and chat_template_kwargs (as on
+// name, description, parameters}), tool_choice, parallel_tool_calls (as on chat completions: it
+// bounds a required tool_choice to one call), metadata, user, and chat_template_kwargs (as on
 // chat completions, e.g. {"enable_thinking": true}).
 // Refused with a 400: previous_response_id and conversation (nothing is stored), background,
 // built-in tools (web_search, file_search, ...), images and files in input, text.format other
 // than "text", truncation other than "disabled".
 // Accepted and ignored, as vLLM without a response store: store (nothing is stored; the
 // response says store: false), reasoning (the model's chat template decides whether it thinks),
-// include, parallel_tool_calls, service_tier, prompt_cache_key.
+// include, service_tier, prompt_cache_key.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -43,7 +43,7 @@ Json response_json(const ServerState& st, const ResponsesRequest& r, const std::
             {"metadata", r.metadata},
             {"model", st.model_name},
             {"output", std::move(output)},
-            {"parallel_tool_calls", true},
+            {"parallel_tool_calls", r.chat.parallel_tool_calls},
             {"previous_response_id", nullptr},
             {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
             {"store", false},
