@@ -105,15 +105,15 @@ std::vector<Case> greedy_cases() {
   };
 }
 
-struct Run {
+struct Outcome {
   std::vector<RequestOutput> outputs;
   EngineStats stats;
 };
 
 // batched: every request added at once; otherwise one after another, each run to its end.
-Run run(int k, const std::vector<Case>& cases, bool batched) {
+Outcome run(int k, const std::vector<Case>& cases, bool batched) {
   Engine engine(mtp_model(), config(k), GenerationDefaults::load(default_dir()));
-  Run r;
+  Outcome r;
   r.outputs.resize(cases.size());
   const auto drain = [&] {
     while (engine.has_unfinished()) {
@@ -143,7 +143,7 @@ void expect_in_grammar(const StructuredOutput& so, const CompletionOutput& c, co
   EXPECT_EQ(c.finish_reason, "stop") << what << ": " << text;
 }
 
-void expect_same(const Run& want, const Run& got, const std::vector<Case>& cases, const std::string& what) {
+void expect_same(const Outcome& want, const Outcome& got, const std::vector<Case>& cases, const std::string& what) {
   ASSERT_EQ(want.outputs.size(), got.outputs.size());
   for (size_t i = 0; i < want.outputs.size(); ++i) {
     ASSERT_EQ(want.outputs[i].outputs.size(), got.outputs[i].outputs.size()) << what << ", request " << i;
@@ -173,8 +173,8 @@ TEST(SpeculativeStructured, GreedyOutputsEqualTheTargetsOneAtATime) {
   for (const Case& c : greedy_cases()) {
     if (c.params.structured) cases.push_back(c);
   }
-  const Run plain = run(0, cases, false);
-  const Run spec = run(3, cases, false);
+  const Outcome plain = run(0, cases, false);
+  const Outcome spec = run(3, cases, false);
   expect_same(plain, spec, cases, "one at a time, K=3");
   print_stats("plain", plain.stats);
   print_stats("K=3", spec.stats);
@@ -185,9 +185,9 @@ TEST(SpeculativeStructured, GreedyOutputsEqualTheTargetsOneAtATime) {
 
 TEST(SpeculativeStructured, GreedyOutputsEqualTheTargetsBatchedWithUnconstrained) {
   const std::vector<Case> cases = greedy_cases();
-  const Run plain = run(0, cases, true);
+  const Outcome plain = run(0, cases, true);
   for (int k : {1, 3}) {
-    const Run spec = run(k, cases, true);
+    const Outcome spec = run(k, cases, true);
     expect_same(plain, spec, cases, "batched, K=" + std::to_string(k));
     print_stats(k == 1 ? "K=1" : "K=3", spec.stats);
     EXPECT_GT(spec.stats.spec_accepted_tokens, 0);
@@ -208,8 +208,8 @@ TEST(SpeculativeStructured, SeededSamplingStaysInTheGrammar) {
       cases.push_back({"Some output:", p});
     }
   }
-  const Run a = run(3, cases, true);
-  const Run b = run(3, cases, true);
+  const Outcome a = run(3, cases, true);
+  const Outcome b = run(3, cases, true);
   EXPECT_GT(a.stats.spec_verifies, 0);
   print_stats("sampled, K=3", a.stats);
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -234,8 +234,8 @@ TEST(SpeculativeStructured, SeveralCompletionsAreUnchanged) {
       {"Pick one:", greedy_n2},
       {"Pick one:", params(regex(), 40, false)},  // a single completion: it drafts
   };
-  const Run plain = run(0, cases, true);
-  const Run spec = run(3, cases, true);
+  const Outcome plain = run(0, cases, true);
+  const Outcome spec = run(3, cases, true);
   expect_same(plain, spec, cases, "n > 1, K=3");
   EXPECT_GT(spec.stats.spec_verifies, 0);
 }
