@@ -18,6 +18,7 @@
 #include "../engine/engine_test_util.h"
 #include "../golden/golden_util.h"
 #include "cuda_test_util.h"
+#include "vocabulary_bytes.h"
 #include "strata/engine/single_sequence.h"
 #include "strata/engine/structured_output.h"
 #include "strata/grammar/json_schema.h"
@@ -242,11 +243,10 @@ TEST(CudaSpeculative, SampledRunsFinishWithTheirLengths) {
 // sampled, is its grammar's whole sentence and ends with "stop".
 TEST(CudaSpeculative, StructuredOutputsStayInTheirGrammars) {
   STRATA_REQUIRE_GPU();
-  const Tokenizer tok = Tokenizer::load(kDir);
   std::vector<int32_t> eos;
   for (int64_t e : gpu_mtp_model()->info().eos_token_ids) eos.push_back(int32_t(e));
   for (int64_t e : GenerationDefaults::load(kDir).eos_token_ids) eos.push_back(int32_t(e));
-  auto vocab = std::make_shared<const grammar::TokenVocabulary>(grammar::TokenVocabulary::from_tokenizer(tok, eos));
+  auto vocab = std::make_shared<const grammar::TokenVocabulary>(vocabulary_bytes(kDir), eos);
   const std::vector<std::shared_ptr<const StructuredOutput>> constraints = {
       StructuredOutput::make(grammar::from_json_schema(
           R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"ok":{"type":"boolean"},)"

@@ -25,6 +25,7 @@
 
 #include "../engine/engine_test_util.h"
 #include "cuda_test_util.h"
+#include "vocabulary_bytes.h"
 #include "strata/engine/single_sequence.h"
 #include "strata/engine/structured_output.h"
 #include "strata/grammar/json_schema.h"
@@ -37,24 +38,6 @@ namespace strata::testing {
 namespace {
 
 const std::string kDefault = std::string(STRATA_SOURCE_DIR) + "/models/default";
-
-// The tokens' bytes as Tokenizer::token_bytes gives them, without loading a Tokenizer: the
-// ByteLevel alphabet decoded, added tokens as their text, special ones empty.
-std::vector<std::string> vocabulary_bytes(const std::string& dir) {
-  const nlohmann::json j = read_json_file(dir + "/tokenizer.json");
-  std::map<int32_t, std::string> by_id;
-  for (const auto& [text, id] : j.at("model").at("vocab").items()) {
-    std::string b;
-    tok::byte_level_decode(text, &b);
-    by_id[id.get<int32_t>()] = b;
-  }
-  for (const auto& a : j.at("added_tokens")) {
-    by_id[a.at("id").get<int32_t>()] = a.at("special").get<bool>() ? "" : a.at("content").get<std::string>();
-  }
-  std::vector<std::string> bytes(size_t(by_id.rbegin()->first + 1));
-  for (const auto& [id, b] : by_id) bytes[size_t(id)] = b;
-  return bytes;
-}
 
 std::string text_of(const grammar::TokenVocabulary& v, const std::vector<int32_t>& ids) {
   std::string s;
