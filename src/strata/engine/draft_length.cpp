@@ -64,10 +64,9 @@ std::vector<int32_t> DraftLengthPolicy::plan(const std::vector<DraftHistory*>& h
   std::vector<bool> probe(histories.size(), false);
   for (size_t i = 0; i < histories.size(); ++i) {
     ks[i] = best(acceptance(*histories[i]), limits[i]);
-    if (ks[i] == 0 && limits[i] > 0 && histories[i]->idle_steps + 1 >= kProbeInterval) {
-      ks[i] = 1;
-      probe[i] = true;
-    }
+    // Idle long enough (by its own choice or the batch rule's): it drafts whatever the batch.
+    probe[i] = limits[i] > 0 && histories[i]->idle_steps + 1 >= kProbeInterval;
+    if (probe[i]) ks[i] = std::max(ks[i], 1);
   }
   std::vector<DraftHistory*> bet_histories;
   std::vector<int32_t> bets;

@@ -15,8 +15,9 @@
 // for the replay when any draft is rejected and for each head forward past the first. If the
 // batch's tokens per cost with speculation, against B tokens per (forward + B) without, is below
 // 1, every sequence gets k = 0 for this step.
-// Recovery: a sequence that has had k = 0 for `probe_interval` steps drafts one token (a probe,
-// exempt from the batch rule), so its estimate follows the text.
+// Recovery: a sequence that has had k = 0 for kProbeInterval steps (by its own choice or the
+// batch rule's) drafts at least one token (a probe, exempt from the batch rule), so its estimate
+// follows the text.
 #pragma once
 
 #include <cstdint>
