@@ -1,6 +1,7 @@
-// libFuzzer target: arbitrary bytes as an API request body (parse_body and every parse_*_request:
-// only ApiError may escape) and as model output for the tool-call and reasoning parsers (nothing
-// may escape; the text cut in two at a point taken from the data gives what one push gives).
+// libFuzzer target: arbitrary bytes as an API request body (parse_body and every parse_*_request,
+// chat in both tool-call formats: only ApiError may escape) and as model output for the tool-call
+// and reasoning parsers (nothing may escape; the text cut in two at a point taken from the data
+// gives what one push gives).
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -37,6 +38,7 @@ void fuzz_protocol(const std::string& text) {
   }
   attempt([&] { strata::server::parse_completion_request(body, limits); });
   attempt([&] { strata::server::parse_chat_request(body, limits); });
+  attempt([&] { strata::server::parse_chat_request(body, limits, strata::server::ToolCallFormat::kQwen3CoderXml); });
   attempt([&] { strata::server::parse_tokenize_request(body, limits); });
   attempt([&] { strata::server::parse_detokenize_request(body, limits); });
   if (auto tools = body.find("tools"); tools != body.end()) {

@@ -6,7 +6,7 @@
 // by one forward over the prompt and the agreed tokens) must be below kTieMargin; most outputs
 // must be equal in full. Also: the acceptance rate, the counters, max_tokens, stop ids, the host
 // path of the acceptance (log-probabilities asked) against the device's arg max, graphs for
-// steps without drafters, and sampling.
+// steps without drafters, sampling, and structured outputs (drafts and verify rows masked).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +19,10 @@
 #include "../golden/golden_util.h"
 #include "cuda_test_util.h"
 #include "strata/engine/single_sequence.h"
+#include "strata/engine/structured_output.h"
+#include "strata/grammar/json_schema.h"
+#include "strata/server/guided.h"
+#include "strata/tokenizer/tokenizer.h"
 
 namespace strata::testing {
 namespace {
@@ -231,6 +235,53 @@ TEST(CudaSpeculative, SampledRunsFinishWithTheirLengths) {
   EXPECT_GT(r.stats.spec_verifies, 0);
   EXPECT_GT(r.stats.spec_accepted_tokens, 0);
   std::printf("CUDA speculation sampled K=2: acceptance rate %.3f\n", r.stats.spec_acceptance_rate());
+}
+
+// Structured outputs with drafts: the masked verify rows come back whole for the host Sampler
+// and the greedy drafts are the masked arg max of whole head rows; every output, greedy and
+// sampled, is its grammar's whole sentence and ends with "stop".
+TEST(CudaSpeculative, StructuredOutputsStayInTheirGrammars) {
+  STRATA_REQUIRE_GPU();
+  const Tokenizer tok = Tokenizer::load(kDir);
+  std::vector<int32_t> eos;
+  for (int64_t e : gpu_mtp_model()->info().eos_token_ids) eos.push_back(int32_t(e));
+  for (int64_t e : GenerationDefaults::load(kDir).eos_token_ids) eos.push_back(int32_t(e));
+  auto vocab = std::make_shared<const grammar::TokenVocabulary>(grammar::TokenVocabulary::from_tokenizer(tok, eos));
+  const std::vector<std::shared_ptr<const StructuredOutput>> constraints = {
+      StructuredOutput::make(grammar::from_json_schema(
+          R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"ok":{"type":"boolean"},)"
+          R"("size":{"enum":[1,2,3]}},"required":["name","ok","size"],"additionalProperties":false})"), vocab),
+      StructuredOutput::make(grammar::from_regex("(red|green|blue)-[0-9]{2}"), vocab),
+      StructuredOutput::make(server::choice_grammar({"yes", "no", "maybe later", "not sure"}), vocab),
+  };
+  auto ps = prompts();
+  ps.resize(std::min<size_t>(ps.size(), 8));
+  int64_t accepted = 0;
+  for (size_t ci = 0; ci < constraints.size(); ++ci) {
+    for (double t : {0.0, 1.0}) {
+      SamplingParams p;
+      p.temperature = t;
+      p.seed = 3;
+      p.max_tokens = 300;
+      p.structured = constraints[ci];
+      const SpecRun r = generate(3, ps, p);
+      EXPECT_GT(r.stats.spec_verifies, 0);
+      accepted += r.stats.spec_accepted_tokens;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        const CompletionOutput& c = r.outputs[i].outputs.at(0);
+        std::string text;
+        for (int32_t id : c.token_ids) {
+          if (!constraints[ci]->is_end(id)) text += vocab->bytes(id);
+        }
+        const std::string what = "constraint " + std::to_string(ci) + ", t " + std::to_string(t) + ", prompt " +
+                                 std::to_string(i) + ": " + text;
+        grammar::GrammarMatcher m(constraints[ci]->grammar);
+        EXPECT_TRUE(m.accept_token(text) && m.can_end()) << what;
+        EXPECT_EQ(c.finish_reason, "stop") << what;
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0) << "no draft under a grammar was accepted";
 }
 
 }  // namespace

@@ -149,26 +149,6 @@ TEST(StructuredOutput, RefusesIgnoreEos) {
   }
 }
 
-// Speculative decoding does not mask its drafts yet: a constrained request is refused by name.
-TEST(StructuredOutput, RefusedWithSpeculativeDecoding) {
-  if (!have_model()) GTEST_SKIP() << default_dir() << " has no model.safetensors";
-  Fixture& f = fixture();
-  EngineConfig c = config();
-  c.speculative = {"mtp", 1};
-  LLM llm(c);
-  SamplingParams p;
-  p.structured = StructuredOutput::make(grammar::json_object_grammar(), f.vocab);
-  try {
-    llm.generate({f.tok.encode("x")}, p);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--speculative-config"), std::string::npos) << e.what();
-  }
-  p.structured = nullptr;
-  p.max_tokens = 3;
-  EXPECT_EQ(llm.generate({f.tok.encode("x")}, p)[0].outputs[0].token_ids.size(), 3u);
-}
-
 // One mask per constrained draw (the engine's counters), and what the masks cost next to the
 // decode steps (printed): a cold run fills the schema's mask cache, a warm one reuses it.
 TEST(StructuredOutput, OneMaskPerDrawAndItsCost) {

@@ -7,6 +7,7 @@
 
 #include "strata/core/error.h"
 #include "strata/engine/batch_sampler.h"
+#include "strata/engine/spec_grammar.h"
 #include "strata/engine/structured_output.h"
 
 namespace strata {
@@ -125,6 +126,73 @@ TEST(StructuredSampling, MaskRowsAreChecked) {
   b.allow[2] = uint64_t(1) << 5;  // only token 133
   ops::sample_tokens(logits, b, out);
   EXPECT_EQ(out.ids[0], 133);
+}
+
+// Speculative decoding verifies rows with the reference Sampler under the grammar's mask
+// (SamplerInput::allow, from grammar_allow): its draws and log-probabilities are the batched
+// sampler's, greedy and sampled, where the logits prefer refused tokens.
+TEST(StructuredSampling, ReferenceSamplerMasksAsTheBatchedOne) {
+  auto so = StructuredOutput::make(grammar::from_regex("[0-9]{2}(x|ab)?"), vocab());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-5.f, 5.f);
+  BatchSampler batched(kVocab, LogprobsMode::kProcessed);
+  Sampler reference(kVocab, LogprobsMode::kProcessed);
+  std::vector<uint64_t> words;
+  for (int trial = 0; trial < 40; ++trial) {
+    Seq a = make(so, trial % 2 ? 1.0 : 0.0, uint64_t(trial)), b = make(so, trial % 2 ? 1.0 : 0.0, uint64_t(trial));
+    a.req->sampling.params.logprobs = 2;
+    b.req->sampling.params.logprobs = 2;
+    if (trial % 3 == 0) {  // a prefix already accepted
+      ASSERT_TRUE(a.seq->matcher->accept_token("4") && b.seq->matcher->accept_token("4"));
+    }
+    Tensor logits = Tensor::empty({1, kVocab}, DType::kF32);
+    for (int64_t t = 0; t < kVocab; ++t) logits.data<float>()[t] = u(rng);
+    logits.data<float>()[20] = 30.f;  // 'k': never allowed
+    const SampleResult want = batched.sample(logits, {{a.seq.get(), 0}})[0];
+    SamplerInput in{&b.seq->tokens, b.seq->prompt_len, &b.seq->output_counts, &b.seq->rng};
+    in.allow = grammar_allow(*b.seq, kVocab, words);
+    ASSERT_NE(in.allow, nullptr);
+    const SampleResult got = reference.sample(logits.data<float>(), b.req->sampling, in);
+    EXPECT_EQ(got.token, want.token) << "trial " << trial;
+    EXPECT_EQ(got.logprob, want.logprob) << "trial " << trial;
+    ASSERT_EQ(got.top.size(), want.top.size());
+    for (size_t i = 0; i < got.top.size(); ++i) EXPECT_EQ(got.top[i].token_id, want.top[i].token_id) << "trial " << trial;
+    EXPECT_TRUE(a.seq->matcher->can_accept(so->vocab->bytes(got.token))) << "token " << got.token;
+  }
+}
+
+// Drafting advances the sequence's grammar by each draft and stops where no draft may follow
+// (an end token, a complete grammar); the rewind gives back the state before the drafts.
+TEST(StructuredSampling, DraftGrammarAdvancesStopsAndRewinds) {
+  auto so = StructuredOutput::make(grammar::from_regex("[0-9]{2}(x|ab)?"), vocab());
+  Seq s = make(so, 0.0, 1);
+  std::vector<uint64_t> before, after;
+  grammar_allow(*s.seq, kVocab, before);
+  int32_t advanced = 0;
+  EXPECT_TRUE(advance_draft_grammar(*s.seq, 3, advanced));    // "3"
+  EXPECT_TRUE(advance_draft_grammar(*s.seq, 4, advanced));    // "34": may end, "x" or "ab" may follow
+  EXPECT_FALSE(advance_draft_grammar(*s.seq, 33, advanced));  // "x": complete
+  EXPECT_EQ(advanced, 3);
+  EXPECT_TRUE(s.seq->matcher->is_terminated());
+  rewind_draft_grammar(*s.seq, advanced);
+  EXPECT_EQ(advanced, 0);
+  grammar_allow(*s.seq, kVocab, after);
+  EXPECT_EQ(after, before) << "the rewind left a trace";
+  EXPECT_TRUE(advance_draft_grammar(*s.seq, 1, advanced));
+  EXPECT_TRUE(advance_draft_grammar(*s.seq, 2, advanced));
+  EXPECT_FALSE(advance_draft_grammar(*s.seq, kEnd, advanced));  // an end token: not fed to the grammar
+  EXPECT_EQ(advanced, 2);
+  EXPECT_THROW(advance_draft_grammar(*s.seq, 20, advanced), Error);  // 'k': refused
+  // The masked arg max: the most likely allowed id, the lowest on a tie, -1 when none is allowed.
+  std::vector<float> logits(size_t(kVocab), 0.f);
+  logits[20] = 9.f;
+  logits[7] = 2.f;
+  logits[8] = 2.f;
+  std::vector<uint64_t> digits(size_t((kVocab + 63) / 64), 0);
+  digits[0] = (uint64_t(1) << 10) - 1;  // ids 0-9
+  EXPECT_EQ(masked_argmax(logits.data(), kVocab, digits.data()), 7);
+  std::fill(digits.begin(), digits.end(), 0);
+  EXPECT_EQ(masked_argmax(logits.data(), kVocab, digits.data()), -1);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 # STRATA_BUILD_DIR (default build-cuda) and STRATA_DEVBIN (default .dev/devbin.tar.xz) pick
 # another build folder and archive, e.g. for a second checkout of work in progress.
 # Then, with the `device` tool, carrying .dev/devbin.tar.xz: bash tools/device/run.sh all
+# (when the working tree and the archive pass the 64 MiB a call carries: tools/device/slim_tree.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 arch=${CUDA_ARCH:-90a}

@@ -127,9 +127,6 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
                " tokens leave no room to generate within the context length of ", max_model_len_,
                " (max_model_len)");
   const ResolvedSampling r = resolve_sampling(params, defaults_, info.eos_token_ids, info.vocab_size);
-  STRATA_CHECK(!params.structured || !spec_,
-               "structured outputs (response_format, guided_*) are not supported with "
-               "--speculative-config yet: the drafts are not masked by the grammar");
   STRATA_CHECK(params.stop.empty() || detokenizer_ != nullptr,
                "sampling: stop: stop strings need a detokenizer, and this engine has none");
   const int64_t longest = std::min<int64_t>(int64_t(prompt.size()) + params.max_tokens, max_model_len_);
@@ -235,11 +232,8 @@ void Engine::append_token(Sequence& seq, const SampleResult& r) {
   ++seq.output_counts[r.token];
   if (seq.matcher) {
     const StructuredOutput& so = *seq.request->sampling.params.structured;
-    const auto& ends = so.vocab->end_ids();
-    if (std::find(ends.begin(), ends.end(), r.token) == ends.end()) {
-      const bool ok = r.token < so.vocab->size() && seq.matcher->accept_token(so.vocab->bytes(r.token));
-      STRATA_CHECK(ok, "structured output: the grammar refused the sampled token ", r.token);
-    }
+    STRATA_CHECK(so.is_end(r.token) || so.accept(*seq.matcher, r.token),
+                 "structured output: the grammar refused the sampled token ", r.token);
   }
   if (seq.request->sampling.params.logprobs) {
     seq.new_logprobs.push_back(r.logprob);

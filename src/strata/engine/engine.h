@@ -206,9 +206,10 @@ class Engine {
   // How many drafts each chunk's sequence wants now: K, or the dynamic policy's choice.
   std::vector<int32_t> wanted_drafts(const StepInFlight& f);
   int32_t draft_budget(Sequence& seq, int32_t wanted) const;  // how many of them seq may get now
-  // Greedy: the draft is `picked`, the head's arg max; sampled: drawn from the host row `logits`.
-  void add_draft(Sequence& seq, const float* logits, int32_t picked, std::vector<int32_t>& context,
-                 std::unordered_map<int32_t, int32_t>& counts);
+  // Greedy: the draft is `picked`, the head's arg max; sampled or structured: from the host row
+  // `logits`. False when no draft may follow it.
+  bool add_draft(Sequence& seq, const float* logits, int32_t picked, std::vector<int32_t>& context,
+                 std::unordered_map<int32_t, int32_t>& counts, int32_t& grammar_steps);
 
   EngineConfig config_;
   std::shared_ptr<Model> model_;
@@ -226,6 +227,7 @@ class Engine {
   std::unique_ptr<DraftLengthPolicy> draft_policy_;  // "draft_length": "dynamic"; null: fixed K
   Tensor hidden_, replay_logits_, draft_logits_;
   std::vector<double> spec_p_;
+  std::vector<uint64_t> spec_allow_;  // a structured output's grammar mask (verify or draft)
   std::vector<float> spec_rows_;    // logits rows read on the host (verify or draft)
   std::vector<int32_t> spec_ids_;   // arg maxes read on the host
   std::optional<StepInFlight> inflight_;

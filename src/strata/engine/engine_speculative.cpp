@@ -24,6 +24,9 @@
 // target's final hidden state at p with the token at p + 1. The last position's logits give d1;
 // d(j+1) comes from the head at the next position, fed d(j) and the head's own hidden state
 // (the target's is not known there), one head forward per depth for all drafting sequences.
+// Structured outputs (spec_grammar.h): drafts are picked under the grammar's mask after the
+// drafts before them (drafting stops at an end token or a complete grammar), and verify rows
+// under the mask after the tokens emitted so far; the grammar ends at the emitted tokens' state.
 //
 // On CUDA the forwards stay on the device and the host reads only what the acceptance needs
 // (ops::rows_to_host / argmax_rows_to_host, through pinned memory): a greedy draft is the head's
@@ -40,6 +43,7 @@
 #include "strata/core/error.h"
 #include "strata/engine/engine.h"
 #include "strata/engine/spec_accept.h"
+#include "strata/engine/spec_grammar.h"
 #include "strata/ops/host_read.h"
 
 namespace strata {
@@ -102,10 +106,12 @@ int32_t Engine::draft_budget(Sequence& seq, int32_t wanted) const {
 // Greedy: the target's pick, accepted when it is the draft. Sampled: speculative sampling's
 // rule (spec_accept.h) with p and q processed by the same parameters over the same tokens,
 // its uniforms from the sequence's generator (so a seed gives one output, which differs from
-// the non-speculative engine's draws but has their distribution).
+// the non-speculative engine's draws but has their distribution). A structured output masks
+// the row with its grammar's state after the tokens emitted so far (spec_grammar.h).
 void Engine::accept_row(Sequence& seq, const float* logits, int32_t picked, int32_t draft_index, bool& accepted) {
   const ResolvedSampling& sp = seq.request->sampling;
-  const SamplerInput in{&seq.tokens, seq.prompt_len, &seq.output_counts, &seq.rng};
+  SamplerInput in{&seq.tokens, seq.prompt_len, &seq.output_counts, &seq.rng};
+  in.allow = grammar_allow(seq, model_->info().vocab_size, spec_allow_);
   SampleResult r;
   if (!logits) {  // verified_on_device: the arg max is the target's pick
     r.token = picked;
@@ -128,6 +134,8 @@ void Engine::accept_row(Sequence& seq, const float* logits, int32_t picked, int3
       token = draw_from(p, uniform01(seq.rng));
       accepted = false;
     }
+    STRATA_CHECK(token >= 0, "structured output: the grammar allows no token after ", seq.num_generated(),
+                 " generated tokens");
     r = spec_sampler_->result_for(token, sp);
   }
   append_token(seq, r);
@@ -135,34 +143,43 @@ void Engine::accept_row(Sequence& seq, const float* logits, int32_t picked, int3
 }
 
 // Greedy with nothing that changes the logits before the arg max, nor log-probabilities to
-// report: Sampler::sample's pick for each verify row is the row's arg max, which the device
-// computes (the first verify row has the fewest generated tokens, so min_tokens is checked there).
+// report, nor a grammar mask: Sampler::sample's pick for each verify row is the row's arg max,
+// which the device computes (the first verify row has the fewest generated tokens, so
+// min_tokens is checked there).
 bool Engine::verified_on_device(const Sequence& seq) {
   const ResolvedSampling& sp = seq.request->sampling;
   const SamplingParams& p = sp.params;
   return sp.greedy() && p.logit_bias.empty() && sp.repetition_penalty == 1.0 && p.frequency_penalty == 0.0 &&
-         p.presence_penalty == 0.0 && !p.logprobs && seq.num_generated() >= p.min_tokens;
+         p.presence_penalty == 0.0 && !p.logprobs && seq.num_generated() >= p.min_tokens && !seq.matcher;
 }
 
 // The draft for the token after `context`: greedy, the head's arg max; sampled, a draw from q,
 // the head's logits processed as the target's are (bias, min_tokens, penalties over the same
-// tokens, temperature, min-p, top-k, top-p), kept in seq.draft_probs for the verify.
-void Engine::add_draft(Sequence& seq, const float* logits, int32_t picked, std::vector<int32_t>& context,
-                       std::unordered_map<int32_t, int32_t>& counts) {
+// tokens, temperature, min-p, top-k, top-p), kept in seq.draft_probs for the verify. A
+// structured output's draft is picked under its grammar's mask after the drafts so far (greedy:
+// the masked arg max of the host row `logits`) and advances the grammar (spec_grammar.h).
+// False: no draft may follow this one (or none could be picked).
+bool Engine::add_draft(Sequence& seq, const float* logits, int32_t picked, std::vector<int32_t>& context,
+                       std::unordered_map<int32_t, int32_t>& counts, int32_t& grammar_steps) {
   const ResolvedSampling& sp = seq.request->sampling;
+  const int64_t vocab = model_->info().vocab_size;
+  const uint64_t* allow = grammar_allow(seq, vocab, spec_allow_);
   int32_t token;
   if (sp.greedy()) {
-    token = picked;
+    token = allow ? masked_argmax(logits, vocab, allow) : picked;
   } else {
-    const SamplerInput in{&context, seq.prompt_len, &counts, &seq.rng};
+    SamplerInput in{&context, seq.prompt_len, &counts, &seq.rng};
+    in.allow = allow;
     std::vector<double> q;
     spec_sampler_->distribution(logits, sp, in, q);
     token = draw_from(q, uniform01(seq.rng));
-    seq.draft_probs.push_back(std::move(q));
+    if (token >= 0) seq.draft_probs.push_back(std::move(q));
   }
+  if (token < 0) return false;
   seq.drafts.push_back(token);
   context.push_back(token);
   ++counts[token];
+  return advance_draft_grammar(seq, token, grammar_steps);
 }
 
 void Engine::verify_drafts(StepInFlight& f) {
@@ -264,21 +281,24 @@ void Engine::draft_tokens(const StepInFlight& f) {
     int32_t row;  // its row in the latest head forward
     std::vector<int32_t> context;  // sampled: the tokens with the drafts so far (penalties, min_tokens)
     std::unordered_map<int32_t, int32_t> counts;
+    int32_t grammar_steps = 0;  // drafts its structured output's grammar was advanced by
   };
   // Each drafter's next draft from its row of draft_logits_: greedy ones read only the device's
-  // arg max, sampled ones the whole row.
+  // arg max, sampled and structured ones the whole row. One that may draft no further (its
+  // grammar is complete, an end token) stops at the drafts it has.
+  const auto by_id = [](const Drafter* d) { return d->seq->request->sampling.greedy() && !d->seq->matcher; };
   const auto take_drafts = [&](const std::vector<Drafter*>& ds) {
     std::vector<int32_t> id_rows, logit_rows;
-    for (const Drafter* d : ds) (d->seq->request->sampling.greedy() ? id_rows : logit_rows).push_back(d->row);
+    for (const Drafter* d : ds) (by_id(d) ? id_rows : logit_rows).push_back(d->row);
     ops::argmax_rows_to_host(draft_logits_, id_rows, spec_ids_);
     ops::rows_to_host(draft_logits_, logit_rows, spec_rows_);
     size_t next_id = 0, next_row = 0;
     for (Drafter* d : ds) {
-      if (d->seq->request->sampling.greedy()) {
-        add_draft(*d->seq, nullptr, spec_ids_[next_id++], d->context, d->counts);
-      } else {
-        add_draft(*d->seq, spec_rows_.data() + int64_t(next_row++) * vocab, -1, d->context, d->counts);
-      }
+      const bool more = by_id(d)
+          ? add_draft(*d->seq, nullptr, spec_ids_[next_id++], d->context, d->counts, d->grammar_steps)
+          : add_draft(*d->seq, spec_rows_.data() + int64_t(next_row++) * vocab, -1, d->context, d->counts,
+                      d->grammar_steps);
+      if (!more) d->k = int32_t(d->seq->drafts.size());
     }
   };
   const std::vector<int32_t> wanted = wanted_drafts(f);
@@ -358,6 +378,8 @@ void Engine::draft_tokens(const StepInFlight& f) {
     for (size_t i = 0; i < active.size(); ++i) active[i]->row = int32_t(i);
     take_drafts(active);
   }
+  // The verify advances the grammars by what it emits: they go back to the emitted tokens' state.
+  for (Drafter& d : drafters) rewind_draft_grammar(*d.seq, d.grammar_steps);
   stats_.spec_draft_seconds += now() - start;
 }
 

@@ -68,6 +68,11 @@ void Sampler::process(const float* logits, const ResolvedSampling& p, const Samp
       x_[size_t(id)] -= float(sp.frequency_penalty * count + sp.presence_penalty);
     }
   }
+  if (in.allow) {
+    for (size_t i = 0; i < v; ++i) {
+      if (!((in.allow[i >> 6] >> (i & 63)) & 1)) x_[i] = -INFINITY;
+    }
+  }
 }
 
 void Sampler::distribution(const float* logits, const ResolvedSampling& p, const SamplerInput& in,

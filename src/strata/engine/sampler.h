@@ -1,7 +1,8 @@
 // Sampler: the reference for one token from one row of logits, with vLLM's processing order:
 //   1. logit bias; min_tokens masks eos and stop ids;
 //   2. penalties: repetition (prompt + generated: positive logits divided, negative
-//      multiplied), then frequency and presence (generated tokens only);
+//      multiplied), then frequency and presence (generated tokens only); then a structured
+//      output's grammar mask (SamplerInput::allow), as the batched sampler applies it;
 //   3. greedy (temperature < 1e-5): the arg max, the lowest id winning a tie; else
 //      4. temperature, then the kept set and the draw of ops.h's SampleSpec: min-p (against
 //      the most likely token), top-k and top-p as thresholds (ties at a cut kept), and the
@@ -39,6 +40,9 @@ struct SamplerInput {
   int32_t prompt_len = 0;
   const std::unordered_map<int32_t, int32_t>* output_counts = nullptr;
   std::mt19937_64* rng = nullptr;
+  // A structured output's allowed tokens (bit t of word t / 64, as ops::SampleBatch::allow):
+  // the others are masked after step 2. nullptr: no constraint.
+  const uint64_t* allow = nullptr;
 };
 
 class Sampler {

@@ -26,4 +26,13 @@ void StructuredOutput::fill_allowed(grammar::GrammarMatcher& m, size_t words, ui
   std::fill(out + n, out + words, 0);
 }
 
+bool StructuredOutput::is_end(int32_t token) const {
+  const auto& ends = vocab->end_ids();
+  return std::find(ends.begin(), ends.end(), token) != ends.end();
+}
+
+bool StructuredOutput::accept(grammar::GrammarMatcher& m, int32_t token) const {
+  return token >= 0 && token < vocab->size() && m.accept_token(vocab->bytes(token));
+}
+
 }  // namespace strata

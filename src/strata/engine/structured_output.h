@@ -28,6 +28,11 @@ struct StructuredOutput {
   // The allowed tokens of the matcher's state as `words` 64-bit words (bit id of word id / 64);
   // ids the vocabulary does not have are refused.
   void fill_allowed(grammar::GrammarMatcher& m, size_t words, uint64_t* out) const;
+  // An end token (EOS): allowed when the grammar can end, and never fed to the matcher.
+  bool is_end(int32_t token) const;
+  // Advances the matcher by a token that is not an end token; false (no change) when the
+  // grammar refuses it or the vocabulary has no bytes for it.
+  bool accept(grammar::GrammarMatcher& m, int32_t token) const;
 };
 
 }  // namespace strata

@@ -91,14 +91,25 @@ const std::set<std::string> kSupported = {
 
 class SchemaCompiler {
  public:
-  SchemaCompiler(const ojson& root, JsonWhitespace ws)
-      : root_(root), w_(ws == JsonWhitespace::kFlexible ? " json-ws " : " ") {}
+  // `prefix` starts the names of the rules it makes, so that several compilers' rules can share
+  // one grammar.
+  SchemaCompiler(const ojson& root, JsonWhitespace ws, std::string prefix = "s-")
+      : root_(root), w_(ws == JsonWhitespace::kFlexible ? " json-ws " : " "), prefix_(std::move(prefix)) {}
 
   std::string compile() {
     std::string root_expr = expr(root_, "");
     std::string out = "root ::= " + root_expr + "\n";
     for (const auto& r : rules_) out += r.first + " ::= " + r.second + "\n";
     return out + json_rules(w_) + kFormatRules;
+  }
+
+  // `name ::= ` the subschema at `pointer` of the root, and the rules it makes; no base rules.
+  std::string compile_rule(const std::string& name, const std::string& pointer) {
+    const ojson::json_pointer at(pointer);
+    if (!root_.contains(at)) fail_at(pointer, "no such subschema");
+    std::string out = name + " ::= " + expr(root_.at(at), pointer) + "\n";
+    for (const auto& r : rules_) out += r.first + " ::= " + r.second + "\n";
+    return out;
   }
 
  private:
@@ -111,8 +122,8 @@ class SchemaCompiler {
     std::string base;
     for (char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
     if (base.empty() || base == "-") base = "s";
-    std::string name = "s-" + base;
-    for (int i = 1; rules_.count(name); ++i) name = cat("s-", base, "-", i);
+    std::string name = prefix_ + base;
+    for (int i = 1; rules_.count(name); ++i) name = cat(prefix_, base, "-", i);
     rules_[name] = body;
     return name;
   }
@@ -465,6 +476,7 @@ class SchemaCompiler {
 
   const ojson& root_;
   const std::string w_;  // " json-ws " where whitespace may stand, " " in canonical form
+  const std::string prefix_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> ref_rules_;
   int depth_ = 0;
@@ -476,6 +488,16 @@ std::string json_schema_to_gbnf(std::string_view schema_json, JsonWhitespace ws)
   ojson schema = ojson::parse(schema_json, nullptr, false);
   if (schema.is_discarded()) fail("json schema: not valid JSON");
   return SchemaCompiler(schema, ws).compile();
+}
+
+std::string json_value_rules(const std::vector<JsonValueRule>& rules, JsonWhitespace ws) {
+  std::string out;
+  for (const JsonValueRule& r : rules) {
+    ojson schema = ojson::parse(r.schema_json, nullptr, false);
+    if (schema.is_discarded()) fail("json schema: not valid JSON");
+    out += SchemaCompiler(schema, ws, r.name + "-").compile_rule(r.name, r.pointer);
+  }
+  return out + json_rules(ws == JsonWhitespace::kFlexible ? " json-ws " : " ") + kFormatRules;
 }
 
 Grammar from_json_schema(std::string_view schema_json, JsonWhitespace ws) {

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "strata/grammar/grammar.h"
 
@@ -35,6 +36,17 @@ constexpr int kMaxJsonLineBreaks = 2;
 std::string json_schema_to_gbnf(std::string_view schema_json,
                                 JsonWhitespace ws = JsonWhitespace::kFlexible);
 Grammar from_json_schema(std::string_view schema_json, JsonWhitespace ws = JsonWhitespace::kFlexible);
+
+// Several JSON values in one grammar, for grammars that embed them in other text (the
+// Qwen3-Coder XML tool calls): rule `name` accepts the JSON texts of the subschema at JSON
+// pointer `pointer` of `schema_json` ("" for the whole; its `$ref`s resolve against the whole).
+// The rules a subschema makes are named `name-...`. Returns those rules and the JSON base rules
+// once, and no `root` rule. Errors as json_schema_to_gbnf's, the path from the pointer.
+struct JsonValueRule {
+  std::string name, schema_json, pointer;
+};
+std::string json_value_rules(const std::vector<JsonValueRule>& rules,
+                             JsonWhitespace ws = JsonWhitespace::kFlexible);
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar(JsonWhitespace ws = JsonWhitespace::kFlexible);
 

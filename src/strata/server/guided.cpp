@@ -7,6 +7,7 @@
 #include "strata/grammar/json_schema.h"
 #include "strata/server/api_error.h"
 #include "strata/server/protocol.h"
+#include "strata/server/xml_tool_grammar.h"
 
 namespace strata::server {
 
@@ -141,7 +142,13 @@ grammar::JsonWhitespace json_whitespace(const Json& b) {
 }
 
 std::shared_ptr<const grammar::Grammar> tool_call_grammar(const Json& tools, const std::string& name,
-                                                          bool parallel, grammar::JsonWhitespace ws) {
+                                                          bool parallel, grammar::JsonWhitespace ws,
+                                                          ToolCallFormat format) {
+  const char* root = parallel ? "root ::= tool-call (\"\\n\" tool-call)*\n" : "root ::= tool-call\n";
+  if (format == ToolCallFormat::kQwen3CoderXml) {
+    const std::string rules = xml_tool_call_rules(tools, name, ws);  // 400s of its own
+    return compile("tool_choice", [&] { return grammar::from_gbnf(root + rules); });
+  }
   Json calls = Json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const Json& fn = tools[i]["function"];
@@ -163,7 +170,6 @@ std::shared_ptr<const grammar::Grammar> tool_call_grammar(const Json& tools, con
   return compile("tool_choice", [&] {
     std::string gbnf = grammar::json_schema_to_gbnf(schema.dump(), ws);
     gbnf.replace(0, 4, "tool-call-json");  // its first rule is `root ::= `
-    const char* root = parallel ? "root ::= tool-call (\"\\n\" tool-call)*\n" : "root ::= tool-call\n";
     return grammar::from_gbnf(root + std::string("tool-call ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n") +
                               gbnf);
   });

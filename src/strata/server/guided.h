@@ -12,6 +12,7 @@
 
 #include "strata/grammar/grammar.h"
 #include "strata/grammar/json_schema.h"
+#include "strata/server/protocol.h"
 
 namespace strata::server {
 
@@ -24,13 +25,15 @@ grammar::JsonWhitespace json_whitespace(const nlohmann::ordered_json& body);
 std::shared_ptr<const grammar::Grammar> parse_guided(const nlohmann::ordered_json& body);
 
 // tool_choice "required" (name empty: any of the tools) or a named function: calls in the
-// Hermes format, `<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>`, ARGS following
-// the function's `parameters` schema (any object when absent). `parallel`: one or more calls,
-// separated by "\n" as the Qwen3 / Hermes templates write them; else exactly one. A schema the
-// grammar refuses is a 400 naming tools[i].function.parameters.
+// model's format. Hermes: `<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>`, ARGS
+// following the function's `parameters` schema (any object when absent); Qwen3-Coder XML:
+// xml_tool_grammar.h. `parallel`: one or more calls, separated by "\n" as the Qwen3 / Hermes /
+// Qwen3.5 templates write them; else exactly one. A schema the grammar refuses is a 400 naming
+// tools[i].function.parameters.
 std::shared_ptr<const grammar::Grammar> tool_call_grammar(
     const nlohmann::ordered_json& tools, const std::string& name, bool parallel,
-    grammar::JsonWhitespace ws = grammar::JsonWhitespace::kFlexible);
+    grammar::JsonWhitespace ws = grammar::JsonWhitespace::kFlexible,
+    ToolCallFormat format = ToolCallFormat::kHermes);
 
 // The grammar of exactly one of the strings (guided_choice).
 grammar::Grammar choice_grammar(const std::vector<std::string>& choices);

@@ -586,7 +586,7 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
 }
 
 void handle_chat(ServerState& st, const httplib::Request& req, httplib::Response& res) {
-  const ChatRequest r = parse_chat_request(parse_body(req.body, st.options.limits), st.options.limits);
+  const ChatRequest r = parse_chat_request(parse_body(req.body, st.options.limits), st.options.limits, st.tool_call_format);
   st.check_model(r.gen.model);
   const std::string prompt_text = render_chat(st, r);
   // A structured output starts at once: the grammar leaves no room for reasoning, so the whole

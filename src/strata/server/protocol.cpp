@@ -389,7 +389,7 @@ CompletionRequest parse_completion_request(const Json& b, const RequestLimits& l
   return r;
 }
 
-ChatRequest parse_chat_request(const Json& b, const RequestLimits& limits) {
+ChatRequest parse_chat_request(const Json& b, const RequestLimits& limits, ToolCallFormat tool_calls) {
   ChatRequest r;
   parse_generation_fields(b, limits, &r.gen);
   require_tokens(b, r.gen);
@@ -438,7 +438,7 @@ ChatRequest parse_chat_request(const Json& b, const RequestLimits& limits) {
     // one call, as OpenAI documents a forced function.
     const bool named = r.tool_choice == ToolChoice::kNamed;
     r.gen.grammar = tool_call_grammar(r.tools, named ? r.tool_choice_name : "",
-                                      !named && r.parallel_tool_calls, json_whitespace(b));
+                                      !named && r.parallel_tool_calls, json_whitespace(b), tool_calls);
   }
   if (auto lp = get_bool(b, "logprobs")) r.logprobs = *lp;
   if (auto top = get_int(b, "top_logprobs", 0, kMaxLogprobs)) {

@@ -52,6 +52,12 @@ struct CompletionRequest {
 
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
+// How the model writes tool calls, which is how forced calls (tool_choice "required" or a named
+// function) are constrained: Hermes JSON (Qwen2.5 / Qwen3 templates) or Qwen3-Coder XML
+// (Qwen3.5 / Qwen3-Next templates; tool_parser.h shows both). The server takes it from the chat
+// template (server_state.h).
+enum class ToolCallFormat { kHermes, kQwen3CoderXml };
+
 struct ChatRequest {
   GenerationFields gen;
   nlohmann::ordered_json messages;   // validated, normalized for the template (see protocol.cpp)
@@ -92,7 +98,8 @@ nlohmann::ordered_json parse_body(const std::string& body, const RequestLimits& 
 
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
                                            const RequestLimits& limits);
-ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestLimits& limits,
+                               ToolCallFormat tool_calls = ToolCallFormat::kHermes);
 TokenizeRequest parse_tokenize_request(const nlohmann::ordered_json& body,
                                        const RequestLimits& limits);
 DetokenizeRequest parse_detokenize_request(const nlohmann::ordered_json& body,

@@ -141,7 +141,7 @@ void refuse(const Json& b, const char* key, const char* why) {
 
 }  // namespace
 
-ResponsesRequest parse_responses_request(const Json& b, const RequestLimits& limits) {
+ResponsesRequest parse_responses_request(const Json& b, const RequestLimits& limits, ToolCallFormat tool_calls) {
   refuse(b, "previous_response_id", "this server stores no responses; send the whole conversation as input");
   refuse(b, "conversation", "this server stores no conversations; send the whole conversation as input");
   if (const Json* bg = field(b, "background"); bg && *bg != false) {
@@ -198,7 +198,7 @@ ResponsesRequest parse_responses_request(const Json& b, const RequestLimits& lim
     if (!u->is_string()) wrong_type("user", "a string", *u);
     r.user = *u;
   }
-  r.chat = parse_chat_request(chat, limits);
+  r.chat = parse_chat_request(chat, limits, tool_calls);
   return r;
 }
 

@@ -32,6 +32,7 @@ struct ResponsesRequest {
   nlohmann::ordered_json user;  // null when absent
 };
 
-ResponsesRequest parse_responses_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+ResponsesRequest parse_responses_request(const nlohmann::ordered_json& body, const RequestLimits& limits,
+                                         ToolCallFormat tool_calls = ToolCallFormat::kHermes);
 
 }  // namespace strata::server

@@ -142,7 +142,7 @@ struct ResponseStream {
 }  // namespace
 
 void handle_responses(ServerState& st, const httplib::Request& req, httplib::Response& res) {
-  ResponsesRequest r = parse_responses_request(parse_body(req.body, st.options.limits), st.options.limits);
+  ResponsesRequest r = parse_responses_request(parse_body(req.body, st.options.limits), st.options.limits, st.tool_call_format);
   st.check_model(r.chat.gen.model);
   const std::string prompt_text = render_chat(st, r.chat);
   const bool thinking = !r.chat.gen.grammar && prompt_opens_reasoning(prompt_text);

@@ -140,6 +140,8 @@ void ApiServer::Impl::load_text(ServerOptions options, const std::string& dir) {
       const std::string& tools = st.template_config.select(true);
       st.chat_template.emplace(ChatTemplate::compile(plain));
       if (&tools != &plain) st.tool_template.emplace(ChatTemplate::compile(tools));
+      st.tool_call_format = tools.find("<function=") != std::string::npos ? ToolCallFormat::kQwen3CoderXml
+                                                                          : ToolCallFormat::kHermes;
     }
   } catch (const Error& e) {
     st.chat_template.reset();

@@ -35,6 +35,8 @@ struct ServerState {
   ChatTemplateConfig template_config;
   std::optional<ChatTemplate> chat_template, tool_template;  // tool_use when the model has one
   std::string template_error;  // why the chat template did not load ("" when it did)
+  // Qwen3-Coder XML when the template for requests with tools writes `<function=`, else Hermes.
+  ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
   Metrics metrics;
   ServeLog log;
   std::unique_ptr<EngineLoop> loop;

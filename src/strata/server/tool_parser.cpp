@@ -434,9 +434,9 @@ class PyLiteral {
   size_t i_ = 0;
 };
 
-// The "type" of a property schema as vLLM reads it; a list of types gives its first non-null
-// one (vLLM would stringify the list).
-std::string schema_type(const Json& schema) {
+}  // namespace
+
+std::string xml_parameter_type(const Json& schema) {
   if (!schema.is_object()) return "string";
   const auto t = schema.find("type");
   if (t == schema.end()) return "string";
@@ -448,8 +448,6 @@ std::string schema_type(const Json& schema) {
   }
   return dump(*t);
 }
-
-}  // namespace
 
 ToolParamTypes tool_param_types(const Json& tools) {
   ToolParamTypes out;
@@ -466,7 +464,7 @@ ToolParamTypes tool_param_types(const Json& tools) {
     const auto props = schema->find("properties");
     const Json& properties = props == schema->end() ? *schema : *props;
     if (!properties.is_object()) continue;
-    for (const auto& [param, prop] : properties.items()) params[param] = schema_type(prop);
+    for (const auto& [param, prop] : properties.items()) params[param] = xml_parameter_type(prop);
   }
   return out;
 }

@@ -37,6 +37,11 @@ using ToolParamTypes = std::map<std::string, std::map<std::string, std::string>>
 // Reads the types from an OpenAI tools array (malformed entries are skipped).
 ToolParamTypes tool_param_types(const nlohmann::ordered_json& tools);
 
+// The "type" of a property schema as vLLM reads it, by which an XML parameter's text converts:
+// "string" without a type, a list of types gives its first non-null one (vLLM would stringify
+// the list).
+std::string xml_parameter_type(const nlohmann::ordered_json& schema);
+
 // An XML parameter's text as a JSON value of the schema type (vLLM's conversion rules: "null"
 // is null for any type, booleans other than "true" are false, object/array try JSON and then a
 // Python literal; a value that does not convert stays a string).
