@@ -204,11 +204,79 @@ TEST(Speculative, GreedyOutputsEqualTheTargetsUnderPreemption) {
   expect_same(plain, spec, "preempted, K=2");
 }
 
+EngineConfig dynamic_config(int k, const DraftCosts& costs) {
+  EngineConfig c = small_config(k);
+  c.speculative.dynamic = true;
+  c.speculative.costs = costs;
+  return c;
+}
+
+// Verify rows nearly free (a GPU at small batch): sequences draft 0 to 3 tokens by their acceptance.
+DraftCosts cheap_costs() {
+  DraftCosts c;
+  c.verify_row = 0.1;
+  c.head_row = 0.05;
+  c.replay_row = 0.5;
+  return c;
+}
+
+void print_stats(const std::string& what, const EngineStats& s) {
+  std::printf("  %s: %lld steps, %lld verifies, %lld drafts, %lld accepted (rate %.3f), drafted at 1..3: %lld %lld %lld\n",
+              what.c_str(), (long long)s.steps, (long long)s.spec_verifies, (long long)s.spec_draft_tokens,
+              (long long)s.spec_accepted_tokens, s.spec_acceptance_rate(), (long long)s.spec_drafted_at[0],
+              (long long)s.spec_drafted_at[1], (long long)s.spec_drafted_at[2]);
+}
+
+// Dynamic draft length (draft_length.h) changes how many drafts a step verifies, never the
+// outputs: greedy outputs equal those without speculation and with a fixed K, in batches with
+// prefix hits, under the CPU's costs (which draft little) and cheap ones (k from 0 to K).
+TEST(Speculative, DynamicDraftLengthKeepsGreedyOutputs) {
+  const Workload w = workload();
+  const SpecRun plain = run(small_config(0), w.prompts, w.params);
+  const SpecRun fixed = run(small_config(3), w.prompts, w.params);
+  expect_same(plain, fixed, "fixed K=3");
+  const SpecRun cpu = run(dynamic_config(3, DraftCosts{}), w.prompts, w.params);
+  expect_same(plain, cpu, "dynamic, the CPU's costs");
+  const SpecRun cheap = run(dynamic_config(3, cheap_costs()), w.prompts, w.params);
+  expect_same(plain, cheap, "dynamic, cheap verify rows");
+  print_stats("fixed K=3", fixed.stats);
+  print_stats("dynamic, CPU costs", cpu.stats);
+  print_stats("dynamic, cheap", cheap.stats);
+  EXPECT_GT(cpu.stats.spec_verifies, 0) << "no sequence started drafting or was probed";
+  EXPECT_LT(cpu.stats.spec_draft_tokens * 3, fixed.stats.spec_draft_tokens) << "the CPU's costs did not cut drafting";
+  EXPECT_EQ(cpu.stats.spec_drafted_at[1], 0) << "the CPU's costs never pay for a second draft";
+  EXPECT_GT(cheap.stats.spec_drafted_at[2], 0) << "no sequence drafted K";
+  EXPECT_LT(double(cheap.stats.spec_draft_tokens) / double(cheap.stats.spec_verifies),
+            double(fixed.stats.spec_draft_tokens) / double(fixed.stats.spec_verifies))
+      << "every verify had as many drafts as with a fixed K";
+  EXPECT_GT(cheap.stats.spec_replays, 0);
+  EXPECT_LT(cheap.stats.steps, plain.stats.steps);
+}
+
+// One request at a time (batch 1), the second a whole-prefix hit of the first.
+TEST(Speculative, DynamicDraftLengthKeepsGreedyOutputsAtBatchOne) {
+  const Workload w = workload();
+  const std::vector<std::vector<int32_t>> prompts = {w.prompts[1], w.prompts[1]};
+  const std::vector<SamplingParams> params = {w.params[1], w.params[1]};
+  const SpecRun plain = run(small_config(0), prompts, params);
+  for (const DraftCosts& costs : {DraftCosts{}, cheap_costs()}) {
+    const SpecRun dyn = run(dynamic_config(3, costs), prompts, params);
+    expect_same(plain, dyn, "dynamic, batch 1");
+    EXPECT_GT(dyn.stats.prefix_hits, 0);
+    EXPECT_GT(dyn.stats.spec_verifies, 0);
+  }
+}
+
 TEST(SpeculativeConfig, ParsesVllmsFlagAndNamesBadFields) {
   const SpeculativeConfig c = parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 3})");
   EXPECT_EQ(c.method, "mtp");
   EXPECT_EQ(c.num_speculative_tokens, 3);
   EXPECT_TRUE(c.enabled());
+  EXPECT_FALSE(c.dynamic) << "the draft length is fixed by default";
+  EXPECT_TRUE(parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 3, "draft_length": "dynamic"})")
+                  .dynamic);
+  EXPECT_FALSE(parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 3, "draft_length": "fixed"})")
+                   .dynamic);
   auto message = [](const std::string& json) {
     try {
       parse_speculative_config(json);
@@ -224,6 +292,12 @@ TEST(SpeculativeConfig, ParsesVllmsFlagAndNamesBadFields) {
   EXPECT_NE(message(R"({"num_speculative_tokens": 2})").find("'method'"), std::string::npos);
   EXPECT_NE(message(R"({"method": "mtp", "num_speculative_tokens": 2, "draft_model": "x"})").find("'draft_model'"),
             std::string::npos);
+  EXPECT_NE(message(R"({"method": "mtp", "num_speculative_tokens": 2, "draft_length": "adaptive"})")
+                .find("'draft_length'"), std::string::npos);
+  EXPECT_NE(message(R"({"method": "mtp", "num_speculative_tokens": 2, "draft_length": 1})").find("'draft_length'"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"method": "mtp", "num_speculative_tokens": 2, "draft_len": "fixed"})").find("draft_length"),
+            std::string::npos) << "the unknown field's message lists the known ones";
   EXPECT_NE(message("mtp").find("not JSON"), std::string::npos);
   EXPECT_NE(message("[1]").find("JSON object"), std::string::npos);
 }

@@ -44,7 +44,8 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_flag("--no-async-scheduling", o.no_async_scheduling, "run the steps one after another");
   app.add_option("--speculative-config", o.speculative_config,
                  "speculative decoding with the model's multi-token-prediction head, as JSON: "
-                 "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' (default: off)");
+                 "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' (default: off); add "
+                 "'\"draft_length\": \"dynamic\"' to choose each sequence's draft length in [0, K]");
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 

@@ -203,7 +203,9 @@ class Engine {
   void accept_row(Sequence& seq, const float* logits, int32_t picked, int32_t draft_index, bool& accepted);
   static bool verified_on_device(const Sequence& seq);
   void draft_tokens(const StepInFlight& f);  // chain the head K times over the step's rows
-  int32_t draft_budget(Sequence& seq) const;  // how many drafts seq may get now
+  // How many drafts each chunk's sequence wants now: K, or the dynamic policy's choice.
+  std::vector<int32_t> wanted_drafts(const StepInFlight& f);
+  int32_t draft_budget(Sequence& seq, int32_t wanted) const;  // how many of them seq may get now
   // Greedy: the draft is `picked`, the head's arg max; sampled or structured: from the host row
   // `logits`. False when no draft may follow it.
   bool add_draft(Sequence& seq, const float* logits, int32_t picked, std::vector<int32_t>& context,
@@ -222,6 +224,7 @@ class Engine {
   bool overlap_ = false;
   bool spec_ = false;
   std::unique_ptr<Sampler> spec_sampler_;
+  std::unique_ptr<DraftLengthPolicy> draft_policy_;  // "draft_length": "dynamic"; null: fixed K
   Tensor hidden_, replay_logits_, draft_logits_;
   std::vector<double> spec_p_;
   std::vector<uint64_t> spec_allow_;  // a structured output's grammar mask (verify or draft)

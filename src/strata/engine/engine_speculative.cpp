@@ -60,13 +60,40 @@ void Engine::init_speculation() {
   spec_sampler_ = std::make_unique<Sampler>(model_->info().vocab_size, config_.logprobs_mode);
   stats_.spec_drafted_at.assign(size_t(sc.num_speculative_tokens), 0);
   stats_.spec_accepted_at.assign(size_t(sc.num_speculative_tokens), 0);
+  if (sc.dynamic) draft_policy_ = std::make_unique<DraftLengthPolicy>(sc.num_speculative_tokens, sc.costs);
+}
+
+// Fixed: K for every sequence that may draft; dynamic: the policy's k over the step's drafters
+// (draft_length.h), the others counted as plain rows of the step.
+std::vector<int32_t> Engine::wanted_drafts(const StepInFlight& f) {
+  const int32_t max_k = config_.speculative.num_speculative_tokens;
+  std::vector<int32_t> wanted(f.chunks.size(), max_k);
+  if (!draft_policy_) return wanted;
+  std::vector<DraftHistory*> histories;
+  std::vector<int32_t> limits;
+  std::vector<size_t> drafter_chunks;
+  int32_t plain_rows = 0;
+  for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
+    Sequence& seq = *f.chunks[ci].seq;
+    if (seq.status != SeqStatus::kRunning || seq.num_computed <= f.chunks[ci].ctx_len) continue;
+    if (seq.num_computed + 1 != seq.num_tokens() || seq.request->seqs.size() > 1) {
+      plain_rows += f.chunks[ci].samples ? 1 : 0;
+      continue;
+    }
+    histories.push_back(&seq.draft_history);
+    limits.push_back(std::clamp(seq.token_limit - seq.num_tokens() - 1, 0, max_k));
+    drafter_chunks.push_back(ci);
+  }
+  const std::vector<int32_t> ks = draft_policy_->plan(histories, limits, plain_rows);
+  for (size_t i = 0; i < ks.size(); ++i) wanted[drafter_chunks[i]] = ks[i];
+  return wanted;
 }
 
 // Drafts are made for single-completion requests; the others (n > 1) decode a token a step.
-int32_t Engine::draft_budget(Sequence& seq) const {
+int32_t Engine::draft_budget(Sequence& seq, int32_t wanted) const {
   if (seq.request->seqs.size() > 1) return 0;
   // Every draft accepted plus the bonus token stays within max_tokens and the context.
-  int32_t k = std::min(config_.speculative.num_speculative_tokens, seq.token_limit - seq.num_tokens() - 1);
+  int32_t k = std::min(wanted, seq.token_limit - seq.num_tokens() - 1);
   // The chained head steps write their KV at positions up to num_computed + k - 2.
   while (k > 1 && !cache_->can_grow(seq, seq.num_computed + k - 1)) --k;
   if (k > 1) cache_->grow(seq, seq.num_computed + k - 1);
@@ -184,10 +211,13 @@ void Engine::verify_drafts(StepInFlight& f) {
     if (seq.is_finished()) continue;
     ++stats_.spec_verifies;
     stats_.spec_draft_tokens += v.drafts;
-    int32_t accepted = 0;
+    int32_t accepted = 0, reached = 0;
     for (int32_t i = 0; i <= v.drafts; ++i) {
       const bool draft = i < v.drafts;
-      if (draft) ++stats_.spec_drafted_at[size_t(i)];
+      if (draft) {
+        ++stats_.spec_drafted_at[size_t(i)];
+        ++reached;
+      }
       bool ok = false;
       const int32_t row = first[vi] + i;
       if (on_device[vi]) {
@@ -202,6 +232,7 @@ void Engine::verify_drafts(StepInFlight& f) {
       if (!ok || seq.is_finished()) break;
     }
     stats_.spec_accepted_tokens += accepted;
+    if (draft_policy_) draft_policy_->observe(seq.draft_history, reached, accepted);
     seq.drafts.clear();
     seq.draft_probs.clear();
     if (seq.is_finished()) continue;  // its pages and slot went back with it
@@ -270,6 +301,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
       if (!more) d->k = int32_t(d->seq->drafts.size());
     }
   };
+  const std::vector<int32_t> wanted = wanted_drafts(f);
   ForwardBatch b;
   std::vector<int32_t> hidden_rows;
   std::vector<Drafter> drafters;
@@ -292,7 +324,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
       b.positions.push_back(p);
       hidden_rows.push_back(f.batch.seqs[ci].q_start + p - c.ctx_len);
     }
-    const int32_t k = end + 1 == seq.num_tokens() ? draft_budget(seq) : 0;
+    const int32_t k = end + 1 == seq.num_tokens() ? draft_budget(seq, wanted[ci]) : 0;
     s.block_table = seq.block_table;  // after draft_budget's growth
     if (k > 0) {
       drafters.push_back({&seq, k, int32_t(b.logit_rows.size()), {}, {}});

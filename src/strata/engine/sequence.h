@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "strata/engine/block_pool.h"
+#include "strata/engine/draft_length.h"
 #include "strata/engine/output.h"
 #include "strata/engine/sampling_params.h"
 #include "strata/grammar/matcher.h"
@@ -57,6 +58,7 @@ struct Sequence {
   // back (CacheManager::free: preemption, finish).
   std::vector<int32_t> drafts;
   std::vector<std::vector<double>> draft_probs;
+  DraftHistory draft_history;  // its acceptance, for "draft_length": "dynamic" (draft_length.h)
 
   // Prompt logprobs (completion 0 of a request that asks for them): those computed so far, for
   // prompt tokens 1.. in order, and whether they were reported.

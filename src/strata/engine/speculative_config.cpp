@@ -29,8 +29,15 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
       STRATA_CHECK(k >= 1 && k <= kMaxSpeculativeTokens, "--speculative-config: field 'num_speculative_tokens' must be in [1, ",
                    kMaxSpeculativeTokens, "], got ", k);
       c.num_speculative_tokens = int32_t(k);
+    } else if (key == "draft_length") {
+      STRATA_CHECK(it->is_string(), "--speculative-config: field 'draft_length' must be a string (\"fixed\" or "
+                   "\"dynamic\")");
+      const std::string mode = it->get<std::string>();
+      STRATA_CHECK(mode == "fixed" || mode == "dynamic", "--speculative-config: field 'draft_length' must be "
+                   "\"fixed\" or \"dynamic\", got \"", mode, "\"");
+      c.dynamic = mode == "dynamic";
     } else {
-      fail("--speculative-config: unknown field '", key, "' (known: method, num_speculative_tokens)");
+      fail("--speculative-config: unknown field '", key, "' (known: method, num_speculative_tokens, draft_length)");
     }
   }
   STRATA_CHECK(!c.method.empty(), "--speculative-config: field 'method' is missing (\"mtp\")");

@@ -1,15 +1,22 @@
 // SpeculativeConfig: `--speculative-config '{"method": "mtp", "num_speculative_tokens": K}'`
 // (vLLM's flag). Only the model's own multi-token-prediction head ("mtp") drafts so far.
+// strata's own field "draft_length": "fixed" (the default: K drafts a sequence and step, vLLM's
+// behaviour) or "dynamic" (each sequence's k in [0, K] from its recent acceptance, and steps
+// without drafts when speculation costs more than it saves: draft_length.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "strata/engine/draft_length.h"
 
 namespace strata {
 
 struct SpeculativeConfig {
   std::string method;                  // "mtp"; empty: no speculation
   int32_t num_speculative_tokens = 0;  // K draft tokens per sequence and step; 0: off
+  bool dynamic = false;                // "draft_length": "dynamic"
+  DraftCosts costs;                    // the dynamic policy's cost model (not a flag: tests set it)
   bool enabled() const { return num_speculative_tokens > 0; }
 };
 
