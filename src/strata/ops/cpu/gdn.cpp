@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "strata/core/dtype.h"
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
 #include "strata/ops/cuda/dispatch.h"
@@ -195,7 +196,8 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
                       const Tensor& out, GdnAlgorithm algorithm) {
   STRATA_CUDA_DISPATCH(q, gated_delta_rule(q, k, v, g, beta, state, batch, out, algorithm));
   expect_cpu_f32(q, "gated_delta_rule", "q");
-  expect_cpu_f32(state, "gated_delta_rule", "state");
+  STRATA_CHECK(state.device() == Device::kCpu && (state.dtype() == DType::kF32 || state.dtype() == DType::kBF16),
+               "gated_delta_rule: state must be a CPU F32 or BF16 tensor, got ", state.describe());
   const int64_t t = q.dim(0), hk = q.dim(1), dk = q.dim(2), hv = v.dim(1), dv = v.dim(2);
   expect_shape(k, {t, hk, dk}, "gated_delta_rule", "k");
   expect_shape(v, {t, hv, dv}, "gated_delta_rule", "v");
@@ -224,13 +226,26 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
         gh[i] = g.data<float>()[r * hv + h];
         bh[i] = beta.data<float>()[r * hv + h];
       }
-      float* st = state.data<float>() + (int64_t(s.state_slot) * hv + h) * dk * dv;
-      if (s.ctx_len == 0) std::fill(st, st + dk * dv, 0.f);
+      // A BF16 state is loaded to float, updated in float and rounded once when stored.
+      const int64_t cell0 = (int64_t(s.state_slot) * hv + h) * dk * dv;
+      const bool bf16_state = state.dtype() == DType::kBF16;
+      std::vector<float> widened(bf16_state ? dk * dv : 0);
+      float* st = bf16_state ? widened.data() : state.data<float>() + cell0;
+      if (s.ctx_len == 0) {
+        std::fill(st, st + dk * dv, 0.f);
+      } else if (bf16_state) {
+        const uint16_t* src = state.data<uint16_t>() + cell0;
+        for (int64_t i = 0; i < dk * dv; ++i) st[i] = bf16_to_f32(src[i]);
+      }
       HeadSpan span{len, dk, dv, qh.data(), kh.data(), vh.data(), gh.data(), bh.data(), st, oh.data()};
       if (len == 1 || algorithm == GdnAlgorithm::kRecurrent) {
         recurrent(span);
       } else {
         chunked(span);
+      }
+      if (bf16_state) {
+        uint16_t* dst = state.data<uint16_t>() + cell0;
+        for (int64_t i = 0; i < dk * dv; ++i) dst[i] = f32_to_bf16(st[i]);
       }
       for (int64_t i = 0; i < len; ++i) {
         std::memcpy(out.data<float>() + ((s.q_start + i) * hv + h) * dv, &oh[i * dv],
