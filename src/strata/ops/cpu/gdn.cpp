@@ -31,7 +31,10 @@ struct HeadSpan {
   const float *q, *k, *v, *g, *beta;
   float* state;
   float* out;  // [L, dv]
+  bool bf16_state = false;  // the recurrence rounds the state to bf16 after every token
 };
+
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 // S <- S * exp(g_t); delta = (v_t - S^T k_t) * beta_t; S += k_t delta^T; o_t = S^T q_t.
 void recurrent(const HeadSpan& h) {
@@ -56,6 +59,9 @@ void recurrent(const HeadSpan& h) {
     for (int64_t i = 0; i < h.dk; ++i) {
       const float* s = h.state + i * h.dv;
       for (int64_t j = 0; j < h.dv; ++j) o[j] += s[j] * qt[i];
+    }
+    if (h.bf16_state) {
+      for (int64_t i = 0; i < h.dk * h.dv; ++i) h.state[i] = round_bf16(h.state[i]);
     }
   }
 }
@@ -226,7 +232,8 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
         gh[i] = g.data<float>()[r * hv + h];
         bh[i] = beta.data<float>()[r * hv + h];
       }
-      // A BF16 state is loaded to float, updated in float and rounded once when stored.
+      // A BF16 state is loaded to float and updated in float; the recurrence rounds it after every
+      // token (as many single-token steps would), the chunked form once, at the span's end.
       const int64_t cell0 = (int64_t(s.state_slot) * hv + h) * dk * dv;
       const bool bf16_state = state.dtype() == DType::kBF16;
       std::vector<float> widened(bf16_state ? dk * dv : 0);
@@ -237,7 +244,7 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
         const uint16_t* src = state.data<uint16_t>() + cell0;
         for (int64_t i = 0; i < dk * dv; ++i) st[i] = bf16_to_f32(src[i]);
       }
-      HeadSpan span{len, dk, dv, qh.data(), kh.data(), vh.data(), gh.data(), bh.data(), st, oh.data()};
+      HeadSpan span{len, dk, dv, qh.data(), kh.data(), vh.data(), gh.data(), bh.data(), st, oh.data(), bf16_state};
       if (len == 1 || algorithm == GdnAlgorithm::kRecurrent) {
         recurrent(span);
       } else {

@@ -191,6 +191,10 @@ __global__ void __launch_bounds__(256) gdn_recurrent_kernel(const bf16* q, const
       o += sv[r] * qs[r];
     }
     if (col) out[(t * hv + h) * dv + c] = f2bf(o);
+    if (!s32) {  // a BF16 state is rounded after every token, as single-token steps would store it
+#pragma unroll
+      for (int r = 0; r < DK; ++r) sv[r] = bf2f(f2bf(sv[r]));
+    }
   }
   if (slot >= 0 && col) {
 #pragma unroll
