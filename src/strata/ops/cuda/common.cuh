@@ -29,13 +29,6 @@ __device__ __forceinline__ void stf(void* p, bool f32, int64_t i, float v) {
   }
 }
 
-// One element of an array whose type is known at compile time (F32 or BF16), as float; the
-// store rounds to nearest even for BF16.
-__device__ __forceinline__ float ld_state(const float* p) { return *p; }
-__device__ __forceinline__ float ld_state(const bf16* p) { return bf2f(*p); }
-__device__ __forceinline__ void st_state(float* p, float v) { *p = v; }
-__device__ __forceinline__ void st_state(bf16* p, float v) { *p = f2bf(v); }
-
 __device__ __forceinline__ float silu_f(float x) { return x / (1.f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + expf(-x)); }
 

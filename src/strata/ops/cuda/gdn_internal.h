@@ -11,6 +11,13 @@
 
 namespace strata::ops::cuda {
 
+// One recurrent-state element of a pool whose dtype is known at compile time (F32 or BF16), as
+// float; the BF16 store rounds to nearest even (the decode step's kState32).
+__device__ __forceinline__ float ld_state(const float* p) { return *p; }
+__device__ __forceinline__ float ld_state(const bf16* p) { return bf2f(*p); }
+__device__ __forceinline__ void st_state(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st_state(bf16* p, float v) { *p = f2bf(v); }
+
 // Tokens a chunk, from each span's start.
 constexpr int kGdnChunk = 64;
 
