@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strata/core/error.h"
@@ -22,11 +23,15 @@ inline std::string engine_fixture_dir(const std::string& name) {
   return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name;
 }
 
-// Each fixture model is loaded once per test binary.
-inline std::shared_ptr<Model> fixture_model(const std::string& name) {
-  static std::map<std::string, std::shared_ptr<Model>> loaded;
-  auto& m = loaded[name];
-  if (!m) m = std::shared_ptr<Model>(load_model(engine_fixture_dir(name)));
+// Each fixture model is loaded once per test binary (and recurrent-state dtype).
+inline std::shared_ptr<Model> fixture_model(const std::string& name, DType ssm_dtype = DType::kF32) {
+  static std::map<std::pair<std::string, DType>, std::shared_ptr<Model>> loaded;
+  auto& m = loaded[{name, ssm_dtype}];
+  if (!m) {
+    LoadOptions o;
+    o.ssm_state_dtype = ssm_dtype;
+    m = std::shared_ptr<Model>(load_model(engine_fixture_dir(name), o));
+  }
   return m;
 }
 
@@ -42,7 +47,7 @@ inline EngineConfig test_config(const std::string& name) {
 }
 
 inline std::unique_ptr<Engine> make_engine(const std::string& name, const EngineConfig& c) {
-  return std::make_unique<Engine>(fixture_model(name), c,
+  return std::make_unique<Engine>(fixture_model(name, c.ssm_state_dtype), c,
                                   GenerationDefaults::load(engine_fixture_dir(name)));
 }
 

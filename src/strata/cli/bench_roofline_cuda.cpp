@@ -88,7 +88,9 @@ double active_experts(const Dims& d, double tokens) {
 // One forward of `tokens` new tokens in `seqs` sequences, each with `ctx` cached tokens before
 // the step; `logit_rows` rows through the LM head. Fewest bytes: every weight read once (only
 // the experts hit), caches read and written once; activations are not counted.
-Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int64_t logit_rows) {
+// state_bytes: bytes per recurrent-state element (4 for F32, 2 for BF16).
+Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int64_t logit_rows,
+                  double state_bytes = 4) {
   const double h = double(d.hidden), bf = 2, f32 = 4;
   const double conv_dim = double(2 * d.hk * d.dk + d.hv * d.dv);
   const double gdn_params = (conv_dim + d.hv * d.dv + 2 * d.hv) * h + h * d.hv * d.dv;
@@ -115,7 +117,7 @@ Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int6
   // Gated DeltaNet: the state read and written once per sequence, ~7 flops per state element
   // per token (decay, k^T S, the rank-1 update, S^T q); the conv state likewise.
   const double state = double(d.hv * d.dk * d.dv);
-  c.cache_bytes += d.n_linear * double(seqs) * (2 * state * f32 + 2.0 * (d.conv_kernel - 1) * conv_dim * bf);
+  c.cache_bytes += d.n_linear * double(seqs) * (2 * state * state_bytes + 2.0 * (d.conv_kernel - 1) * conv_dim * bf);
   c.flops += d.n_linear * t * 7 * state;
   return c;
 }
@@ -272,11 +274,24 @@ std::vector<cu::OpTime> profile_forward(Model& model, const ForwardBatch& batch,
   return cu::profile_end();
 }
 
+// The model's cache layout with its recurrent-state slots ("ssm") in `ssm`: the ops read the
+// state's dtype from the pool, so one loaded model runs with either (--mamba-ssm-dtype).
+CacheSpec with_ssm_dtype(CacheSpec spec, DType ssm) {
+  for (LayerCacheSpec& layer : spec.layers) {
+    for (SlotCacheSpec& slot : layer.slots) {
+      if (slot.name == "ssm") slot.dtype = ssm;
+    }
+  }
+  return spec;
+}
+
+std::string ssm_label(DType ssm) { return ssm == DType::kF32 ? "" : cat(", ", dtype_name(ssm), " state"); }
+
 // One timed prefill of `len` tokens in a fresh cache (after a warm-up forward).
 Row prefill_row(Model& model, const Dims& dims, int32_t len, int block_size, std::mt19937& rng, int64_t vocab,
-                bool with_breakdown, std::vector<std::pair<std::string, std::string>>* breakdowns) {
+                DType ssm, bool with_breakdown, std::vector<std::pair<std::string, std::string>>* breakdowns) {
   const int pages = (len + block_size - 1) / block_size;
-  Caches caches = Caches::allocate(model.info().cache, pages, block_size, 1, Device::kCuda);
+  Caches caches = Caches::allocate(with_ssm_dtype(model.info().cache, ssm), pages, block_size, 1, Device::kCuda);
   ForwardBatch batch = make_batch(1, len, 0, block_size, pages, rng, vocab);
   batch.logit_rows.push_back(len - 1);
   Tensor logits;
@@ -293,19 +308,21 @@ Row prefill_row(Model& model, const Dims& dims, int32_t len, int block_size, std
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   if (with_breakdown) {
-    breakdowns->push_back({cat("prefill ", len, " tokens (", std::to_string(ms).substr(0, 7), " ms)"),
+    breakdowns->push_back({cat("prefill ", len, " tokens", ssm_label(ssm), " (", std::to_string(ms).substr(0, 7), " ms)"),
                            breakdown_table(profile_forward(model, batch, caches), 1)});
     std::fprintf(stderr, "per-op GPU time, %s:\n%s", breakdowns->back().first.c_str(),
                  breakdowns->back().second.c_str());
   }
   std::fprintf(stderr, "prefill %d: %.2f ms, %.0f tokens/s\n", len, ms, len * 1e3 / ms);
-  return {cat("prefill ", len, " tokens"), len, ms, forward_cost(dims, 1, len, 0, 1)};
+  return {cat("prefill ", len, " tokens", ssm_label(ssm)), len, ms,
+          forward_cost(dims, 1, len, 0, 1, double(dtype_size(ssm)))};
 }
 
 int run(int argc, char** argv) {
   CLI::App app{"GPU roofline benchmark: decode and prefill against the measured copy bandwidth and bf16 GEMM rate",
                "strata bench --roofline"};
   std::string model_dir, load_format = "auto", batches_text = "1,8,64,256", prefill_text = "2048,8192", out;
+  std::vector<std::string> ssm_names{"float32"};
   int context = 1024, steps = 32;
   bool breakdown = true;
   bool roofline = true;
@@ -317,11 +334,17 @@ int run(int argc, char** argv) {
   app.add_option("--context", context, "tokens already cached per sequence when decode is timed (default 1024)");
   app.add_option("--steps", steps, "timed decode steps per batch size (default 32)");
   app.add_option("--out", out, "also write the results as a markdown file");
+  app.add_option("--mamba-ssm-dtype,--mamba-ssm-cache-dtype", ssm_names,
+                 "recurrent-state dtypes to time, comma-separated: float32 (default), bfloat16 or both "
+                 "(each decode batch and prefill runs once per dtype, one model load)")
+      ->delimiter(',');
   app.add_flag("!--no-breakdown", breakdown, "skip the per-op time breakdown");
   CLI11_PARSE(app, argc, argv);
   const std::vector<int32_t> batches = parse_ids(batches_text, "--batches");
   const std::vector<int32_t> prompts = prefill_text.empty() ? std::vector<int32_t>{} : parse_ids(prefill_text, "--prefill");
   STRATA_CHECK(context >= 0 && steps > 0, "--context must be >= 0 and --steps > 0");
+  std::vector<DType> ssm_dtypes;
+  for (const std::string& name : ssm_names) ssm_dtypes.push_back(parse_ssm_state_dtype(name));
   cu::init();
 
   std::ostringstream md;
@@ -353,10 +376,11 @@ int run(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> breakdowns;
   std::vector<std::string> failures;
 
-  for (int32_t b : batches) {
+  for (DType ssm : ssm_dtypes) for (int32_t b : batches) {
     STRATA_CHECK(b > 0 && b <= 256, "--batches: sizes must be in [1, 256], got ", b);
     const int pages = (context + steps + 8 + block_size - 1) / block_size;
-    Caches caches = Caches::allocate(model->info().cache, b * pages, block_size, b, Device::kCuda);
+    const double state_bytes = double(dtype_size(ssm));
+    Caches caches = Caches::allocate(with_ssm_dtype(model->info().cache, ssm), b * pages, block_size, b, Device::kCuda);
     cu::DecodeGraphs graphs(vocab);
     ForwardBatch batch = make_batch(b, 1, context, block_size, pages, rng, vocab);
     for (int s = 0; s < b; ++s) batch.logit_rows.push_back(s);
@@ -382,30 +406,32 @@ int run(int argc, char** argv) {
     for (int i = 0; i < steps; ++i) step(true);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
     const int mid_ctx = context + 3 + steps / 2;
-    rows.push_back({cat("decode batch ", b, " (graphs)"), b, ms, forward_cost(dims, b, b, mid_ctx, b)});
+    rows.push_back({cat("decode batch ", b, ssm_label(ssm), " (graphs)"), b, ms,
+                    forward_cost(dims, b, b, mid_ctx, b, state_bytes)});
     if (b == batches.front()) {
       const int eager_steps = 4;
       const auto e0 = std::chrono::steady_clock::now();
       for (int i = 0; i < eager_steps; ++i) step(false);
       const double ems = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - e0).count() / eager_steps;
-      rows.push_back({cat("decode batch ", b, " (eager, no graphs)"), b, ems, forward_cost(dims, b, b, mid_ctx, b)});
+      rows.push_back({cat("decode batch ", b, ssm_label(ssm), " (eager, no graphs)"), b, ems,
+                      forward_cost(dims, b, b, mid_ctx, b, state_bytes)});
     }
     if (breakdown && (b == 1 || b == batches.back())) {
-      breakdowns.push_back({cat("decode batch ", b, ", context ~", batch.seqs[0].ctx_len, " (graph step ",
+      breakdowns.push_back({cat("decode batch ", b, ssm_label(ssm), ", context ~", batch.seqs[0].ctx_len, " (graph step ",
                                 std::to_string(ms * 1e3).substr(0, 7), " us)"),
                             breakdown_table(profile_forward(*model, batch, caches), 1)});
       // Printed as soon as measured: a later run that fails must not lose it.
       std::fprintf(stderr, "per-op GPU time, %s:\n%s", breakdowns.back().first.c_str(),
                    breakdowns.back().second.c_str());
     }
-    std::fprintf(stderr, "decode batch %d: %.3f ms/step, %.0f tokens/s (%d graphs)\n", b, ms, b * 1e3 / ms,
-                 graphs.captured());
+    std::fprintf(stderr, "decode batch %d%s: %.3f ms/step, %.0f tokens/s (%d graphs)\n", b, ssm_label(ssm).c_str(),
+                 ms, b * 1e3 / ms, graphs.captured());
   }
 
-  for (int32_t len : prompts) {
+  for (DType ssm : ssm_dtypes) for (int32_t len : prompts) {
     STRATA_CHECK(len > 0, "--prefill: lengths must be positive");
     try {
-      rows.push_back(prefill_row(*model, dims, len, block_size, rng, vocab, breakdown,
+      rows.push_back(prefill_row(*model, dims, len, block_size, rng, vocab, ssm, breakdown,
                                  &breakdowns));
     } catch (const Error& e) {
       // One size that does not fit must not lose the others' results.

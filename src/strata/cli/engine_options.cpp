@@ -46,7 +46,14 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                  "speculative decoding with the model's multi-token-prediction head, as JSON: "
                  "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' (default: off); add "
                  "'\"draft_length\": \"dynamic\"' to choose each sequence's draft length in [0, K]");
+  add_ssm_dtype_option(app, o.mamba_ssm_dtype);
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
+}
+
+void add_ssm_dtype_option(CLI::App& app, std::string& dtype) {
+  app.add_option("--mamba-ssm-dtype,--mamba-ssm-cache-dtype", dtype,
+                 "dtype of the recurrent (Gated DeltaNet) state: float32 (default) | bfloat16 (half the "
+                 "state bytes; computed in fp32, rounded when stored)");
 }
 
 void add_model_argument(CLI::App& app, EngineOptions& o) {
@@ -86,6 +93,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   }
   c.device = parse_device(o.device);
   c.load_format = parse_load_format(o.load_format);
+  c.ssm_state_dtype = parse_ssm_state_dtype(o.mamba_ssm_dtype);
   if (!o.kv_cache_memory.empty()) c.kv_cache_memory = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
   STRATA_CHECK(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1,
                "--gpu-memory-utilization must be in (0, 1], got ", o.gpu_memory_utilization);

@@ -14,6 +14,7 @@ namespace strata::cli {
 struct EngineOptions {
   std::string model_dir, device = "cpu", load_format = "auto", kv_cache_memory, logprobs_mode = "processed";
   std::string speculative_config;  // --speculative-config JSON (vLLM's flag)
+  std::string mamba_ssm_dtype = "float32";  // --mamba-ssm-dtype (SGLang) / --mamba-ssm-cache-dtype (vLLM)
   int block_size = 16, max_num_seqs = 256, max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
   double gpu_memory_utilization = 0.9;
@@ -29,6 +30,9 @@ struct EngineOptions {
 
 // --load-format auto | safetensors | dummy (also on `strata logits`).
 void add_load_format_option(CLI::App& app, std::string& load_format);
+// --mamba-ssm-dtype float32 | bfloat16, also spelt --mamba-ssm-cache-dtype (also on `strata bench
+// --roofline`): parse_ssm_state_dtype reads it.
+void add_ssm_dtype_option(CLI::App& app, std::string& dtype);
 
 // --tensor-parallel-size and --enable-expert-parallel (also on `strata logits`).
 void add_parallel_options(CLI::App& app, int& tensor_parallel_size, bool& enable_expert_parallel);
@@ -39,7 +43,7 @@ void check_parallel_options(int tensor_parallel_size, bool enable_expert_paralle
 // --model --device --load-format --kv-cache-memory --gpu-memory-utilization --block-size --max-num-seqs
 // --max-num-batched-tokens --max-model-len --enable-prefix-caching / --no-enable-prefix-caching
 // --prefix-state-interval --prefix-state-slots --logprobs-mode --enforce-eager
-// --async-scheduling / --no-async-scheduling --speculative-config
+// --async-scheduling / --no-async-scheduling --speculative-config --mamba-ssm-dtype
 // --tensor-parallel-size --enable-expert-parallel
 void add_engine_options(CLI::App& app, EngineOptions& o);
 // The model folder as a positional argument too (`strata serve MODEL`, as `vllm serve` takes

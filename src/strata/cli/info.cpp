@@ -12,6 +12,7 @@
 
 #include "strata/cli/command.h"
 #include "strata/cli/common.h"
+#include "strata/cli/engine_options.h"
 #include "strata/core/error.h"
 #include "strata/engine/engine.h"
 #include "strata/io/checkpoint.h"
@@ -135,12 +136,16 @@ int run(int argc, char** argv) {
   CLI::App app{"Print the memory plan of a checkpoint folder: weights and cache bytes per token", "strata info"};
   std::string model_dir;
   bool load = false;
+  std::string ssm_dtype = "float32";
   int block_size = EngineConfig{}.block_size;  // the page the engine uses without --block-size
   app.add_option("--model", model_dir, "checkpoint folder (default: the bundled model)");
   app.add_flag("--load", load, "load the model to read its cache layout (families other than deepseek_v4)");
   app.add_option("--block-size", block_size,
                  cat("tokens per cache page for the page-size line (default ", block_size, ", as the engine's)"));
+  add_ssm_dtype_option(app, ssm_dtype);
   CLI11_PARSE(app, argc, argv);
+  LoadOptions options;
+  options.ssm_state_dtype = parse_ssm_state_dtype(ssm_dtype);
   model_dir = model_dir_or_default(model_dir);
   STRATA_CHECK(block_size > 0, "--block-size must be positive");
   Checkpoint ckpt = Checkpoint::open(model_dir);
@@ -168,7 +173,7 @@ int run(int argc, char** argv) {
     std::printf("cache            run with --load to read the cache layout from the loaded model\n");
     return 0;
   }
-  auto model = load_model(model_dir);
+  auto model = load_model(model_dir, options);
   std::vector<std::string> labels;
   for (const LayerCacheSpec& l : model->info().cache.layers) {
     std::string label;

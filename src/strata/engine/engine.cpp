@@ -16,6 +16,7 @@ namespace {
 // parallelism), the flag is refused before the weights are read.
 LoadOptions load_options(const EngineConfig& config) {
   LoadOptions o{config.device, config.load_format, {}};
+  o.ssm_state_dtype = config.ssm_state_dtype;
   if (config.speculative.enabled()) {
     STRATA_CHECK(config.tensor_parallel_size == 1, "--speculative-config: speculative decoding does not run with "
                  "--tensor-parallel-size > 1 yet");
@@ -73,6 +74,13 @@ void Engine::init() {
                config_.prefix_state_interval);
   STRATA_CHECK(config_.prefix_state_slots >= -1, "--prefix-state-slots must be >= 0, got ",
                config_.prefix_state_slots);
+  for (const LayerCacheSpec& layer : info.cache.layers) {
+    for (const SlotCacheSpec& slot : layer.slots) {
+      STRATA_CHECK(slot.name != "ssm" || slot.dtype == config_.ssm_state_dtype, "--mamba-ssm-dtype ",
+                   dtype_name(config_.ssm_state_dtype), ": the model's recurrent state slots are ",
+                   dtype_name(slot.dtype), " (load it with LoadOptions::ssm_state_dtype to match)");
+    }
+  }
   MemoryRequest mr;
   mr.kv_cache_memory = config_.kv_cache_memory;
   mr.gpu_memory_utilization = config_.gpu_memory_utilization;

@@ -59,6 +59,9 @@ struct EngineConfig {
   // Ranks of the model (models/parallel_model.h); the engine itself stays one, on rank 0.
   int32_t tensor_parallel_size = 1;
   bool enable_expert_parallel = false;  // whole experts per rank instead of split experts
+  // The recurrent (Gated DeltaNet) state slots' dtype, LoadOptions::ssm_state_dtype
+  // (--mamba-ssm-dtype): kF32 or kBF16. A model given to the engine ready-loaded must match it.
+  DType ssm_state_dtype = DType::kF32;
   int32_t block_size = 16;    // tokens per KV page
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;

@@ -139,9 +139,15 @@ struct LoadOptions {
   // Load the multi-token-prediction head (mtp.*) too, for speculative decoding; an Error when
   // the checkpoint has none. Without it the head's tensors are skipped.
   bool mtp = false;
+  // The dtype of the Gated DeltaNet recurrent state slots ("ssm"; `--mamba-ssm-dtype`): kF32, or
+  // kBF16 to halve their bytes (every op loads the state to fp32, computes in fp32 and rounds
+  // once, to nearest even, when it stores it). Families without a recurrent state ignore it.
+  DType ssm_state_dtype = DType::kF32;
 };
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
 // "auto" or "safetensors" -> kSafetensors, "dummy" -> kDummy; an Error naming --load-format else.
 LoadFormat parse_load_format(const std::string& name);
+// "float32" -> kF32, "bfloat16" -> kBF16; an Error naming --mamba-ssm-dtype else.
+DType parse_ssm_state_dtype(const std::string& name);
 
 }  // namespace strata

@@ -189,8 +189,8 @@ class Qwen35Model final : public Model {
   };
 
  public:
-  Qwen35Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par, bool mtp)
-      : device_(device), par_(par) {
+  Qwen35Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par, bool mtp, DType ssm_dtype)
+      : device_(device), par_(par), ssm_dtype_(ssm_dtype) {
     const std::string origin = ckpt.dir() + "/config.json";
     full_ = parse_config(ckpt.config(), origin);
     cfg_ = local_config(full_, par_, origin);
@@ -362,7 +362,7 @@ class Qwen35Model final : public Model {
     LayerCacheSpec s;
     if (l.linear) {
       const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
-      s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, DType::kF32});
+      s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, ssm_dtype_});
       s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
     } else {
       s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
@@ -411,7 +411,7 @@ class Qwen35Model final : public Model {
     mtp_.bytes = w.bytes_loaded();
   }
 
-  // Activations, KV and conv caches: F32 on the CPU, BF16 on CUDA (the GDN state stays F32).
+  // Activations, KV and conv caches: F32 on the CPU, BF16 on CUDA (the GDN state: ssm_dtype_).
   DType act_dtype() const { return device_ == Device::kCuda ? DType::kBF16 : DType::kF32; }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
 
@@ -643,6 +643,7 @@ class Qwen35Model final : public Model {
 
   Device device_;
   dist::Parallel par_;
+  DType ssm_dtype_;  // the GDN state slots: F32 (default) or BF16 (--mamba-ssm-dtype)
   Qwen35Config full_, cfg_;  // the checkpoint's config; this rank's share of it
   ModelInfo info_;
   Tensor embed_, final_norm_, lm_head_;
@@ -657,8 +658,8 @@ class Qwen35Model final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel,
-                                    bool mtp) {
-  return std::make_unique<Qwen35Model>(ckpt, device, parallel, mtp);
+                                    bool mtp, DType ssm_dtype) {
+  return std::make_unique<Qwen35Model>(ckpt, device, parallel, mtp, ssm_dtype);
 }
 
 }  // namespace strata

@@ -11,8 +11,9 @@ namespace strata {
 // With parallel.size > 1, rank parallel.rank's shard: GDN and attention heads, MLP and shared
 // expert columns, the routed experts and lm_head's vocabulary split parallel.size ways; the
 // forward all-reduces after each row-parallel projection and all-gathers the logits.
-// `mtp`: load the multi-token-prediction head (mtp.*) too.
+// `mtp`: load the multi-token-prediction head (mtp.*) too. `ssm_dtype`: the Gated DeltaNet
+// state slots' dtype (LoadOptions::ssm_state_dtype).
 std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel = {},
-                                    bool mtp = false);
+                                    bool mtp = false, DType ssm_dtype = DType::kF32);
 
 }  // namespace strata

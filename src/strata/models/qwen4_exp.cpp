@@ -36,7 +36,8 @@ enum QsaSlot { kIndexTail = 0 };
 
 class Qwen4ExpModel final : public Model {
  public:
-  Qwen4ExpModel(const Checkpoint& ckpt, Device device, const dist::Parallel& par) : device_(device), par_(par) {
+  Qwen4ExpModel(const Checkpoint& ckpt, Device device, const dist::Parallel& par, DType ssm_dtype)
+      : device_(device), par_(par), ssm_dtype_(ssm_dtype) {
     full_ = parse_qwen4_exp_config(ckpt.config(), ckpt.config_path());
     cfg_ = qwen4_exp_rank_config(full_, par_, ckpt.config_path());
     STRATA_CHECK(par_.size == 1 || device == Device::kCpu, ckpt.dir(), ": tensor parallelism (", par_.size,
@@ -135,7 +136,7 @@ class Qwen4ExpModel final : public Model {
       LayerCacheSpec s;
       if (l.linear) {
         const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
-        s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, DType::kF32});
+        s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, ssm_dtype_});
         s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
         if (l.has_ple) {
           // The dilated PLE conv's history ((K - 1) * ngram_size normed rows) and the last
@@ -318,6 +319,7 @@ class Qwen4ExpModel final : public Model {
 
   Device device_;
   dist::Parallel par_;
+  DType ssm_dtype_;  // the GDN state slots: F32 (default) or BF16 (--mamba-ssm-dtype)
   Qwen4ExpConfig full_, cfg_;  // the checkpoint's config; this rank's share of it
   ModelInfo info_;
   Qwen4ExpWeights weights_;
@@ -325,8 +327,9 @@ class Qwen4ExpModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> load_qwen4_exp(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel) {
-  return std::make_unique<Qwen4ExpModel>(ckpt, device, parallel);
+std::unique_ptr<Model> load_qwen4_exp(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel,
+                                      DType ssm_dtype) {
+  return std::make_unique<Qwen4ExpModel>(ckpt, device, parallel, ssm_dtype);
 }
 
 }  // namespace strata

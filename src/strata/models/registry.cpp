@@ -21,9 +21,9 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> kFamilies = {
       {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"},
-       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel, o.mtp); }},
+       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel, o.mtp, o.ssm_state_dtype); }},
       {{"qwen4_exp", "qwen4_exp_text"},
-       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen4_exp(c, o.device, o.parallel); }},
+       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen4_exp(c, o.device, o.parallel, o.ssm_state_dtype); }},
       {{"deepseek_v4"},
        [](const Checkpoint& c, const LoadOptions& o) { return load_deepseek_v4(c, o.device, o.parallel); }},
   };
@@ -42,7 +42,16 @@ LoadFormat parse_load_format(const std::string& name) {
   fail("--load-format: expected auto, safetensors or dummy, got '", name, "'");
 }
 
+DType parse_ssm_state_dtype(const std::string& name) {
+  if (name == "float32") return DType::kF32;
+  if (name == "bfloat16") return DType::kBF16;
+  fail("--mamba-ssm-dtype: expected float32 or bfloat16, got '", name, "'");
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
+  STRATA_CHECK(options.ssm_state_dtype == DType::kF32 || options.ssm_state_dtype == DType::kBF16,
+               "--mamba-ssm-dtype: the recurrent state is float32 or bfloat16, got ",
+               dtype_name(options.ssm_state_dtype));
   Checkpoint ckpt = options.format == LoadFormat::kDummy ? Checkpoint::open_config_only(dir)
                                                          : Checkpoint::open(dir);
   const nlohmann::json& cfg = ckpt.config();

@@ -103,6 +103,11 @@ enum class GdnAlgorithm {
 // value head h reads key head h / (Hv / Hk). g [T, Hv] is the log decay, beta [T, Hv].
 // state pool [slots, Hv, Dk, Dv] is updated; out [T, Hv, Dv].
 // kChunked applies to spans of more than one token; single tokens always use the recurrence.
+// The state pool is F32 or BF16. A BF16 state is loaded to fp32 and computed on in fp32 as an
+// F32 one, and rounded to nearest even where the algorithm completes a state: the recurrence
+// after every token (each output from the unrounded state; so a span equals its tokens run one
+// step each, and the CPU's split invariance holds), kChunked once at the span's end (its chunk
+// states stay fp32).
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                       const Tensor& beta, const Tensor& state, const ForwardBatch& batch,
                       const Tensor& out, GdnAlgorithm algorithm = GdnAlgorithm::kChunked);
@@ -197,8 +202,8 @@ void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
 // One Gated DeltaNet token-mixer step for batches whose sequences all have q_len == 1, fused:
 // causal_conv1d of qkv [T, 2*Hk*Dk + Hv*Dv] with the conv state, the split into q, k, v,
 // gdn_gates(a, b [T, Hv], a_log, dt_bias), the recurrent gated delta rule on the state pool
-// [slots, Hv, Dk, Dv], and rms_norm_gated with z [T, Hv, Dv] and norm_w [Dv]; out [T, Hv, Dv].
-// The same result as those ops one after the other.
+// [slots, Hv, Dk, Dv] (F32 or BF16, as gated_delta_rule), and rms_norm_gated with z [T, Hv, Dv]
+// and norm_w [Dv]; out [T, Hv, Dv]. The same result as those ops one after the other.
 void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b,
                      const Tensor& conv_w, const Tensor& conv_state, const Tensor& a_log,
                      const Tensor& dt_bias, const Tensor& state, const Tensor& norm_w, float eps,

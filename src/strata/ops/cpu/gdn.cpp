@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "strata/core/dtype.h"
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
 #include "strata/ops/cuda/dispatch.h"
@@ -30,7 +31,10 @@ struct HeadSpan {
   const float *q, *k, *v, *g, *beta;
   float* state;
   float* out;  // [L, dv]
+  bool bf16_state = false;  // the recurrence rounds the state to bf16 after every token
 };
+
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 // S <- S * exp(g_t); delta = (v_t - S^T k_t) * beta_t; S += k_t delta^T; o_t = S^T q_t.
 void recurrent(const HeadSpan& h) {
@@ -55,6 +59,9 @@ void recurrent(const HeadSpan& h) {
     for (int64_t i = 0; i < h.dk; ++i) {
       const float* s = h.state + i * h.dv;
       for (int64_t j = 0; j < h.dv; ++j) o[j] += s[j] * qt[i];
+    }
+    if (h.bf16_state) {
+      for (int64_t i = 0; i < h.dk * h.dv; ++i) h.state[i] = round_bf16(h.state[i]);
     }
   }
 }
@@ -195,7 +202,8 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
                       const Tensor& out, GdnAlgorithm algorithm) {
   STRATA_CUDA_DISPATCH(q, gated_delta_rule(q, k, v, g, beta, state, batch, out, algorithm));
   expect_cpu_f32(q, "gated_delta_rule", "q");
-  expect_cpu_f32(state, "gated_delta_rule", "state");
+  STRATA_CHECK(state.device() == Device::kCpu && (state.dtype() == DType::kF32 || state.dtype() == DType::kBF16),
+               "gated_delta_rule: state must be a CPU F32 or BF16 tensor, got ", state.describe());
   const int64_t t = q.dim(0), hk = q.dim(1), dk = q.dim(2), hv = v.dim(1), dv = v.dim(2);
   expect_shape(k, {t, hk, dk}, "gated_delta_rule", "k");
   expect_shape(v, {t, hv, dv}, "gated_delta_rule", "v");
@@ -224,13 +232,27 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
         gh[i] = g.data<float>()[r * hv + h];
         bh[i] = beta.data<float>()[r * hv + h];
       }
-      float* st = state.data<float>() + (int64_t(s.state_slot) * hv + h) * dk * dv;
-      if (s.ctx_len == 0) std::fill(st, st + dk * dv, 0.f);
-      HeadSpan span{len, dk, dv, qh.data(), kh.data(), vh.data(), gh.data(), bh.data(), st, oh.data()};
+      // A BF16 state is loaded to float and updated in float; the recurrence rounds it after every
+      // token (as many single-token steps would), the chunked form once, at the span's end.
+      const int64_t cell0 = (int64_t(s.state_slot) * hv + h) * dk * dv;
+      const bool bf16_state = state.dtype() == DType::kBF16;
+      std::vector<float> widened(bf16_state ? dk * dv : 0);
+      float* st = bf16_state ? widened.data() : state.data<float>() + cell0;
+      if (s.ctx_len == 0) {
+        std::fill(st, st + dk * dv, 0.f);
+      } else if (bf16_state) {
+        const uint16_t* src = state.data<uint16_t>() + cell0;
+        for (int64_t i = 0; i < dk * dv; ++i) st[i] = bf16_to_f32(src[i]);
+      }
+      HeadSpan span{len, dk, dv, qh.data(), kh.data(), vh.data(), gh.data(), bh.data(), st, oh.data(), bf16_state};
       if (len == 1 || algorithm == GdnAlgorithm::kRecurrent) {
         recurrent(span);
       } else {
         chunked(span);
+      }
+      if (bf16_state) {
+        uint16_t* dst = state.data<uint16_t>() + cell0;
+        for (int64_t i = 0; i < dk * dv; ++i) dst[i] = f32_to_bf16(st[i]);
       }
       for (int64_t i = 0; i < len; ++i) {
         std::memcpy(out.data<float>() + ((s.q_start + i) * hv + h) * dv, &oh[i * dv],

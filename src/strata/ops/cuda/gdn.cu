@@ -6,6 +6,7 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "strata/ops/cuda/common.cuh"
@@ -143,9 +144,9 @@ __global__ void gates_kernel(const void* a, bool a32, const void* bb, bool b32, 
 // column of the state (registers hold its DK rows).
 template <int DK>
 __global__ void __launch_bounds__(256) gdn_recurrent_kernel(const bf16* q, const bf16* k, const bf16* v,
-                                                            const float* g, const float* beta, float* state,
-                                                            DeviceBatch b, const int32_t* seqs, int hk, int hv,
-                                                            int dv, bf16* out) {
+                                                            const float* g, const float* beta, void* state,
+                                                            bool s32, DeviceBatch b, const int32_t* seqs, int hk,
+                                                            int hv, int dv, bf16* out) {
   pdl_begin();
   __shared__ float qs[DK], ks[DK], red[32];
   const int s = seqs[blockIdx.x], h = blockIdx.y, kh = h / (hv / hk);
@@ -153,10 +154,10 @@ __global__ void __launch_bounds__(256) gdn_recurrent_kernel(const bf16* q, const
   const bool col = c < dv;
   const int slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
-  float* st = slot >= 0 ? state + (int64_t(slot) * hv + h) * DK * dv : nullptr;  // padding rows: no slot
+  const int64_t st0 = (int64_t(slot) * hv + h) * DK * dv;  // padding rows (slot < 0): no state
   float sv[DK];
 #pragma unroll
-  for (int i = 0; i < DK; ++i) sv[i] = (has_state && col) ? st[int64_t(i) * dv + c] : 0.f;
+  for (int i = 0; i < DK; ++i) sv[i] = (has_state && col) ? ldf(state, s32, st0 + int64_t(i) * dv + c) : 0.f;
   const float scale = rsqrtf(float(DK));
   const int qs0 = b.q_start[s], ql = b.q_len[s];
   for (int i = 0; i < ql; ++i) {
@@ -190,10 +191,14 @@ __global__ void __launch_bounds__(256) gdn_recurrent_kernel(const bf16* q, const
       o += sv[r] * qs[r];
     }
     if (col) out[(t * hv + h) * dv + c] = f2bf(o);
+    if (!s32) {  // a BF16 state is rounded after every token, as single-token steps would store it
+#pragma unroll
+      for (int r = 0; r < DK; ++r) sv[r] = bf2f(f2bf(sv[r]));
+    }
   }
   if (slot >= 0 && col) {
 #pragma unroll
-    for (int i = 0; i < DK; ++i) st[int64_t(i) * dv + c] = sv[i];
+    for (int i = 0; i < DK; ++i) stf(state, s32, st0 + int64_t(i) * dv + c, sv[i]);
   }
 }
 
@@ -206,7 +211,7 @@ struct DecodeArgs {
   void* conv_state;
   const void* a_log;
   const void* dt_bias;
-  float* state;
+  void* state;  // F32 or BF16 (the kernel's kState32)
   const void* norm_w;
   bf16* out;
   bool a32, b32, w32, cs32, l32, d32, n32;
@@ -230,7 +235,8 @@ constexpr int kMaxCluster = 8;
 // heads took 184 registers, one block an SM: 17.4 against 14.8 ms over 30 layers at batch 256).
 // kHist > 0: the conv keeps kHist inputs (kw - 1, known at compile time, so that the window's
 // loads issue together unpredicated); 0: any kw up to kMaxConvHistory + 1.
-template <int DK, int CPL, int kHist>
+// kState32: the state pool is F32, else BF16 (loaded to fp32, rounded once when stored).
+template <int DK, int CPL, int kHist, bool kState32>
 __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decode_kernel(DecodeArgs p, DeviceBatch b, int slices,
                                                                        int cols) {
   pdl_begin();
@@ -247,13 +253,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
   // First the loads that do not wait for the conv: this thread's state cells (rows warp + 8 i,
   // columns lane + 32 m of the slice), the gates, and its output column's z and norm weight.
   float sv[kRows][CPL];
-  float* st = slot >= 0 ? p.state + (int64_t(slot) * p.hv + h) * DK * p.dv + c0 : nullptr;
+  using StateT = std::conditional_t<kState32, float, bf16>;
+  StateT* st = slot >= 0 ? static_cast<StateT*>(p.state) + (int64_t(slot) * p.hv + h) * DK * p.dv + c0 : nullptr;
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
 #pragma unroll
     for (int m = 0; m < CPL; ++m) {
       const int c = lane + 32 * m;
-      sv[i][m] = has_state && c < ncols ? st[int64_t(warp + kDecodeWarps * i) * p.dv + c] : 0.f;
+      sv[i][m] = has_state && c < ncols ? ld_state(st + int64_t(warp + kDecodeWarps * i) * p.dv + c) : 0.f;
     }
   }
   const int64_t gi = int64_t(t) * p.hv + h;
@@ -345,7 +352,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       const int row = warp + kDecodeWarps * i;
       sv[i][m] += ks[row] * dl;
       o += sv[i][m] * qs[row];
-      if (st && c < ncols) st[int64_t(row) * p.dv + c] = sv[i][m];
+      if (st && c < ncols) st_state(st + int64_t(row) * p.dv + c, sv[i][m]);
     }
     part[warp][c] = o;
   }
@@ -368,7 +375,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
 }
 
 template <int DK, int CPL, int kHist>
-void launch_decode_hist(const DecodeArgs& p, const DeviceBatch& db, int t, int slices, int cols) {
+void launch_decode_hist(const DecodeArgs& p, bool state32, const DeviceBatch& db, int t, int slices, int cols) {
   const int ratio = p.hv / p.hk;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(ratio * slices), unsigned(p.hk), unsigned(t));
@@ -383,18 +390,22 @@ void launch_decode_hist(const DecodeArgs& p, const DeviceBatch& db, int t, int s
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attrs;
   cfg.numAttrs = 2;
-  STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL, kHist>, p, db, slices, cols));
+  if (state32) {
+    STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL, kHist, true>, p, db, slices, cols));
+  } else {
+    STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL, kHist, false>, p, db, slices, cols));
+  }
 }
 
 // The models' conv width 4 compiled in; any other width at run time.
 template <int DK, int CPL>
-void launch_decode(const DecodeArgs& p, const DeviceBatch& db, int t, int slices, int cols) {
-  if (p.kw == 4) return launch_decode_hist<DK, CPL, 3>(p, db, t, slices, cols);
-  launch_decode_hist<DK, CPL, 0>(p, db, t, slices, cols);
+void launch_decode(const DecodeArgs& p, bool state32, const DeviceBatch& db, int t, int slices, int cols) {
+  if (p.kw == 4) return launch_decode_hist<DK, CPL, 3>(p, state32, db, t, slices, cols);
+  launch_decode_hist<DK, CPL, 0>(p, state32, db, t, slices, cols);
 }
 
 template <int DK>
-void launch_decode_dk(const DecodeArgs& p, const DeviceBatch& db, int t) {
+void launch_decode_dk(const DecodeArgs& p, bool state32, const DeviceBatch& db, int t) {
   // Column slices (at least 32 columns each, as many as a cluster holds) only while the batch
   // alone leaves SMs idle: each slice repeats the key head's conv and norms.
   const int ratio = p.hv / p.hk;
@@ -402,11 +413,11 @@ void launch_decode_dk(const DecodeArgs& p, const DeviceBatch& db, int t) {
   const int slices = std::max(1, std::min({kMaxCluster / ratio, (p.dv + 31) / 32, want}));
   const int cols = (p.dv + slices - 1) / slices;
   switch ((cols + 31) / 32) {
-    case 1: return launch_decode<DK, 1>(p, db, t, slices, cols);
-    case 2: return launch_decode<DK, 2>(p, db, t, slices, cols);
+    case 1: return launch_decode<DK, 1>(p, state32, db, t, slices, cols);
+    case 2: return launch_decode<DK, 2>(p, state32, db, t, slices, cols);
     case 3:
-    case 4: return launch_decode<DK, 4>(p, db, t, slices, cols);
-    default: return launch_decode<DK, 8>(p, db, t, slices, cols);
+    case 4: return launch_decode<DK, 4>(p, state32, db, t, slices, cols);
+    default: return launch_decode<DK, 8>(p, state32, db, t, slices, cols);
   }
 }
 
@@ -419,7 +430,7 @@ void launch_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const T
   const int threads = std::max(32, (std::max(dv, DK) + 31) / 32 * 32);
   launch_pdl(gdn_recurrent_kernel<DK>, dim3(unsigned(seqs.size()), unsigned(hv)), threads, 0, 
       static_cast<const bf16*>(q.raw()), static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()),
-      g.data<float>(), beta.data<float>(), state.data<float>(), db, d_seqs, hk, hv, dv,
+      g.data<float>(), beta.data<float>(), state.raw(), is_f32(state), db, d_seqs, hk, hv, dv,
       static_cast<bf16*>(out.raw()));
   check_launch("gdn_recurrent");
 }
@@ -481,7 +492,8 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
                       const Tensor& state, const ForwardBatch& batch, const Tensor& out, GdnAlgorithm algorithm) {
   OpTimer timer_("gated_delta_rule");
   for (const Tensor* x : {&q, &k, &v, &out}) expect_dtype(*x, DType::kBF16, "gated_delta_rule", "q, k, v, out");
-  for (const Tensor* x : {&g, &beta, &state}) expect_dtype(*x, DType::kF32, "gated_delta_rule", "g, beta, state");
+  for (const Tensor* x : {&g, &beta}) expect_dtype(*x, DType::kF32, "gated_delta_rule", "g, beta");
+  expect_float(state, "gated_delta_rule", "state");
   const int64_t t = q.dim(0), hk = q.dim(1), dk = q.dim(2), hv = v.dim(1), dv = v.dim(2);
   STRATA_CHECK(q.ndim() == 3 && k.shape() == q.shape() && v.ndim() == 3 && v.dim(0) == t &&
                    g.shape() == Shape({t, hv}) && beta.shape() == g.shape() && out.shape() == v.shape() &&
@@ -517,7 +529,7 @@ void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const 
   expect_dtype(qkv, DType::kBF16, op, "qkv");
   expect_dtype(z, DType::kBF16, op, "z");
   expect_dtype(out, DType::kBF16, op, "out");
-  expect_dtype(state, DType::kF32, op, "state");
+  expect_float(state, op, "state");
   for (const Tensor* x : {&a, &b, &conv_w, &conv_state, &a_log, &dt_bias, &norm_w}) expect_float(*x, op, "input");
   const int64_t t = qkv.dim(0), conv_dim = qkv.dim(1), hv = out.dim(1), dv = out.dim(2), dk = state.dim(2);
   const int64_t kw = conv_w.dim(1);
@@ -541,16 +553,16 @@ void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const 
   if (t == 0) return;
   const DeviceBatch& db = device_batch(batch);
   DecodeArgs p{static_cast<const bf16*>(qkv.raw()), static_cast<const bf16*>(z.raw()), a.raw(), b.raw(),
-               conv_w.raw(), conv_state.raw(), a_log.raw(), dt_bias.raw(), state.data<float>(), norm_w.raw(),
+               conv_w.raw(), conv_state.raw(), a_log.raw(), dt_bias.raw(), state.raw(), norm_w.raw(),
                static_cast<bf16*>(out.raw()), is_f32(a), is_f32(b), is_f32(conv_w), is_f32(conv_state),
                is_f32(a_log), is_f32(dt_bias), is_f32(norm_w), int(hk), int(hv), int(dv), int(kw), conv_dim, eps};
   STRATA_CHECK(hv / hk <= kMaxCluster, "gdn_decode_step: ", hv / hk, " value heads per key head (at most ",
                kMaxCluster, " on CUDA)");
   switch (dk) {
-    case 16: launch_decode_dk<16>(p, db, int(t)); break;
-    case 32: launch_decode_dk<32>(p, db, int(t)); break;
-    case 64: launch_decode_dk<64>(p, db, int(t)); break;
-    case 128: launch_decode_dk<128>(p, db, int(t)); break;
+    case 16: launch_decode_dk<16>(p, is_f32(state), db, int(t)); break;
+    case 32: launch_decode_dk<32>(p, is_f32(state), db, int(t)); break;
+    case 64: launch_decode_dk<64>(p, is_f32(state), db, int(t)); break;
+    case 128: launch_decode_dk<128>(p, is_f32(state), db, int(t)); break;
     default: fail("gdn_decode_step: key head dim ", dk, " is not supported on CUDA (16, 32, 64 or 128)");
   }
   check_launch("gdn_decode");

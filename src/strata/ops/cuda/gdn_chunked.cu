@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_kernel(const bf16* q, cons
 }
 
 __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const float* ws, const int32_t* seqinfo,
-                                                             const int32_t* chunks, float* state, DeviceBatch b,
-                                                             int hv, int dk, int dv, int cb, bf16* out) {
+                                                             const int32_t* chunks, void* state, bool s32,
+                                                             DeviceBatch b, int hv, int dk, int dv, int cb, bf16* out) {
   pdl_begin();
   extern __shared__ float sm[];
   float* st = sm;                 // [dk][cb]
@@ -142,9 +142,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const float* ws, co
   const int s = seqinfo[3 * e], first = seqinfo[3 * e + 1], count = seqinfo[3 * e + 2];
   const int slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
-  float* gst = slot >= 0 ? state + (int64_t(slot) * hv + h) * dk * dv : nullptr;  // padding rows: no slot
+  const int64_t state0 = (int64_t(slot) * hv + h) * dk * dv;  // padding rows (slot < 0): no state
   for (int idx = tid; idx < dk * cb; idx += blockDim.x) {
-    st[idx] = has_state ? gst[int64_t(idx / cb) * dv + col0 + idx % cb] : 0.f;
+    st[idx] = has_state ? ldf(state, s32, state0 + int64_t(idx / cb) * dv + col0 + idx % cb) : 0.f;
   }
   const GdnWs lay(dk, dv);
   for (int ci = 0; ci < count; ++ci) {
@@ -190,7 +190,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_kernel(const float* ws, co
   }
   __syncthreads();
   if (slot >= 0) {
-    for (int idx = tid; idx < dk * cb; idx += blockDim.x) gst[int64_t(idx / cb) * dv + col0 + idx % cb] = st[idx];
+    for (int idx = tid; idx < dk * cb; idx += blockDim.x) {
+      stf(state, s32, state0 + int64_t(idx / cb) * dv + col0 + idx % cb, st[idx]);  // BF16: rounded once, here
+    }
   }
 }
 
@@ -226,7 +228,7 @@ void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   Tensor ws = scratch({int64_t(num_chunks) * hv * GdnWs(dk, dv).floats}, DType::kF32);
   if (gdn_chunked_tc_fits(dk, dv)) {
     gdn_chunked_tc(static_cast<const bf16*>(q.raw()), static_cast<const bf16*>(k.raw()),
-                   static_cast<const bf16*>(v.raw()), g.data<float>(), beta.data<float>(), state.data<float>(), db,
+                   static_cast<const bf16*>(v.raw()), g.data<float>(), beta.data<float>(), state.raw(), is_f32(state), db,
                    d_chunks, num_chunks, d_info, int(seqs.size()), hk, hv, ws.data<float>(),
                    static_cast<bf16*>(out.raw()));
     return;
@@ -241,7 +243,7 @@ void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const int cb = dv % 32 == 0 ? 32 : dv;
   const size_t scan_bytes = scan_smem(dk, cb);
   set_smem(reinterpret_cast<const void*>(gdn_chunk_scan_kernel), scan_bytes, &scan_limit);
-  launch_pdl(gdn_chunk_scan_kernel, dim3(unsigned(seqs.size()), unsigned(hv), unsigned(dv / cb)), 256, scan_bytes, ws.data<float>(), d_info, d_chunks, state.data<float>(), db, hv, dk, dv, cb,
+  launch_pdl(gdn_chunk_scan_kernel, dim3(unsigned(seqs.size()), unsigned(hv), unsigned(dv / cb)), 256, scan_bytes, ws.data<float>(), d_info, d_chunks, state.raw(), is_f32(state), db, hv, dk, dv, cb,
                                       static_cast<bf16*>(out.raw()));
   check_launch("gdn_chunk_scan");
 }

@@ -307,8 +307,8 @@ __device__ __forceinline__ void copy_rows_w(float* dst, int ld, const float* src
 }
 
 __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, const int32_t* seqinfo,
-                                                             const int32_t* chunks, float* state, DeviceBatch b,
-                                                             int hv, bf16* out) {
+                                                             const int32_t* chunks, void* state, bool s32,
+                                                             DeviceBatch b, int hv, bf16* out) {
   pdl_begin();
   extern __shared__ __align__(16) float sm[];
   float* ws_w = sm + ScanSmem::kW;
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
   const int s = seqinfo[3 * e], first = seqinfo[3 * e + 1], count = seqinfo[3 * e + 2];
   const int slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
-  float* gst = slot >= 0 ? state + (int64_t(slot) * hv + h) * kD * kD + col0 : nullptr;  // padding: no slot
+  const int64_t state0 = (int64_t(slot) * hv + h) * kD * kD + col0;  // padding rows (slot < 0): no state
 
   // The state slice in step 3's accumulator layout: warp w has rows 16 w.., all 4 column tiles.
   float st[4][4];
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const int r = sr + (x >> 1) * 8, c = 8 * j + 2 * tq + (x & 1);
-      st[j][x] = has_state ? gst[int64_t(r) * kD + c] : 0.f;
+      st[j][x] = has_state ? ldf(state, s32, state0 + int64_t(r) * kD + c) : 0.f;
       st_t[c * kLdT + r] = round_tf32(st[j][x]);
     }
   }
@@ -437,7 +437,9 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int x = 0; x < 4; ++x) gst[int64_t(sr + (x >> 1) * 8) * kD + 8 * j + 2 * tq + (x & 1)] = st[j][x];
+      for (int x = 0; x < 4; ++x) {
+        stf(state, s32, state0 + int64_t(sr + (x >> 1) * 8) * kD + 8 * j + 2 * tq + (x & 1), st[j][x]);  // rounded once
+      }
     }
   }
 }
@@ -446,8 +448,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
 
 bool gdn_chunked_tc_fits(int dk, int dv) { return dk == kD && dv == kD; }
 
-void gdn_chunked_tc(const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta, float* state,
-                    const DeviceBatch& db, const int32_t* chunks, int num_chunks, const int32_t* seqinfo,
+void gdn_chunked_tc(const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta, void* state,
+                    bool s32, const DeviceBatch& db, const int32_t* chunks, int num_chunks, const int32_t* seqinfo,
                     int num_seqs, int hk, int hv, float* ws, bf16* out) {
   static const bool kAttrs = [] {
     allow_shared_memory(reinterpret_cast<const void*>(gdn_prep_tc_kernel), kPrepSmem, "gated_delta_rule (prep)");
@@ -459,7 +461,7 @@ void gdn_chunked_tc(const bf16* q, const bf16* k, const bf16* v, const float* g,
              chunks, hk, hv, ws);
   check_launch("gdn_prep_tc");
   launch_pdl(gdn_scan_tc_kernel, dim3(unsigned(num_seqs), unsigned(hv), unsigned(kD / kBv)), 256, ScanSmem::kBytes,
-             static_cast<const float*>(ws), seqinfo, chunks, state, db, hv, out);
+             static_cast<const float*>(ws), seqinfo, chunks, state, s32, db, hv, out);
   check_launch("gdn_scan_tc");
 }
 

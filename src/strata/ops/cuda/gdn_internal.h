@@ -11,6 +11,13 @@
 
 namespace strata::ops::cuda {
 
+// One recurrent-state element of a pool whose dtype is known at compile time (F32 or BF16), as
+// float; the BF16 store rounds to nearest even (the decode step's kState32).
+__device__ __forceinline__ float ld_state(const float* p) { return *p; }
+__device__ __forceinline__ float ld_state(const bf16* p) { return bf2f(*p); }
+__device__ __forceinline__ void st_state(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st_state(bf16* p, float v) { *p = f2bf(v); }
+
 // Tokens a chunk, from each span's start.
 constexpr int kGdnChunk = 64;
 
@@ -43,7 +50,8 @@ __device__ inline void l2norm_qk_rows(float* q, float* k, int ld, int dk, int n,
 }
 
 // The gated delta rule over the sequences `seqs` of the batch in chunks of 64 from each span's
-// start (as the CPU's kChunked): q, k, v, out BF16; g, beta, state F32.
+// start (as the CPU's kChunked): q, k, v, out BF16; g, beta F32; state F32 or BF16 (a BF16 state
+// is loaded to fp32, kept fp32 through the chunks and rounded once when the final state is stored).
 void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                  const Tensor& state, const ForwardBatch& batch, const DeviceBatch& db,
                  const std::vector<int32_t>& seqs, const Tensor& out);
@@ -52,8 +60,8 @@ void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 // same chunk list (s, c0, n) and per-sequence list (s, first chunk, count) and the same
 // workspace as the general kernels.
 bool gdn_chunked_tc_fits(int dk, int dv);
-void gdn_chunked_tc(const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta, float* state,
-                    const DeviceBatch& db, const int32_t* chunks, int num_chunks, const int32_t* seqinfo,
+void gdn_chunked_tc(const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta, void* state,
+                    bool s32, const DeviceBatch& db, const int32_t* chunks, int num_chunks, const int32_t* seqinfo,
                     int num_seqs, int hk, int hv, float* ws, bf16* out);
 
 }  // namespace strata::ops::cuda
