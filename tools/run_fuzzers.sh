@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (fuzz/*_fuzz.cpp) with clang in build-fuzz and runs each one for a
+# Builds the libFuzzer targets (fuzz/*_fuzz.cpp) in the sanitizer build (build-asan, made by
+# tools/build_sanitized.sh, which tools/test.sh has built already) and runs each one for a
 # bounded time, starting from fuzz/seeds/<name>/ (plus fuzz/<name>.dict when present), where
 # <name> is the target's name without "_fuzz" (safetensors_header), or else its first word
 # (safetensors). New inputs accumulate in fuzz/corpus-<target>/ (git-ignored); crash
-# reproducers go to build-fuzz/artifacts/.
+# reproducers go to build-asan/artifacts/.
 #
 # Usage: tools/run_fuzzers.sh [SECONDS_PER_TARGET=30] [TARGET...]
 # Exits non-zero if a target fails to build or any fuzzer finds a crash, leak, timeout or OOM.
-# STRATA_FUZZ_JOBS sets the build parallelism (default 2).
 set -euo pipefail
 
 secs="${1:-30}"
@@ -18,8 +18,7 @@ fi
 shift || true
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$root/build-fuzz"
-jobs="${STRATA_FUZZ_JOBS:-2}"
+build="$root/build-asan"
 
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
@@ -32,11 +31,8 @@ if [[ ${#targets[@]} -eq 0 ]]; then
   exit 2
 fi
 
-echo "== configuring $build (clang, STRATA_FUZZ=ON)"
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DSTRATA_FUZZ=ON -DSTRATA_TESTS=OFF \
-  -DSTRATA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-echo "== building ${targets[*]}"
-cmake --build "$build" -j"$jobs" --target "${targets[@]}"
+echo "== building ${targets[*]} in $build"
+"$root/tools/build_sanitized.sh" "${targets[@]}"
 
 mkdir -p "$build/artifacts"
 failed=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test strata has on this machine: installs the Debian packages, builds (Release),
-# runs the test suite, then an ASan/UBSan build of the suite, then each fuzz target for a
-# bounded time. Usage: tools/test.sh [--quick]   (--quick: Release suite only)
+# Runs every test strata has on this machine: installs the Debian packages, builds (Release, with
+# the CUDA sources when nvcc is present), runs the test suite, then the sanitizer build (clang,
+# ASan/UBSan, tools/build_sanitized.sh) runs it again, and each fuzz target from that same build
+# for a bounded time. Usage: tools/test.sh [--quick]   (--quick: Release suite only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
@@ -16,9 +17,8 @@ ctest --test-dir build --output-on-failure -j"$jobs" --timeout 900
 
 [ "${1:-}" = "--quick" ] && exit 0
 
-echo "== ASan/UBSan build and tests"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON -DSTRATA_CUDA=OFF >/dev/null
-cmake --build build-asan -j"$jobs"
+echo "== ASan/UBSan build (clang; it holds the fuzz targets too) and tests"
+tools/build_sanitized.sh
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 1800
 
