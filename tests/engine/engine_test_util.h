@@ -16,11 +16,33 @@
 #include "strata/engine/engine.h"
 #include "strata/engine/llm.h"
 #include "strata/models/model.h"
+#include "strata/tokenizer/tokenizer.h"
 
 namespace strata::testing {
 
 inline std::string engine_fixture_dir(const std::string& name) {
   return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name;
+}
+
+inline const std::string& default_model_dir() {
+  static const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/default";
+  return dir;
+}
+
+// The default model with its MTP head, loaded once per test binary: engines with and without
+// speculation run the same weights (forward() never reads the head).
+inline std::shared_ptr<Model> default_mtp_model() {
+  static std::shared_ptr<Model> m = [] {
+    LoadOptions o;
+    o.mtp = true;
+    return std::shared_ptr<Model>(load_model(default_model_dir(), o));
+  }();
+  return m;
+}
+
+inline const Tokenizer& default_tokenizer() {
+  static const Tokenizer tok = Tokenizer::load(default_model_dir());
+  return tok;
 }
 
 // Each fixture model is loaded once per test binary (and recurrent-state dtype).

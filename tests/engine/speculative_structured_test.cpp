@@ -19,41 +19,24 @@
 #include "strata/server/guided.h"
 #include "strata/tokenizer/tokenizer.h"
 
+#include "engine_test_util.h"
+
 namespace strata::testing {
 namespace {
-
-const std::string& default_dir() {
-  static const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/default";
-  return dir;
-}
-
-std::shared_ptr<Model> mtp_model() {
-  static std::shared_ptr<Model> m = [] {
-    LoadOptions o;
-    o.mtp = true;
-    return std::shared_ptr<Model>(load_model(default_dir(), o));
-  }();
-  return m;
-}
-
-const Tokenizer& tokenizer() {
-  static const Tokenizer tok = Tokenizer::load(default_dir());
-  return tok;
-}
 
 std::shared_ptr<const grammar::TokenVocabulary> vocab() {
   static const auto v = [] {
     std::vector<int32_t> eos;
-    for (int64_t e : mtp_model()->info().eos_token_ids) eos.push_back(int32_t(e));
-    for (int64_t e : GenerationDefaults::load(default_dir()).eos_token_ids) eos.push_back(int32_t(e));
-    return std::make_shared<const grammar::TokenVocabulary>(grammar::TokenVocabulary::from_tokenizer(tokenizer(), eos));
+    for (int64_t e : default_mtp_model()->info().eos_token_ids) eos.push_back(int32_t(e));
+    for (int64_t e : GenerationDefaults::load(default_model_dir()).eos_token_ids) eos.push_back(int32_t(e));
+    return std::make_shared<const grammar::TokenVocabulary>(grammar::TokenVocabulary::from_tokenizer(default_tokenizer(), eos));
   }();
   return v;
 }
 
 EngineConfig config(int k) {
   EngineConfig c;
-  c.model = default_dir();
+  c.model = default_model_dir();
   c.kv_cache_memory = size_t(64) << 20;
   c.max_num_seqs = 8;
   c.max_num_batched_tokens = 64;
@@ -112,7 +95,7 @@ struct Outcome {
 
 // batched: every request added at once; otherwise one after another, each run to its end.
 Outcome run(int k, const std::vector<Case>& cases, bool batched) {
-  Engine engine(mtp_model(), config(k), GenerationDefaults::load(default_dir()));
+  Engine engine(default_mtp_model(), config(k), GenerationDefaults::load(default_model_dir()));
   Outcome r;
   r.outputs.resize(cases.size());
   const auto drain = [&] {
@@ -121,7 +104,7 @@ Outcome run(int k, const std::vector<Case>& cases, bool batched) {
     }
   };
   for (size_t i = 0; i < cases.size(); ++i) {
-    engine.add_request("r" + std::to_string(i), tokenizer().encode(cases[i].prompt), cases[i].params);
+    engine.add_request("r" + std::to_string(i), default_tokenizer().encode(cases[i].prompt), cases[i].params);
     if (!batched) drain();
   }
   drain();

@@ -20,33 +20,14 @@
 #include "strata/server/metrics.h"
 #include "strata/tokenizer/tokenizer.h"
 
+#include "engine_test_util.h"
+
 namespace strata::testing {
 namespace {
 
-const std::string& default_dir() {
-  static const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/default";
-  return dir;
-}
-
-// The default model with its head, loaded once: the engines with and without speculation run
-// the same weights (forward() never reads the head).
-std::shared_ptr<Model> mtp_model() {
-  static std::shared_ptr<Model> m = [] {
-    LoadOptions o;
-    o.mtp = true;
-    return std::shared_ptr<Model>(load_model(default_dir(), o));
-  }();
-  return m;
-}
-
-const Tokenizer& tokenizer() {
-  static const Tokenizer tok = Tokenizer::load(default_dir());
-  return tok;
-}
-
 EngineConfig small_config(int k) {
   EngineConfig c;
-  c.model = default_dir();
+  c.model = default_model_dir();
   c.kv_cache_memory = size_t(64) << 20;
   c.max_num_seqs = 8;
   c.max_num_batched_tokens = 40;  // prompts are prefilled in chunks
@@ -65,8 +46,8 @@ struct SpecRun {
 // The prompts go in two waves; the second repeats and extends the first's (prefix hits).
 SpecRun run(const EngineConfig& config, const std::vector<std::vector<int32_t>>& prompts,
         const std::vector<SamplingParams>& params) {
-  Engine engine(mtp_model(), config, GenerationDefaults::load(default_dir()));
-  engine.set_detokenizer(std::make_shared<TokenizerDetokenizer>(tokenizer()));
+  Engine engine(default_mtp_model(), config, GenerationDefaults::load(default_model_dir()));
+  engine.set_detokenizer(std::make_shared<TokenizerDetokenizer>(default_tokenizer()));
   SpecRun r;
   r.outputs.resize(prompts.size());
   const size_t half = prompts.size() / 2;
@@ -114,7 +95,7 @@ Workload workload() {
       "Debian is a free operating system. It uses the Linux kernel and provides thousands of packages that",
   };
   Workload w;
-  for (const std::string& t : texts) w.prompts.push_back(tokenizer().encode(t));
+  for (const std::string& t : texts) w.prompts.push_back(default_tokenizer().encode(t));
   // The second wave: the same prompts again (whole-prefix hits) and extended (branch hits).
   for (size_t i = 0; i < texts.size(); ++i) {
     std::vector<int32_t> p = w.prompts[i];
@@ -192,7 +173,7 @@ TEST(Speculative, GreedyOutputsEqualTheTargetsUnderPreemption) {
   const Workload w = workload();
   EngineConfig c0 = small_config(0), c2 = small_config(2);
   // Size the pool from the plan of a roomy engine: 6 pages of 16 tokens beside the slots.
-  Engine probe(mtp_model(), small_config(2), GenerationDefaults::load(default_dir()));
+  Engine probe(default_mtp_model(), small_config(2), GenerationDefaults::load(default_model_dir()));
   const MemoryPlan& plan = probe.memory_plan();
   const size_t bytes = plan.bytes_per_slot * size_t(plan.seq_slots + plan.snapshot_slots) + plan.bytes_per_block * 6;
   c0.kv_cache_memory = bytes;
@@ -304,7 +285,7 @@ TEST(SpeculativeConfig, ParsesVllmsFlagAndNamesBadFields) {
 
 // A model without its head loaded cannot draft: the engine says so at start.
 TEST(SpeculativeConfig, RefusesAModelWithoutItsHead) {
-  std::shared_ptr<Model> plain(load_model(default_dir()));
+  std::shared_ptr<Model> plain(load_model(default_model_dir()));
   EngineConfig c = small_config(2);
   try {
     Engine e(plain, c, {});
