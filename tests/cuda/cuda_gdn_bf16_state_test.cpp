@@ -45,18 +45,6 @@ double bf16_state_err(const Tensor& got_bf16, const Tensor& ref_bf16) {
   return m / scale;
 }
 
-Tensor negative_gates(Shape shape, std::mt19937& rng) {
-  Tensor g = rand_bf16_values(std::move(shape), rng, 0.5f);
-  for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] = -std::fabs(g.data<float>()[i]) - 0.01f;
-  return g;
-}
-
-Tensor unit_interval(Shape shape, std::mt19937& rng) {
-  Tensor b = rand_bf16_values(std::move(shape), rng);
-  for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = 1.f / (1.f + std::exp(-b.data<float>()[i]));
-  return b;
-}
-
 // As cuda_mixer_test's check_delta_rule, with the state pool in BF16 on both sides.
 void check_delta_rule_bf16(int64_t dk, int64_t dv, int64_t ratio, int64_t hk, ops::GdnAlgorithm algorithm,
                            const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx) {

@@ -32,6 +32,20 @@ inline Tensor rand_bf16_values(Shape shape, std::mt19937& rng, float scale = 1.f
   return t;
 }
 
+// GDN log decays: -|normal(0, scale)| - 0.01, rounded to bf16 before the sign and offset.
+inline Tensor negative_gates(Shape shape, std::mt19937& rng, float scale = 0.5f) {
+  Tensor g = rand_bf16_values(std::move(shape), rng, scale);
+  for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] = -std::fabs(g.data<float>()[i]) - 0.01f;
+  return g;
+}
+
+// Values in (0, 1): the sigmoid of bf16-rounded normal(0, 1) draws (GDN betas).
+inline Tensor unit_interval(Shape shape, std::mt19937& rng) {
+  Tensor b = rand_bf16_values(std::move(shape), rng);
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = 1.f / (1.f + std::exp(-b.data<float>()[i]));
+  return b;
+}
+
 // The CPU F32 tensor t on the GPU as `dtype` (BF16 rounds; t holds bf16 values already).
 inline Tensor to_gpu(const Tensor& t, DType dtype = DType::kBF16) {
   if (dtype == DType::kF32 || t.dtype() != DType::kF32) return t.to(Device::kCuda);

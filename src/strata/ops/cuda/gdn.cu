@@ -230,6 +230,15 @@ struct DecodeArgs {
 constexpr int kDecodeWarps = 8;
 constexpr int kMaxCluster = 8;
 
+// A lane's state columns come in runs of V = min(CPL, 4) adjacent ones, so that each run loads
+// and stores as one vector (16 bytes of fp32 or 8 of bf16 at V = 4): element m of lane l is
+// column 32 V (m / V) + V l + m % V of its slice.
+constexpr int decode_vec(int cpl) { return cpl < 4 ? cpl : 4; }
+template <int V>
+__device__ __forceinline__ int decode_column(int lane, int m) {
+  return (m / V) * 32 * V + lane * V + m % V;
+}
+
 // Up to 4 columns a lane (DK / 8 x 4 state cells a thread) the registers are capped for two
 // blocks an SM, so that one block's state loads run while another computes (uncapped, 128 x 128
 // heads took 184 registers, one block an SM: 17.4 against 14.8 ms over 30 layers at batch 256).
@@ -240,7 +249,7 @@ template <int DK, int CPL, int kHist, bool kState32>
 __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decode_kernel(DecodeArgs p, DeviceBatch b, int slices,
                                                                        int cols) {
   pdl_begin();
-  constexpr int kRows = DK / kDecodeWarps, kCols = 32 * CPL;
+  constexpr int kRows = DK / kDecodeWarps, kCols = 32 * CPL, kV = decode_vec(CPL);
   __shared__ float qs[DK], ks[DK], vs[kCols], delta[kCols], red[32];
   __shared__ float part[kDecodeWarps][kCols];
   __shared__ float ss_block;
@@ -251,16 +260,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
   const int t = b.q_start[s], slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
   // First the loads that do not wait for the conv: this thread's state cells (rows warp + 8 i,
-  // columns lane + 32 m of the slice), the gates, and its output column's z and norm weight.
+  // columns decode_column(lane, m) of the slice), the gates, and its output column's z and norm weight.
   float sv[kRows][CPL];
   using StateT = std::conditional_t<kState32, float, bf16>;
   StateT* st = slot >= 0 ? static_cast<StateT*>(p.state) + (int64_t(slot) * p.hv + h) * DK * p.dv + c0 : nullptr;
+  const bool vec = p.dv % kV == 0 && cols % kV == 0;  // every run starts V-aligned
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
 #pragma unroll
-    for (int m = 0; m < CPL; ++m) {
-      const int c = lane + 32 * m;
-      sv[i][m] = has_state && c < ncols ? ld_state(st + int64_t(warp + kDecodeWarps * i) * p.dv + c) : 0.f;
+    for (int m = 0; m < CPL; m += kV) {
+      const int c = decode_column<kV>(lane, m);
+      ld_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * p.dv + c, has_state ? ncols - c : 0, vec, &sv[i][m]);
     }
   }
   const int64_t gi = int64_t(t) * p.hv + h;
@@ -333,7 +343,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       sv[i][m] *= decay;
       kS += sv[i][m] * ks[warp + kDecodeWarps * i];
     }
-    part[warp][lane + 32 * m] = kS;
+    part[warp][decode_column<kV>(lane, m)] = kS;
   }
   __syncthreads();
   if (tid < ncols) {
@@ -344,7 +354,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
   __syncthreads();
 #pragma unroll
   for (int m = 0; m < CPL; ++m) {
-    const int c = lane + 32 * m;
+    const int c = decode_column<kV>(lane, m);
     const float dl = c < ncols ? delta[c] : 0.f;
     float o = 0.f;
 #pragma unroll
@@ -352,9 +362,18 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       const int row = warp + kDecodeWarps * i;
       sv[i][m] += ks[row] * dl;
       o += sv[i][m] * qs[row];
-      if (st && c < ncols) st_state(st + int64_t(row) * p.dv + c, sv[i][m]);
     }
     part[warp][c] = o;
+  }
+  if (st) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+      for (int m = 0; m < CPL; m += kV) {
+        const int c = decode_column<kV>(lane, m);
+        st_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * p.dv + c, ncols - c, vec, &sv[i][m]);
+      }
+    }
   }
   __syncthreads();
   float o = 0.f;

@@ -225,14 +225,14 @@ void gdn_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   Tensor keep_chunks, keep_info;
   const int32_t* d_chunks = device_ints(chunks, &keep_chunks);
   const int32_t* d_info = device_ints(seqinfo, &keep_info);
-  Tensor ws = scratch({int64_t(num_chunks) * hv * GdnWs(dk, dv).floats}, DType::kF32);
   if (gdn_chunked_tc_fits(dk, dv)) {
+    Tensor ws = scratch({(gdn_chunked_tc_ws_bytes(num_chunks, hk, hv) + 3) / 4}, DType::kF32);
     gdn_chunked_tc(static_cast<const bf16*>(q.raw()), static_cast<const bf16*>(k.raw()),
                    static_cast<const bf16*>(v.raw()), g.data<float>(), beta.data<float>(), state.raw(), is_f32(state), db,
-                   d_chunks, num_chunks, d_info, int(seqs.size()), hk, hv, ws.data<float>(),
-                   static_cast<bf16*>(out.raw()));
+                   d_chunks, num_chunks, d_info, int(seqs.size()), hk, hv, ws.raw(), static_cast<bf16*>(out.raw()));
     return;
   }
+  Tensor ws = scratch({int64_t(num_chunks) * hv * GdnWs(dk, dv).floats}, DType::kF32);
   static int prep_limit = 48 << 10, scan_limit = 48 << 10;
   const size_t prep_bytes = prep_smem(dk, dv);
   set_smem(reinterpret_cast<const void*>(gdn_chunk_prep_kernel), prep_bytes, &prep_limit);

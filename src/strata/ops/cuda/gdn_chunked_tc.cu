@@ -1,21 +1,30 @@
 // CUDA: the chunked gated delta rule on tensor cores, for key and value head dims of 128 (every
-// Qwen3.5 and Qwen3-Next shape). The same two passes and the same workspace as gdn_chunked.cu's
-// general kernels (see there for the algebra), with every product a TF32 mma.sync (m16n8k8, fp32
-// accumulation) over fp32 operands in shared memory:
-//  1. prep, parallel over (chunk, value head), 2 blocks an SM: l2-normalised q and k, the decay
-//     cumsum, K K^T and Q K^T, the unit lower-triangular inverse T = (I + A)^-1 by forward
-//     substitution with each column of T in one thread's registers (no barriers), then
-//     U = T (beta v) and W = T (beta k e^cum);
-//  2. scan, sequential over a sequence's chunks, parallel over (value head, 32 state columns):
-//     the state slice lives in registers (fp32) with a copy in shared memory for the products;
-//     each chunk's W/U, Qe/attn and Kd arrive by cp.async in three groups, each loaded for the
-//     next chunk as soon as this chunk's step that reads it is done.
+// Qwen3.5 and Qwen3-Next shape). The same two passes as gdn_chunked.cu's general kernels (see
+// there for the algebra), with its own, smaller workspace (TcWs):
+//  1. prep, parallel over (chunk, value head), 2 blocks an SM, TF32 mma.sync (m16n8k8) over fp32
+//     operands in shared memory, rounded to TF32 once so that fragments load by ldmatrix:
+//     l2-normalised q and k, the decay cumsum, K K^T and Q K^T, the unit lower-triangular inverse
+//     T = (I + A)^-1 by forward substitution with each column of T in one thread's registers (no
+//     barriers), then U = T (beta v) and W = T (beta k e^cum). It writes W and attn
+//     as fp16, U as fp32, the row factors e^cum and e^(last - cum), and, once per key head, the
+//     normalised q and k as fp16.
+//  2. scan, sequential over a sequence's chunks, parallel over (value head, 32 state columns),
+//     fp16 mma.sync (m16n8k16, fp32 accumulation), 16 warps: 8 carry the state slice in
+//     registers (fp32, with an fp16 copy of S^T in shared memory for the products) and 8 compute
+//     the previous chunk's outputs meanwhile; each chunk's operands arrive by cp.async during
+//     the chunk before.
+// fp16 has TF32's 10-bit mantissa, so the fp16 products round as the TF32 ones did; its range
+// holds every operand (|q|, |k| <= 1, e^cum <= 1, attn <= |q||k|, W, vnew and the state of v's
+// magnitude; values past 65504 would need a state that large).
 // Operand layouts in shared memory are padded so that every fragment load is free of bank
-// conflicts: a row-major A operand (or the transposed B operand) uses a row stride of 4 mod 32
-// floats, a row-major B operand (or the transposed A) a stride of 8 mod 32.
+// conflicts: fp32 operands (row-major A, transposed B) use a row stride of 4 mod 32 floats,
+// fp16 operands a stride of 8 mod 64 halves.
+#include <cuda_fp16.h>
+
 #include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/gdn_internal.h"
+#include "strata/ops/cuda/mma_fragment.cuh"
 
 namespace strata::ops::cuda {
 namespace {
@@ -24,71 +33,103 @@ constexpr int kC = kGdnChunk;  // tokens a chunk
 constexpr int kD = 128;        // key and value head dim of this path
 constexpr int kBv = 32;        // state columns a scan block
 constexpr int kLd4 = kD + 4;   // row-major A / transposed B, 128 wide
-constexpr int kLd8 = kD + 8;   // row-major B / transposed A, 128 wide
 constexpr int kLdC = kC + 4;   // row-major A, 64 wide (T, attn)
-constexpr int kLdV = kBv + 8;  // row-major B, 32 wide (S, Vn, U)
-constexpr GdnWs kLay(kD, kD);  // the workspace of one (chunk, value head)
 
-__device__ __forceinline__ uint32_t tf32(float x) {
+// The workspace, in bytes. One (chunk, value head): W fp16 [64][128], U fp32 [64][128], attn
+// fp16 [64][64] (Q K^T with the decays, lower triangular), then the row factors as fp32: e^cum
+// [64], e^(last - cum) [64] (0 past the chunk's end), e^last, padding. After all of those, one
+// (chunk, key head): q and k l2-normalised (q times dk^-1/2), fp16 [64][128] each.
+struct TcWs {
+  static constexpr int kW = 0;
+  static constexpr int kU = kW + kC * kD * 2;
+  static constexpr int kAttn = kU + kC * kD * 4;
+  static constexpr int kRows = kAttn + kC * kC * 2;
+  static constexpr int kRowFloats = 2 * kC + 4;
+  static constexpr int kBytes = kRows + kRowFloats * 4;  // a (chunk, value head), 16-byte aligned
+  static constexpr int kQkBytes = 2 * kC * kD * 2;       // a (chunk, key head)
+  // Byte offsets in the workspace of (chunk, value head h) and of (chunk, key head kh).
+  __device__ static int64_t part(int chunk, int h, int hv) { return (int64_t(chunk) * hv + h) * kBytes; }
+  __device__ static int64_t qk(int num_chunks, int chunk, int kh, int hk, int hv) {
+    return int64_t(num_chunks) * hv * kBytes + (int64_t(chunk) * hk + kh) * kQkBytes;
+  }
+};
+static_assert(TcWs::kBytes % 16 == 0);
+
+__device__ __forceinline__ float round_tf32(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
+  return __uint_as_float(r);
 }
-
-__device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(tf32(x)); }
 
 // d += a b for one m16n8k8 tile (PTX fragment layouts: g = lane / 4, t = lane % 4; a0..a3 at
 // (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); b0, b1 at (k t, n g), (k t + 4, n g); d0..d3 at
 // (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)).
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A (rows m0.., cols k0..) of a row-major matrix p[r * ld + c].
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* p, int ld, int m0, int k0) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  a[0] = tf32(p[(m0 + g) * ld + k0 + t]);
-  a[1] = tf32(p[(m0 + g + 8) * ld + k0 + t]);
-  a[2] = tf32(p[(m0 + g) * ld + k0 + t + 4]);
-  a[3] = tf32(p[(m0 + g + 8) * ld + k0 + t + 4]);
+// Fragments by ldmatrix (mma_fragment.cuh) from 16-bit operands (fp16, for m16n8k16) or from
+// fp32 ones already rounded to TF32 (for m16n8k8): a 16-byte ldmatrix row is eight halves or four
+// floats, and lane l receives row l / 4, word l % 4, which is the fragment layout of either.
+// K = 16 / sizeof(T) elements make a tile's row.
+// The A fragment (rows m0.., cols k0..) of a row-major matrix (a0..a3: rows +0/+8 at cols +0,
+// then at cols +K).
+template <typename T>
+__device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const T* p, int ld, int m0, int k0) {
+  constexpr int kK = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31, mi = lane >> 3;
+  ldmatrix_x4(a, p + (m0 + (lane & 7) + (mi & 1) * 8) * ld + k0 + (mi >> 1) * kK);
 }
-// A = M^T for a row-major M already rounded to TF32: A(r, c) = p[c * ld + r].
-__device__ __forceinline__ void load_a_t_rounded(uint32_t (&a)[4], const float* p, int ld, int m0, int k0) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  a[0] = __float_as_uint(p[(k0 + t) * ld + m0 + g]);
-  a[1] = __float_as_uint(p[(k0 + t) * ld + m0 + g + 8]);
-  a[2] = __float_as_uint(p[(k0 + t + 4) * ld + m0 + g]);
-  a[3] = __float_as_uint(p[(k0 + t + 4) * ld + m0 + g + 8]);
+// The fp16 A fragment of M^T for a row-major M: A(r, c) = p[c * ld + r].
+__device__ __forceinline__ void ldsm_a_t(uint32_t (&a)[4], const __half* p, int ld, int m0, int k0) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3;
+  ldmatrix_x4_trans(a, p + (k0 + (lane & 7) + (mi >> 1) * 8) * ld + m0 + (mi & 1) * 8);
 }
-// B (k rows k0.., n cols n0..) of a row-major K x N matrix p[k * ld + n].
-__device__ __forceinline__ void load_b(uint32_t (&b)[2], const float* p, int ld, int k0, int n0) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  b[0] = tf32(p[(k0 + t) * ld + n0 + g]);
-  b[1] = tf32(p[(k0 + t + 4) * ld + n0 + g]);
+// B fragments for column tiles n0 and n0 + 8 at k0.., from B^T stored row-major (p[n * ld + k]):
+// b[0], b[1] for tile n0, b[2], b[3] for tile n0 + 8.
+template <typename T>
+__device__ __forceinline__ void ldsm_b2(uint32_t (&b)[4], const T* p, int ld, int n0, int k0) {
+  constexpr int kK = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31, mi = lane >> 3;
+  ldmatrix_x4(b, p + (n0 + (lane & 7) + (mi >> 1) * 8) * ld + k0 + (mi & 1) * kK);
 }
-// B = M^T for a row-major N x K matrix M: B(k, n) = p[n * ld + k].
-__device__ __forceinline__ void load_b_t(uint32_t (&b)[2], const float* p, int ld, int k0, int n0) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  b[0] = tf32(p[(n0 + g) * ld + k0 + t]);
-  b[1] = tf32(p[(n0 + g) * ld + k0 + t + 4]);
-}
-
 
 // ---- prep ----
 
-constexpr size_t kPrepSmem = sizeof(float) * (2 * kC * kLd8 + kC * kLdC + 2 * kC);
+// Eight floats as fp16, rounded to nearest.
+__device__ __forceinline__ uint4 pack_half8(const float* f) {
+  uint4 u;
+  uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2 h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return u;
+}
+
+// Prep's shared memory, in floats: two operand regions, each first q or k [64][kLd4], then the
+// transposed B operand of W or U, [128][kLdC]; T [64][kLdC]; cum, beta.
+constexpr int kRegion = kD * kLdC > kC * kLd4 ? kD * kLdC : kC * kLd4;
+constexpr size_t kPrepSmem = sizeof(float) * (2 * kRegion + kC * kLdC + 2 * kC);
+
+// Rounds a value to TF32 as it is stored (l2norm_qk_rows), for the fragment loads.
+struct StoreTf32 {
+  __device__ float operator()(float x) const { return round_tf32(x); }
+};
 
 __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, const bf16* k, const bf16* v,
                                                              const float* g, const float* beta, DeviceBatch b,
-                                                             const int32_t* chunks, int hk, int hv, float* ws) {
+                                                             const int32_t* chunks, int num_chunks, int hk, int hv,
+                                                             char* ws) {
   pdl_begin();
-  extern __shared__ float sm[];
-  float* qs = sm;               // q (stride kLd4), then beta k e^cum (stride kLd8)
-  float* ks = qs + kC * kLd8;   // k (stride kLd4), then beta v (stride kLd8)
-  float* tm = ks + kC * kLd8;   // A, then T = (I + A)^-1, [64][kLdC]
+  extern __shared__ __align__(16) float sm[];
+  float* qs = sm;               // q [64][kLd4], then (beta k e^cum)^T [128][kLdC]
+  float* ks = qs + kRegion;     // k [64][kLd4], then (beta v)^T [128][kLdC]
+  float* tm = ks + kRegion;     // A, then T = (I + A)^-1, [64][kLdC]
   float* cum = tm + kC * kLdC;
   float* bet = cum + kC;
 
@@ -124,26 +165,28 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
     cum[2 * lane + 1] = x;
   }
   __syncthreads();
-  l2norm_qk_rows(qs, ks, kLd4, kD, n, rsqrtf(float(kD)));
-  __syncthreads();
-  float* o_w = ws + (int64_t(chunk) * hv + h) * kLay.floats;
-  float* o_u = o_w + kLay.u;
-  float* o_attn = o_w + kLay.attn;
-  float* o_qe = o_w + kLay.qe;
-  float* o_kd = o_w + kLay.kd;
+  l2norm_qk_rows(qs, ks, kLd4, kD, n, rsqrtf(float(kD)), StoreTf32{});
+  char* part = ws + TcWs::part(chunk, h, hv);
+  __half* o_w = reinterpret_cast<__half*>(part + TcWs::kW);
+  float* o_u = reinterpret_cast<float*>(part + TcWs::kU);
+  __half* o_attn = reinterpret_cast<__half*>(part + TcWs::kAttn);
+  float* o_rows = reinterpret_cast<float*>(part + TcWs::kRows);
   const float last = cum[n - 1];
-  for (int i = tid; i < kC * kD / 4; i += blockDim.x) {
-    const int r = i / (kD / 4), c = (i % (kD / 4)) * 4;
-    const float eq = expf(cum[r]), ek = r < n ? expf(last - cum[r]) : 0.f;
-    const float* qr = qs + r * kLd4 + c;
-    const float* kr = ks + r * kLd4 + c;
-    // Rounded to TF32 here, once: the scan multiplies them as they are (see its comment).
-    reinterpret_cast<float4*>(o_qe)[i] = make_float4(round_tf32(qr[0] * eq), round_tf32(qr[1] * eq),
-                                                     round_tf32(qr[2] * eq), round_tf32(qr[3] * eq));
-    reinterpret_cast<float4*>(o_kd)[i] = make_float4(round_tf32(kr[0] * ek), round_tf32(kr[1] * ek),
-                                                     round_tf32(kr[2] * ek), round_tf32(kr[3] * ek));
+  if (tid < kC) {
+    o_rows[tid] = expf(cum[tid]);
+    o_rows[kC + tid] = tid < n ? expf(last - cum[tid]) : 0.f;
   }
-  if (tid == 0) o_w[kLay.decay] = expf(last);
+  if (tid == 0) o_rows[2 * kC] = expf(last);
+  __syncthreads();
+  if (h % (hv / hk) == 0) {  // the key head's first value head writes its normalised q and k
+    __half* o_q = reinterpret_cast<__half*>(ws + TcWs::qk(num_chunks, chunk, kh, hk, hv));
+    __half* o_k = o_q + kC * kD;
+    for (int i = tid; i < kC * kVecs; i += blockDim.x) {
+      const int r = i / kVecs, c = (i % kVecs) * 8;
+      reinterpret_cast<uint4*>(o_q)[i] = pack_half8(qs + r * kLd4 + c);
+      reinterpret_cast<uint4*>(o_k)[i] = pack_half8(ks + r * kLd4 + c);
+    }
+  }
   // K K^T and Q K^T: warp w takes rows 16 (w / 2).. and columns 32 (w % 2)..; tiles wholly
   // above the diagonal are zero.
   const int gq = lane >> 2, tq = lane & 3;
@@ -151,42 +194,56 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
     const int m0 = 16 * (warp >> 1), n0 = 32 * (warp & 1);
     float kk[4][4] = {}, qk[4][4] = {};
     if (n0 <= m0 + 15) {
+#pragma unroll 4
       for (int k0 = 0; k0 < kD; k0 += 8) {
-        uint32_t ak[4], aq[4];
-        load_a(ak, ks, kLd4, m0, k0);
-        load_a(aq, qs, kLd4, m0, k0);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t bk[2];
-          load_b_t(bk, ks, kLd4, k0, n0 + 8 * j);
-          mma(kk[j], ak, bk);
-          mma(qk[j], aq, bk);
-        }
+        uint32_t ak[4], aq[4], b01[4], b23[4];
+        ldsm_a(ak, ks, kLd4, m0, k0);
+        ldsm_a(aq, qs, kLd4, m0, k0);
+        ldsm_b2(b01, ks, kLd4, n0, k0);
+        ldsm_b2(b23, ks, kLd4, n0 + 16, k0);
+        mma(kk[0], ak, b01[0], b01[1]);
+        mma(kk[1], ak, b01[2], b01[3]);
+        mma(kk[2], ak, b23[0], b23[1]);
+        mma(kk[3], ak, b23[2], b23[3]);
+        mma(qk[0], aq, b01[0], b01[1]);
+        mma(qk[1], aq, b01[2], b01[3]);
+        mma(qk[2], aq, b23[0], b23[1]);
+        mma(qk[3], aq, b23[2], b23[3]);
       }
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + gq + (e >> 1) * 8, c = n0 + 8 * j + 2 * tq + (e & 1);
-        const bool live = r < n && c <= r;
-        const float decay = live ? expf(cum[r] - cum[c]) : 0.f;
-        tm[r * kLdC + c] = c < r ? bet[r] * kk[j][e] * decay : 0.f;
-        o_attn[r * kC + c] = live ? round_tf32(qk[j][e] * decay) : 0.f;
+      for (int e = 0; e < 4; e += 2) {  // columns c and c + 1 of row r
+        const int r = m0 + gq + (e >> 1) * 8, c = n0 + 8 * j + 2 * tq;
+        float at[2];
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          const bool live = r < n && c + x <= r;
+          const float decay = live ? expf(cum[r] - cum[c + x]) : 0.f;
+          tm[r * kLdC + c + x] = c + x < r ? bet[r] * kk[j][e + x] * decay : 0.f;
+          at[x] = live ? qk[j][e + x] * decay : 0.f;
+        }
+        *reinterpret_cast<__half2*>(o_attn + r * kC + c) = __floats2half2_rn(at[0], at[1]);
       }
     }
   }
   __syncthreads();
-  // beta k e^cum into qs's space (stride kLd8), read from ks (stride kLd4).
-  for (int i = tid; i < kC * kD; i += blockDim.x) {
-    const int r = i / kD, c = i % kD;
-    qs[r * kLd8 + c] = bet[r] * ks[r * kLd4 + c] * expf(cum[r]);
+  // (beta k e^cum)^T into qs's region, four columns of one row a step (conflict-free float4 reads).
+  for (int i = tid; i < kC * kD / 4; i += blockDim.x) {
+    const int r = i % kC, c = (i / kC) * 4;
+    const float f = bet[r] * expf(cum[r]);
+    const float4 x = *reinterpret_cast<const float4*>(ks + r * kLd4 + c);
+    qs[(c + 0) * kLdC + r] = round_tf32(x.x * f);
+    qs[(c + 1) * kLdC + r] = round_tf32(x.y * f);
+    qs[(c + 2) * kLdC + r] = round_tf32(x.z * f);
+    qs[(c + 3) * kLdC + r] = round_tf32(x.w * f);
   }
   __syncthreads();
   if (warp < 2) {
     // Forward substitution, column j = tid of T in registers: T[i][j] = -sum_{l<i} A[i][l] T[l][j]
     // for j < i (T[j][j] = 1, T[l][j] = 0 above the diagonal). A stays in tm until every column
-    // is done.
+    // is done; T is stored rounded to TF32.
     const int j = tid;
     float col[kC];
 #pragma unroll
@@ -203,15 +260,15 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
     }
     asm volatile("bar.sync 1, 64;" ::: "memory");
 #pragma unroll
-    for (int i = 0; i < kC; ++i) tm[i * kLdC + j] = col[i];
+    for (int i = 0; i < kC; ++i) tm[i * kLdC + j] = round_tf32(col[i]);
   } else {
-    // beta v into ks's space (stride kLd8) meanwhile.
+    // (beta v)^T into ks's region meanwhile.
     for (int i = tid - 64; i < kC * kVecs; i += blockDim.x - 64) {
-      const int r = i / kVecs, c = (i % kVecs) * 8;
+      const int r = i % kC, c = (i / kC) * 8;
       float fv[8] = {};
       if (r < n) unpack8(__ldg(reinterpret_cast<const uint4*>(v + ((t0 + r) * hv + h) * kD + c)), fv);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) ks[r * kLd8 + c + e] = bet[r] * fv[e];
+      for (int e = 0; e < 8; ++e) ks[(c + e) * kLdC + r] = round_tf32(bet[r] * fv[e]);
     }
   }
   __syncthreads();
@@ -222,14 +279,16 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
     float u[8][4] = {}, w[8][4] = {};
     for (int k0 = 0; k0 < m0 + 16; k0 += 8) {
       uint32_t a[4];
-      load_a(a, tm, kLdC, m0, k0);
+      ldsm_a(a, tm, kLdC, m0, k0);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        uint32_t bv[2], bw[2];
-        load_b(bv, ks, kLd8, k0, n0 + 8 * j);
-        load_b(bw, qs, kLd8, k0, n0 + 8 * j);
-        mma(u[j], a, bv);
-        mma(w[j], a, bw);
+      for (int j = 0; j < 4; ++j) {
+        uint32_t bv[4], bw[4];
+        ldsm_b2(bv, ks, kLdC, n0 + 16 * j, k0);
+        ldsm_b2(bw, qs, kLdC, n0 + 16 * j, k0);
+        mma(u[2 * j], a, bv[0], bv[1]);
+        mma(u[2 * j + 1], a, bv[2], bv[3]);
+        mma(w[2 * j], a, bw[0], bw[1]);
+        mma(w[2 * j + 1], a, bw[2], bw[3]);
       }
     }
 #pragma unroll
@@ -237,159 +296,200 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
       const int r = m0 + gq, c = n0 + 8 * j + 2 * tq;
       *reinterpret_cast<float2*>(o_u + r * kD + c) = make_float2(u[j][0], u[j][1]);
       *reinterpret_cast<float2*>(o_u + (r + 8) * kD + c) = make_float2(u[j][2], u[j][3]);
-      *reinterpret_cast<float2*>(o_w + r * kD + c) = make_float2(round_tf32(w[j][0]), round_tf32(w[j][1]));
-      *reinterpret_cast<float2*>(o_w + (r + 8) * kD + c) = make_float2(round_tf32(w[j][2]), round_tf32(w[j][3]));
+      *reinterpret_cast<__half2*>(o_w + r * kD + c) = __floats2half2_rn(w[j][0], w[j][1]);
+      *reinterpret_cast<__half2*>(o_w + (r + 8) * kD + c) = __floats2half2_rn(w[j][2], w[j][3]);
     }
   }
 }
 
 // ---- scan ----
 
-// Every operand the scan multiplies is stored already rounded to TF32 (prep rounds W, q e^cum,
-// k e^(last - cum) and attn as it writes them; the scan rounds its shared copies of the state and
-// of vnew), so fragments load by ldmatrix with no conversion; the state itself stays fp32 in
-// registers. ldmatrix (.b16) moves 8 rows of 16 bytes, four fp32 each: thread l gets row l / 4,
-// word l % 4, which is the tf32 fragment layout.
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const float* p) {
-  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-// A (rows m0.., cols k0..) of a row-major matrix with row stride ld (4 mod 32).
-__device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const float* p, int ld, int m0, int k0) {
-  const int lane = threadIdx.x & 31, mi = lane >> 3;
-  ldsm_x4(a, p + (m0 + (lane & 7) + (mi & 1) * 8) * ld + k0 + (mi >> 1) * 4);
-}
-// B for column tiles n0 and n0 + 8 at k0.., from B^T stored row-major (p[n * ld + k]):
-// b[0], b[1] for tile n0, b[2], b[3] for tile n0 + 8.
-__device__ __forceinline__ void ldsm_b2(uint32_t (&b)[4], const float* p, int ld, int n0, int k0) {
-  const int lane = threadIdx.x & 31, mi = lane >> 3;
-  ldsm_x4(b, p + (n0 + (lane & 7) + (mi >> 1) * 8) * ld + k0 + (mi & 1) * 4);
+// d += a b for one m16n8k16 tile, fp16 operands, fp32 accumulation (the accumulator layout of
+// the TF32 mma above).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // acc += A[m0.., :k_end] B[:k_end, n0..n0 + 16] for one warp (two 8-column tiles): A row-major
-// (stride lda), B stored transposed (stride ldb), both TF32-rounded.
-__device__ __forceinline__ void mma_16x16(float (&acc)[2][4], const float* a_s, int lda, const float* bt_s, int ldb,
-                                          int m0, int n0, int k_end) {
+// (stride lda), B stored transposed (stride ldb).
+__device__ __forceinline__ void mma_16x16(float (&acc)[2][4], const __half* a_s, int lda, const __half* bt_s,
+                                          int ldb, int m0, int n0, int k_end) {
 #pragma unroll 4
-  for (int k0 = 0; k0 < k_end; k0 += 8) {
+  for (int k0 = 0; k0 < k_end; k0 += 16) {
     uint32_t a[4], bb[4];
     ldsm_a(a, a_s, lda, m0, k0);
     ldsm_b2(bb, bt_s, ldb, n0, k0);
-    mma(acc[0], a, {bb[0], bb[1]});
-    mma(acc[1], a, {bb[2], bb[3]});
+    mma_f16(acc[0], a, bb[0], bb[1]);
+    mma_f16(acc[1], a, bb[2], bb[3]);
   }
 }
 
-constexpr int kLdT = kD + 4;  // the state's transpose [kBv][kD]
-constexpr int kLdVt = kC + 4; // vnew's transpose [kBv][kC]
+constexpr int kLdH = kD + 8;   // fp16 rows 128 wide (272 B)
+constexpr int kLdHc = kC + 8;  // fp16 rows 64 wide (144 B)
+constexpr int kLdU = kBv + 4;  // fp32 rows of the U slice
 
+// The scan's shared memory (byte offsets). Chunk ci's W, U and k sit in slot ci % 2; its q,
+// attn and row factors in slot ci % 3, since the output warps read them one chunk later; S^T in
+// slot ci % 2 holds the state entering chunk ci, vnew^T likewise.
 struct ScanSmem {
-  static constexpr int kW = 0;
-  static constexpr int kQe = kW + kC * kLd4;
-  static constexpr int kKd = kQe + kC * kLd4;
-  static constexpr int kAttn = kKd + kC * kLd8;
-  static constexpr int kU = kAttn + kC * kLdC;
-  static constexpr int kVt = kU + kC * kLdV;
-  static constexpr int kSt = kVt + kBv * kLdVt;
-  static constexpr size_t kBytes = sizeof(float) * (kSt + kBv * kLdT);
+  static constexpr int kMat = kC * kLdH * 2;    // a [64][kLdH] fp16 matrix (W, q or k)
+  static constexpr int kAttnB = kC * kLdHc * 2; // attn [64][kLdHc] fp16
+  static constexpr int kUB = kC * kLdU * 4;     // U's 32 columns, fp32 [64][kLdU]
+  static constexpr int kRowsB = TcWs::kRowFloats * 4;
+  static constexpr int kVtB = kBv * kLdHc * 2;  // a [kBv][kLdHc] fp16 transpose of vnew
+  static constexpr int kStB = kBv * kLdH * 2;   // S^T [kBv][kLdH] fp16
+  static constexpr int kW = 0, kK = kW + 2 * kMat, kU = kK + 2 * kMat, kQ = kU + 2 * kUB, kAttn = kQ + 3 * kMat,
+                       kRows = kAttn + 3 * kAttnB, kVt = kRows + 3 * kRowsB, kVd = kVt + 2 * kVtB,
+                       kSt = kVd + kVtB;
+  static constexpr size_t kBytes = kSt + 2 * kStB;
 };
+static_assert(ScanSmem::kRowsB % 16 == 0 && ScanSmem::kUB % 16 == 0 && ScanSmem::kAttnB % 16 == 0);
 
-// rows x W floats from a dense global matrix (row stride gld) to shared memory (stride ld).
-template <int W>
-__device__ __forceinline__ void copy_rows_w(float* dst, int ld, const float* src, int gld) {
-  constexpr int kVecs = W / 4;
+// 64 rows of kRowBytes from global memory (row stride gld bytes) to shared memory (stride ld).
+template <int kRowBytes>
+__device__ __forceinline__ void copy_rows(char* dst, int ld, const char* src, int gld) {
+  constexpr int kVecs = kRowBytes / 16;
   for (int i = threadIdx.x; i < kC * kVecs; i += blockDim.x) {
-    const int r = i / kVecs, c = (i % kVecs) * 4;
+    const int r = i / kVecs, c = (i % kVecs) * 16;
     cp_async16(dst + r * ld + c, src + int64_t(r) * gld + c);
   }
 }
 
-__global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, const int32_t* seqinfo,
-                                                             const int32_t* chunks, void* state, bool s32,
-                                                             DeviceBatch b, int hv, bf16* out) {
+constexpr int kScanThreads = 512;  // warps 0-7 carry the state, warps 8-15 write the outputs
+
+// Each iteration ci has two phases between barriers. The state warps run chunk ci: (1) vnew =
+// U - W S, then (3) S = S e^last + k^T (e^(last - cum) vnew), written to the other S^T slot.
+// The output warps run chunk ci - 1 meanwhile, off the state's critical path: (2a) e^cum (q S),
+// then (2b) + attn vnew, stored. Chunk ci + 1's operands load during iteration ci.
+__global__ void __launch_bounds__(kScanThreads, 1) gdn_scan_tc_kernel(const char* ws, const int32_t* seqinfo,
+                                                                      const int32_t* chunks, int num_chunks,
+                                                                      void* state, bool s32, DeviceBatch b, int hk,
+                                                                      int hv, bf16* out) {
   pdl_begin();
-  extern __shared__ __align__(16) float sm[];
-  float* ws_w = sm + ScanSmem::kW;
-  float* ws_qe = sm + ScanSmem::kQe;
-  float* ws_kd = sm + ScanSmem::kKd;
-  float* ws_at = sm + ScanSmem::kAttn;
-  float* ws_u = sm + ScanSmem::kU;
-  float* vt = sm + ScanSmem::kVt;  // vnew^T, tf32-rounded
-  float* st_t = sm + ScanSmem::kSt;  // S^T, tf32-rounded
+  extern __shared__ __align__(16) char smem[];
+  __half* vd = reinterpret_cast<__half*>(smem + ScanSmem::kVd);
+  auto st_t = [&](int ci) { return reinterpret_cast<__half*>(smem + ScanSmem::kSt + (ci & 1) * ScanSmem::kStB); };
+  auto vt = [&](int ci) { return reinterpret_cast<__half*>(smem + ScanSmem::kVt + (ci & 1) * ScanSmem::kVtB); };
 
   const int e = blockIdx.x, h = blockIdx.y, col0 = blockIdx.z * kBv, tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
+  const bool state_warp = warp < 8;
   const int s = seqinfo[3 * e], first = seqinfo[3 * e + 1], count = seqinfo[3 * e + 2];
+  const int kh = h / (hv / hk);
   const int slot = b.slot[s];
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
   const int64_t state0 = (int64_t(slot) * hv + h) * kD * kD + col0;  // padding rows (slot < 0): no state
 
-  // The state slice in step 3's accumulator layout: warp w has rows 16 w.., all 4 column tiles.
-  float st[4][4];
-  const int sr = 16 * warp + gq;
+  // The state slice in step 3's accumulator layout: state warp w has rows 16 w.., all 4 column
+  // tiles.
+  float st[4][4] = {};
+  const int sr = 16 * (warp & 7) + gq;
+  if (state_warp) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < 4; ++j) {
 #pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int r = sr + (x >> 1) * 8, c = 8 * j + 2 * tq + (x & 1);
-      st[j][x] = has_state ? ldf(state, s32, state0 + int64_t(r) * kD + c) : 0.f;
-      st_t[c * kLdT + r] = round_tf32(st[j][x]);
+      for (int x = 0; x < 4; ++x) {
+        const int r = sr + (x >> 1) * 8, c = 8 * j + 2 * tq + (x & 1);
+        st[j][x] = has_state ? ldf(state, s32, state0 + int64_t(r) * kD + c) : 0.f;
+        st_t(0)[c * kLdH + r] = __float2half_rn(st[j][x]);
+      }
     }
   }
-  auto base_of = [&](int ci) { return ws + (int64_t(first + ci) * hv + h) * kLay.floats; };
-  auto load_wu = [&](int ci) {
+  auto load = [&](int ci) {
     if (ci < count) {
-      copy_rows_w<kD>(ws_w, kLd4, base_of(ci), kD);
-      copy_rows_w<kBv>(ws_u, kLdV, base_of(ci) + kLay.u + col0, kD);
+      const char* part = ws + TcWs::part(first + ci, h, hv);
+      const char* qk = ws + TcWs::qk(num_chunks, first + ci, kh, hk, hv);
+      const int s2 = ci & 1, s3 = ci % 3;
+      copy_rows<kD * 2>(smem + ScanSmem::kW + s2 * ScanSmem::kMat, kLdH * 2, part + TcWs::kW, kD * 2);
+      copy_rows<kD * 2>(smem + ScanSmem::kK + s2 * ScanSmem::kMat, kLdH * 2, qk + kC * kD * 2, kD * 2);
+      copy_rows<kBv * 4>(smem + ScanSmem::kU + s2 * ScanSmem::kUB, kLdU * 4, part + TcWs::kU + col0 * 4, kD * 4);
+      copy_rows<kD * 2>(smem + ScanSmem::kQ + s3 * ScanSmem::kMat, kLdH * 2, qk, kD * 2);
+      copy_rows<kC * 2>(smem + ScanSmem::kAttn + s3 * ScanSmem::kAttnB, kLdHc * 2, part + TcWs::kAttn, kC * 2);
+      for (int i = tid; i < TcWs::kRowFloats / 4; i += blockDim.x) {
+        cp_async16(smem + ScanSmem::kRows + s3 * ScanSmem::kRowsB + 16 * i, part + TcWs::kRows + 16 * i);
+      }
     }
     cp_commit();
   };
-  auto load_qa = [&](int ci) {
-    if (ci < count) {
-      copy_rows_w<kC>(ws_at, kLdC, base_of(ci) + kLay.attn, kC);
-      copy_rows_w<kD>(ws_qe, kLd4, base_of(ci) + kLay.qe, kD);
-    }
-    cp_commit();
-  };
-  auto load_kd = [&](int ci) {
-    if (ci < count) copy_rows_w<kD>(ws_kd, kLd8, base_of(ci) + kLay.kd, kD);
-    cp_commit();
-  };
-  load_wu(0);
-  load_qa(0);
-  load_kd(0);
-  // Steps 1 and 2: warp w takes token rows 16 (w / 2).. and state columns 16 (w % 2)...
-  const int m0 = 16 * (warp >> 1), n0 = 16 * (warp & 1);
-  for (int ci = 0; ci < count; ++ci) {
-    const int chunk = first + ci;
-    const int c0 = chunks[3 * chunk + 1], n = chunks[3 * chunk + 2];
-    const float decay = base_of(ci)[kLay.decay];  // e^last
-    cp_wait<2>();
-    __syncthreads();
-    // 1. vnew = U - W S.
-    {
-      float acc[2][4] = {};
-      mma_16x16(acc, ws_w, kLd4, st_t, kLdT, m0, n0, kD);
+  load(0);
+  // Steps 1 and 2: (state or output) warp w takes token rows 16 (w / 2).. and state columns
+  // 16 (w % 2)...
+  const int m0 = 16 * ((warp & 7) >> 1), n0 = 16 * (warp & 1);
+  for (int ci = 0; ci <= count; ++ci) {
+    cp_wait<0>();
+    __syncthreads();  // chunk ci's operands and S^T(ci) are in; every read of chunk ci - 2 is done
+    load(ci + 1);     // into slots last read for chunk ci - 1 (W, U, k) or ci - 2 (q, attn, rows)
+    const int co = ci - 1;  // the output warps' chunk
+    const int s3 = (state_warp ? ci : ci + 2) % 3;  // chunk ci's or chunk co's slot
+    const float* eq = reinterpret_cast<const float*>(smem + ScanSmem::kRows + s3 * ScanSmem::kRowsB);
+    const float* ek = eq + kC;
+    float acc[2][4] = {};
+    if (state_warp && ci < count) {
+      // 1. vnew = U - W S, kept as vnew^T and (e^(last - cum) vnew)^T.
+      const __half* ws_w = reinterpret_cast<const __half*>(smem + ScanSmem::kW + (ci & 1) * ScanSmem::kMat);
+      const float* ws_u = reinterpret_cast<const float*>(smem + ScanSmem::kU + (ci & 1) * ScanSmem::kUB);
+      mma_16x16(acc, ws_w, kLdH, st_t(ci), kLdH, m0, n0, kD);
+      __half* v_t = vt(ci);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           const int r = m0 + gq + (x >> 1) * 8, c = n0 + 8 * j + 2 * tq + (x & 1);
-          vt[c * kLdVt + r] = round_tf32(ws_u[r * kLdV + c] - acc[j][x]);
+          const float vn = ws_u[r * kLdU + c] - acc[j][x];
+          v_t[c * kLdHc + r] = __float2half_rn(vn);
+          vd[c * kLdHc + r] = __float2half_rn(vn * ek[r]);
         }
       }
+    } else if (!state_warp && co >= 0) {
+      // 2a. e^cum (q S) for chunk co, with S entering it.
+      const __half* ws_q = reinterpret_cast<const __half*>(smem + ScanSmem::kQ + s3 * ScanSmem::kMat);
+      mma_16x16(acc, ws_q, kLdH, st_t(co), kLdH, m0, n0, kD);
+      const float e_lo = eq[m0 + gq], e_hi = eq[m0 + gq + 8];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        acc[j][0] *= e_lo;
+        acc[j][1] *= e_lo;
+        acc[j][2] *= e_hi;
+        acc[j][3] *= e_hi;
+      }
     }
-    __syncthreads();
-    load_wu(ci + 1);
-    cp_wait<2>();
-    __syncthreads();
-    // 2. out = (q e^cum) S + attn vnew (attn is lower triangular: k < m0 + 16).
-    {
-      float acc[2][4] = {};
-      mma_16x16(acc, ws_qe, kLd4, st_t, kLdT, m0, n0, kD);
-      mma_16x16(acc, ws_at, kLdC, vt, kLdVt, m0, n0, m0 + 16);
+    __syncthreads();  // vnew of chunk ci is in; S^T(co) is read
+    if (state_warp && ci < count) {
+      // 3. S = S e^last + k^T (e^(last - cum) vnew), into S^T(ci + 1) (S^T(ci - 1)'s slot,
+      // read by the output warps before the barrier).
+      const __half* ws_k = reinterpret_cast<const __half*>(smem + ScanSmem::kK + (ci & 1) * ScanSmem::kMat);
+      const float decay = ek[kC];  // e^last
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) st[j][x] *= decay;
+      }
+#pragma unroll
+      for (int k0 = 0; k0 < kC; k0 += 16) {
+        uint32_t a[4], b01[4], b23[4];
+        ldsm_a_t(a, ws_k, kLdH, 16 * warp, k0);
+        ldsm_b2(b01, vd, kLdHc, 0, k0);
+        ldsm_b2(b23, vd, kLdHc, 16, k0);
+        mma_f16(st[0], a, b01[0], b01[1]);
+        mma_f16(st[1], a, b01[2], b01[3]);
+        mma_f16(st[2], a, b23[0], b23[1]);
+        mma_f16(st[3], a, b23[2], b23[3]);
+      }
+      __half* next = st_t(ci + 1);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) next[(8 * j + 2 * tq + (x & 1)) * kLdH + sr + (x >> 1) * 8] = __float2half_rn(st[j][x]);
+      }
+    } else if (!state_warp && co >= 0) {
+      // 2b. out = e^cum (q S) + attn vnew (attn is lower triangular: k < m0 + 16).
+      const __half* ws_at = reinterpret_cast<const __half*>(smem + ScanSmem::kAttn + s3 * ScanSmem::kAttnB);
+      mma_16x16(acc, ws_at, kLdHc, vt(co), kLdHc, m0, n0, m0 + 16);
+      const int chunk = first + co;
+      const int c0 = chunks[3 * chunk + 1], n = chunks[3 * chunk + 2];
       const int64_t t0 = int64_t(b.q_start[s]) + c0;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -403,37 +503,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
         }
       }
     }
-    __syncthreads();
-    load_qa(ci + 1);
-    cp_wait<2>();
-    __syncthreads();
-    // 3. S = S e^last + (k e^(last - cum))^T vnew.
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int x = 0; x < 4; ++x) st[j][x] *= decay;
-    }
-#pragma unroll 2
-    for (int k0 = 0; k0 < kC; k0 += 8) {
-      uint32_t a[4], b01[4], b23[4];
-      load_a_t_rounded(a, ws_kd, kLd8, 16 * warp, k0);
-      ldsm_b2(b01, vt, kLdVt, 0, k0);
-      ldsm_b2(b23, vt, kLdVt, 16, k0);
-      mma(st[0], a, {b01[0], b01[1]});
-      mma(st[1], a, {b01[2], b01[3]});
-      mma(st[2], a, {b23[0], b23[1]});
-      mma(st[3], a, {b23[2], b23[3]});
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int x = 0; x < 4; ++x) st_t[(8 * j + 2 * tq + (x & 1)) * kLdT + sr + (x >> 1) * 8] = round_tf32(st[j][x]);
-    }
-    __syncthreads();
-    load_kd(ci + 1);
   }
-  asm volatile("cp.async.wait_all;" ::: "memory");
-  if (slot >= 0) {
+  if (state_warp && slot >= 0) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -448,20 +519,26 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_tc_kernel(const float* ws, co
 
 bool gdn_chunked_tc_fits(int dk, int dv) { return dk == kD && dv == kD; }
 
+int64_t gdn_chunked_tc_ws_bytes(int num_chunks, int hk, int hv) {
+  return int64_t(num_chunks) * (int64_t(hv) * TcWs::kBytes + int64_t(hk) * TcWs::kQkBytes);
+}
+
 void gdn_chunked_tc(const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta, void* state,
                     bool s32, const DeviceBatch& db, const int32_t* chunks, int num_chunks, const int32_t* seqinfo,
-                    int num_seqs, int hk, int hv, float* ws, bf16* out) {
+                    int num_seqs, int hk, int hv, void* ws, bf16* out) {
   static const bool kAttrs = [] {
     allow_shared_memory(reinterpret_cast<const void*>(gdn_prep_tc_kernel), kPrepSmem, "gated_delta_rule (prep)");
     allow_shared_memory(reinterpret_cast<const void*>(gdn_scan_tc_kernel), ScanSmem::kBytes, "gated_delta_rule (scan)");
     return true;
   }();
   (void)kAttrs;
+  char* w = static_cast<char*>(ws);
   launch_pdl(gdn_prep_tc_kernel, dim3(unsigned(num_chunks), unsigned(hv)), 256, kPrepSmem, q, k, v, g, beta, db,
-             chunks, hk, hv, ws);
+             chunks, num_chunks, hk, hv, w);
   check_launch("gdn_prep_tc");
-  launch_pdl(gdn_scan_tc_kernel, dim3(unsigned(num_seqs), unsigned(hv), unsigned(kD / kBv)), 256, ScanSmem::kBytes,
-             static_cast<const float*>(ws), seqinfo, chunks, state, s32, db, hv, out);
+  launch_pdl(gdn_scan_tc_kernel, dim3(unsigned(num_seqs), unsigned(hv), unsigned(kD / kBv)), kScanThreads,
+             ScanSmem::kBytes,
+             static_cast<const char*>(w), seqinfo, chunks, num_chunks, state, s32, db, hk, hv, out);
   check_launch("gdn_scan_tc");
 }
 

@@ -8,6 +8,7 @@
 // registers, so SiLU-mul is the epilogue. The grid's x is the column block, so the blocks of one
 // row tile run together and read its rows (the gathered tokens) once from memory.
 #include "strata/ops/cuda/async_copy.cuh"
+#include "strata/ops/cuda/mma_fragment.cuh"
 #include "strata/ops/cuda/moe_gemm.cuh"
 
 namespace strata::ops::cuda {
@@ -15,13 +16,6 @@ namespace {
 
 constexpr int kBm = 64, kBn = 128, kBk = 64, kLd = kBk + 8, kStages = 3, kThreads = 256;
 
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
 
 // d += a b, one m16n8k16 tile (bf16 in, fp32 accumulate).
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
