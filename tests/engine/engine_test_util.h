@@ -57,6 +57,22 @@ inline std::shared_ptr<Model> fixture_model(const std::string& name, DType ssm_d
   return m;
 }
 
+// The default model's engine for the speculative and state-dtype tests: small pools, prompts
+// prefilled in 40-token chunks, a prefix snapshot at every page; MTP with k drafts when k > 0.
+inline EngineConfig default_model_config(int k, DType ssm = DType::kF32) {
+  EngineConfig c;
+  c.model = default_model_dir();
+  c.kv_cache_memory = size_t(64) << 20;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 40;  // prompts are prefilled in chunks
+  c.max_model_len = 512;
+  c.prefix_state_interval = 1;    // a snapshot at every page of prefill
+  c.log_capacity = false;
+  c.ssm_state_dtype = ssm;
+  if (k > 0) c.speculative = {"mtp", k};
+  return c;
+}
+
 inline EngineConfig test_config(const std::string& name) {
   EngineConfig c;
   c.model = engine_fixture_dir(name);

@@ -25,19 +25,6 @@
 namespace strata::testing {
 namespace {
 
-EngineConfig small_config(int k) {
-  EngineConfig c;
-  c.model = default_model_dir();
-  c.kv_cache_memory = size_t(64) << 20;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 40;  // prompts are prefilled in chunks
-  c.max_model_len = 512;
-  c.prefix_state_interval = 1;    // a snapshot at every page of prefill
-  c.log_capacity = false;
-  if (k > 0) c.speculative = {"mtp", k};
-  return c;
-}
-
 struct SpecRun {
   std::vector<RequestOutput> outputs;
   EngineStats stats;
@@ -123,13 +110,13 @@ Workload workload() {
 
 TEST(Speculative, GreedyOutputsEqualTheTargetsAtK1To3) {
   const Workload w = workload();
-  const SpecRun plain = run(small_config(0), w.prompts, w.params);
+  const SpecRun plain = run(default_model_config(0), w.prompts, w.params);
   EXPECT_EQ(plain.stats.spec_verifies, 0);
   bool stopped = false;
   for (const RequestOutput& o : plain.outputs) stopped = stopped || o.outputs[0].stop_reason == " the";
   EXPECT_TRUE(stopped) << "no completion ended at the stop string: the workload tests nothing there";
   for (int k = 1; k <= 3; ++k) {
-    const SpecRun spec = run(small_config(k), w.prompts, w.params);
+    const SpecRun spec = run(default_model_config(k), w.prompts, w.params);
     expect_same(plain, spec, "K=" + std::to_string(k));
     const EngineStats& s = spec.stats;
     std::printf("  K=%d: %lld verifies, %lld drafts, %lld accepted (rate %.3f, mean acceptance length %.3f), "
@@ -171,9 +158,9 @@ TEST(Speculative, GreedyOutputsEqualTheTargetsAtK1To3) {
 // A pool so small that sequences are preempted (and recomputed) while they speculate.
 TEST(Speculative, GreedyOutputsEqualTheTargetsUnderPreemption) {
   const Workload w = workload();
-  EngineConfig c0 = small_config(0), c2 = small_config(2);
+  EngineConfig c0 = default_model_config(0), c2 = default_model_config(2);
   // Size the pool from the plan of a roomy engine: 6 pages of 16 tokens beside the slots.
-  Engine probe(default_mtp_model(), small_config(2), GenerationDefaults::load(default_model_dir()));
+  Engine probe(default_mtp_model(), default_model_config(2), GenerationDefaults::load(default_model_dir()));
   const MemoryPlan& plan = probe.memory_plan();
   const size_t bytes = plan.bytes_per_slot * size_t(plan.seq_slots + plan.snapshot_slots) + plan.bytes_per_block * 6;
   c0.kv_cache_memory = bytes;
@@ -186,7 +173,7 @@ TEST(Speculative, GreedyOutputsEqualTheTargetsUnderPreemption) {
 }
 
 EngineConfig dynamic_config(int k, const DraftCosts& costs) {
-  EngineConfig c = small_config(k);
+  EngineConfig c = default_model_config(k);
   c.speculative.dynamic = true;
   c.speculative.costs = costs;
   return c;
@@ -213,8 +200,8 @@ void print_stats(const std::string& what, const EngineStats& s) {
 // prefix hits, under the CPU's costs (which draft little) and cheap ones (k from 0 to K).
 TEST(Speculative, DynamicDraftLengthKeepsGreedyOutputs) {
   const Workload w = workload();
-  const SpecRun plain = run(small_config(0), w.prompts, w.params);
-  const SpecRun fixed = run(small_config(3), w.prompts, w.params);
+  const SpecRun plain = run(default_model_config(0), w.prompts, w.params);
+  const SpecRun fixed = run(default_model_config(3), w.prompts, w.params);
   expect_same(plain, fixed, "fixed K=3");
   const SpecRun cpu = run(dynamic_config(3, DraftCosts{}), w.prompts, w.params);
   expect_same(plain, cpu, "dynamic, the CPU's costs");
@@ -239,7 +226,7 @@ TEST(Speculative, DynamicDraftLengthKeepsGreedyOutputsAtBatchOne) {
   const Workload w = workload();
   const std::vector<std::vector<int32_t>> prompts = {w.prompts[1], w.prompts[1]};
   const std::vector<SamplingParams> params = {w.params[1], w.params[1]};
-  const SpecRun plain = run(small_config(0), prompts, params);
+  const SpecRun plain = run(default_model_config(0), prompts, params);
   for (const DraftCosts& costs : {DraftCosts{}, cheap_costs()}) {
     const SpecRun dyn = run(dynamic_config(3, costs), prompts, params);
     expect_same(plain, dyn, "dynamic, batch 1");
@@ -286,7 +273,7 @@ TEST(SpeculativeConfig, ParsesVllmsFlagAndNamesBadFields) {
 // A model without its head loaded cannot draft: the engine says so at start.
 TEST(SpeculativeConfig, RefusesAModelWithoutItsHead) {
   std::shared_ptr<Model> plain(load_model(default_model_dir()));
-  EngineConfig c = small_config(2);
+  EngineConfig c = default_model_config(2);
   try {
     Engine e(plain, c, {});
     FAIL() << "an engine without the head started";

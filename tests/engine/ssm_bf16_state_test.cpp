@@ -19,11 +19,6 @@
 namespace strata::testing {
 namespace {
 
-const std::string& default_dir() {
-  static const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/default";
-  return dir;
-}
-
 // The default model with its MTP head, per state dtype, loaded once.
 std::shared_ptr<Model> default_model(DType ssm) {
   static std::map<DType, std::shared_ptr<Model>> loaded;
@@ -32,7 +27,7 @@ std::shared_ptr<Model> default_model(DType ssm) {
     LoadOptions o;
     o.mtp = true;
     o.ssm_state_dtype = ssm;
-    m = std::shared_ptr<Model>(load_model(default_dir(), o));
+    m = std::shared_ptr<Model>(load_model(default_model_dir(), o));
   }
   return m;
 }
@@ -84,23 +79,9 @@ TEST(SsmBf16State, Qwen35FixtureLogitsStayClose) {
   }
 }
 
-EngineConfig default_config(DType ssm, int k) {
-  EngineConfig c;
-  c.model = default_dir();
-  c.kv_cache_memory = size_t(64) << 20;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 40;  // prompts are prefilled in chunks
-  c.max_model_len = 512;
-  c.prefix_state_interval = 1;    // a snapshot at every page of prefill
-  c.log_capacity = false;
-  c.ssm_state_dtype = ssm;
-  if (k > 0) c.speculative = {"mtp", k};
-  return c;
-}
-
 std::vector<RequestOutput> run_default(const EngineConfig& c, const std::vector<std::vector<int32_t>>& prompts,
                                        const SamplingParams& p) {
-  Engine engine(default_model(c.ssm_state_dtype), c, GenerationDefaults::load(default_dir()));
+  Engine engine(default_model(c.ssm_state_dtype), c, GenerationDefaults::load(default_model_dir()));
   std::vector<RequestOutput> out = run_all(engine, prompts, p);
   expect_no_leak(engine);
   return out;
@@ -117,7 +98,7 @@ std::vector<std::vector<int32_t>> default_prompts() {
 // Greedy tokens agree with the fp32-state run up to the first position where the fp32 run's
 // top two log-probabilities are close (where a rounding may flip the choice).
 TEST(SsmBf16State, DefaultModelGreedyAgreesWhereTheMarginIsClear) {
-  const Tokenizer tok = Tokenizer::load(default_dir());
+  const Tokenizer tok = Tokenizer::load(default_model_dir());
   std::vector<std::vector<int32_t>> prompts;
   for (const char* text : {"The kernel", "To install a package on Debian, run apt-get install followed by the name of the "
                            "package. The", "Debian is a free operating system. It uses the Linux kernel and provides "
@@ -125,8 +106,8 @@ TEST(SsmBf16State, DefaultModelGreedyAgreesWhereTheMarginIsClear) {
     prompts.push_back(tok.encode(text));
   }
   const SamplingParams p = greedy_params(24, 2);
-  const auto want = run_default(default_config(DType::kF32, 0), prompts, p);
-  const auto got = run_default(default_config(DType::kBF16, 0), prompts, p);
+  const auto want = run_default(default_model_config(0, DType::kF32), prompts, p);
+  const auto got = run_default(default_model_config(0, DType::kBF16), prompts, p);
   int agreed = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const CompletionOutput& w = want[i].outputs[0];
@@ -169,9 +150,9 @@ TEST(SsmBf16State, PrefixCachingStaysExact) {
 TEST(SsmBf16State, SpeculationStaysExact) {
   const auto prompts = default_prompts();
   SamplingParams p = greedy_params(30, 1);
-  const auto plain = run_default(default_config(DType::kBF16, 0), prompts, p);
+  const auto plain = run_default(default_model_config(0, DType::kBF16), prompts, p);
   for (int k : {1, 3}) {
-    const auto spec = run_default(default_config(DType::kBF16, k), prompts, p);
+    const auto spec = run_default(default_model_config(k, DType::kBF16), prompts, p);
     for (size_t i = 0; i < prompts.size(); ++i) {
       expect_same_outputs(plain[i], spec[i], cat("bf16 state, K=", k, ", prompt ", i));
     }
@@ -191,19 +172,19 @@ TEST(SsmBf16State, FlagNamesItselfAndItsValues) {
     EXPECT_NE(m.find("'float16'"), std::string::npos) << m;
   }
   // The commands take it, in vLLM's spelling too; `strata info` shows the halved state bytes.
-  const CliRun f32 = run_cli("info --load --model " + default_dir());
-  const CliRun bf16 = run_cli("info --load --mamba-ssm-cache-dtype bfloat16 --model " + default_dir());
+  const CliRun f32 = run_cli("info --load --model " + default_model_dir());
+  const CliRun bf16 = run_cli("info --load --mamba-ssm-cache-dtype bfloat16 --model " + default_model_dir());
   EXPECT_EQ(f32.status, 0) << f32.out;
   EXPECT_EQ(bf16.status, 0) << bf16.out;
   EXPECT_NE(f32.out, bf16.out) << "the state bytes did not change:\n" << bf16.out;
   std::printf("  strata info --mamba-ssm-cache-dtype bfloat16:\n%s", bf16.out.c_str());
-  const CliRun bad = run_cli("generate --model " + default_dir() + " --ids 5,6 --mamba-ssm-dtype fp8");
+  const CliRun bad = run_cli("generate --model " + default_model_dir() + " --ids 5,6 --mamba-ssm-dtype fp8");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("--mamba-ssm-dtype: expected float32 or bfloat16, got 'fp8'"), std::string::npos) << bad.out;
   // A ready-loaded model must match the engine's option.
-  EngineConfig c = default_config(DType::kBF16, 0);
+  EngineConfig c = default_model_config(0, DType::kBF16);
   try {
-    Engine engine(default_model(DType::kF32), c, GenerationDefaults::load(default_dir()));
+    Engine engine(default_model(DType::kF32), c, GenerationDefaults::load(default_model_dir()));
     FAIL() << "an fp32-state model ran under --mamba-ssm-dtype bfloat16";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--mamba-ssm-dtype"), std::string::npos) << e.what();
