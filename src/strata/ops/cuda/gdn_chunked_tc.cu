@@ -1,24 +1,25 @@
 // CUDA: the chunked gated delta rule on tensor cores, for key and value head dims of 128 (every
 // Qwen3.5 and Qwen3-Next shape). The same two passes as gdn_chunked.cu's general kernels (see
 // there for the algebra), with its own, smaller workspace (TcWs):
-//  1. prep, parallel over (chunk, value head), 2 blocks an SM, TF32 mma.sync (m16n8k8) over fp32
-//     operands in shared memory, rounded to TF32 once so that fragments load by ldmatrix:
-//     l2-normalised q and k, the decay cumsum, K K^T and Q K^T, the unit lower-triangular inverse
-//     T = (I + A)^-1 by forward substitution with each column of T in one thread's registers (no
-//     barriers), then U = T (beta v) and W = T (beta k e^cum). It writes W and attn
-//     as fp16, U as fp32, the row factors e^cum and e^(last - cum), and, once per key head, the
-//     normalised q and k as fp16.
+//  1. prep, parallel over (chunk, value head), 3 blocks an SM, fp16 mma.sync (m16n8k16, fp32
+//     accumulation) over fp16 operands in shared memory: l2-normalised q and k, the decay cumsum,
+//     K K^T and Q K^T, the unit lower-triangular inverse T = (I + A)^-1 by forward substitution
+//     with each column of T in one thread's registers (no barriers), then U = T (beta v) and W =
+//     T (beta k e^cum). It writes W and attn as fp16, U as fp32, the row factors e^cum and
+//     e^(last - cum), and, once per key head, the normalised q and k as fp16.
 //  2. scan, sequential over a sequence's chunks, parallel over (value head, 32 state columns),
 //     fp16 mma.sync (m16n8k16, fp32 accumulation), 16 warps: 8 carry the state slice in
 //     registers (fp32, with an fp16 copy of S^T in shared memory for the products) and 8 compute
 //     the previous chunk's outputs meanwhile; each chunk's operands arrive by cp.async during
 //     the chunk before.
-// fp16 has TF32's 10-bit mantissa, so the fp16 products round as the TF32 ones did; its range
-// holds every operand (|q|, |k| <= 1, e^cum <= 1, attn <= |q||k|, W, vnew and the state of v's
-// magnitude; values past 65504 would need a state that large).
+// fp16 has TF32's 10-bit mantissa, so the fp16 products round as TF32 ones would; its range
+// holds every operand (|q|, |k| <= 1, e^cum <= 1, attn <= |q||k|, T's entries, W, vnew and the
+// state of v's magnitude; values past 65504 would need a state that large). Values below fp16's
+// normal range (6.1e-5, e.g. beta k e^cum after strong decay) keep an absolute error of 3e-8,
+// the same as W's own fp16 store, since W's row r scales with e^cum[r] <= e^cum[l] for l <= r.
 // Operand layouts in shared memory are padded so that every fragment load is free of bank
-// conflicts: fp32 operands (row-major A, transposed B) use a row stride of 4 mod 32 floats,
-// fp16 operands a stride of 8 mod 64 halves.
+// conflicts: fp16 operands use a row stride of 8 mod 64 halves (16 mod 128 bytes), the fp32 A
+// of the substitution a stride of 4 mod 32 floats.
 #include <cuda_fp16.h>
 
 #include "strata/ops/cuda/async_copy.cuh"
@@ -32,8 +33,9 @@ namespace {
 constexpr int kC = kGdnChunk;  // tokens a chunk
 constexpr int kD = 128;        // key and value head dim of this path
 constexpr int kBv = 32;        // state columns a scan block
-constexpr int kLd4 = kD + 4;   // row-major A / transposed B, 128 wide
-constexpr int kLdC = kC + 4;   // row-major A, 64 wide (T, attn)
+constexpr int kLdC = kC + 4;   // fp32 rows 64 wide (the prep's A)
+constexpr int kLdH = kD + 8;   // fp16 rows 128 wide (272 B)
+constexpr int kLdHc = kC + 8;  // fp16 rows 64 wide (144 B)
 
 // The workspace, in bytes. One (chunk, value head): W fp16 [64][128], U fp32 [64][128], attn
 // fp16 [64][64] (Q K^T with the decays, lower triangular), then the row factors as fp32: e^cum
@@ -55,46 +57,43 @@ struct TcWs {
 };
 static_assert(TcWs::kBytes % 16 == 0);
 
-__device__ __forceinline__ float round_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return __uint_as_float(r);
-}
-
-// d += a b for one m16n8k8 tile (PTX fragment layouts: g = lane / 4, t = lane % 4; a0..a3 at
-// (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); b0, b1 at (k t, n g), (k t + 4, n g); d0..d3 at
-// (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)).
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+// d += a b for one m16n8k16 tile, fp16 operands, fp32 accumulation. PTX fragment layouts (g =
+// lane / 4, t = lane % 4; each register holds two halves, columns 2t and 2t + 1 of A, rows 2t
+// and 2t + 1 of B): a0..a3 at (g, 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8); b0, b1 at
+// (k 2t, n g), (k 2t + 8, n g); d0..d3 at (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Fragments by ldmatrix (mma_fragment.cuh) from 16-bit operands (fp16, for m16n8k16) or from
-// fp32 ones already rounded to TF32 (for m16n8k8): a 16-byte ldmatrix row is eight halves or four
-// floats, and lane l receives row l / 4, word l % 4, which is the fragment layout of either.
-// K = 16 / sizeof(T) elements make a tile's row.
+// fp16 fragments by ldmatrix (mma_fragment.cuh): a 16-byte ldmatrix row is eight halves, and lane
+// l receives row l / 4, halves 2 (l % 4) and 2 (l % 4) + 1 of each 8x8 tile (with .trans, of
+// the transposed tile), which is the fragment layout above.
 // The A fragment (rows m0.., cols k0..) of a row-major matrix (a0..a3: rows +0/+8 at cols +0,
-// then at cols +K).
-template <typename T>
-__device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const T* p, int ld, int m0, int k0) {
-  constexpr int kK = 16 / sizeof(T);
+// then at cols +8).
+__device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const __half* p, int ld, int m0, int k0) {
   const int lane = threadIdx.x & 31, mi = lane >> 3;
-  ldmatrix_x4(a, p + (m0 + (lane & 7) + (mi & 1) * 8) * ld + k0 + (mi >> 1) * kK);
+  ldmatrix_x4(a, p + (m0 + (lane & 7) + (mi & 1) * 8) * ld + k0 + (mi >> 1) * 8);
 }
-// The fp16 A fragment of M^T for a row-major M: A(r, c) = p[c * ld + r].
+// The A fragment of M^T for a row-major M: A(r, c) = p[c * ld + r].
 __device__ __forceinline__ void ldsm_a_t(uint32_t (&a)[4], const __half* p, int ld, int m0, int k0) {
   const int lane = threadIdx.x & 31, mi = lane >> 3;
   ldmatrix_x4_trans(a, p + (k0 + (lane & 7) + (mi >> 1) * 8) * ld + m0 + (mi & 1) * 8);
 }
 // B fragments for column tiles n0 and n0 + 8 at k0.., from B^T stored row-major (p[n * ld + k]):
 // b[0], b[1] for tile n0, b[2], b[3] for tile n0 + 8.
-template <typename T>
-__device__ __forceinline__ void ldsm_b2(uint32_t (&b)[4], const T* p, int ld, int n0, int k0) {
-  constexpr int kK = 16 / sizeof(T);
+__device__ __forceinline__ void ldsm_b2(uint32_t (&b)[4], const __half* p, int ld, int n0, int k0) {
   const int lane = threadIdx.x & 31, mi = lane >> 3;
-  ldmatrix_x4(b, p + (n0 + (lane & 7) + (mi >> 1) * 8) * ld + k0 + (mi & 1) * kK);
+  ldmatrix_x4(b, p + (n0 + (lane & 7) + (mi >> 1) * 8) * ld + k0 + (mi & 1) * 8);
+}
+// The same fragments from B itself stored row-major (p[k * ld + n]), by ldmatrix.trans: tile mi
+// holds rows k0 + 8 (mi & 1).. and columns n0 + 8 (mi >> 1)..; transposed, lane l receives
+// B(k0 + 2 (l % 4) + {0, 1}, n0 + l / 4) of it, which is b0 (tiles 0, 2) or b1 (tiles 1, 3).
+__device__ __forceinline__ void ldsm_b2_t(uint32_t (&b)[4], const __half* p, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3;
+  ldmatrix_x4_trans(b, p + (k0 + (lane & 7) + (mi & 1) * 8) * ld + n0 + (mi >> 1) * 8);
 }
 
 // ---- prep ----
@@ -110,47 +109,73 @@ __device__ __forceinline__ uint4 pack_half8(const float* f) {
   }
   return u;
 }
+// Eight fp16 values (one 16-byte vector) times f, rounded to fp16.
+__device__ __forceinline__ uint4 scale_half8(uint4 u, float f) {
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+  float x[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __half22float2(h[i]);
+    x[2 * i] = t.x * f;
+    x[2 * i + 1] = t.y * f;
+  }
+  return pack_half8(x);
+}
 
-// Prep's shared memory, in floats: two operand regions, each first q or k [64][kLd4], then the
-// transposed B operand of W or U, [128][kLdC]; T [64][kLdC]; cum, beta.
-constexpr int kRegion = kD * kLdC > kC * kLd4 ? kD * kLdC : kC * kLd4;
-constexpr size_t kPrepSmem = sizeof(float) * (2 * kRegion + kC * kLdC + 2 * kC);
+constexpr int kPrepThreads = 256;
+constexpr int kRowVecs = kD / 8;  // 16-byte vectors in a 128-wide 16-bit row
 
-// Rounds a value to TF32 as it is stored (l2norm_qk_rows), for the fragment loads.
-struct StoreTf32 {
-  __device__ float operator()(float x) const { return round_tf32(x); }
+// The prep's shared memory (byte offsets): two 16-bit operand regions [64][kLdH]: R1 holds raw
+// bf16 q, then normalised q as fp16, then raw bf16 v, then beta v as fp16; R2 raw bf16 k, then
+// normalised k, then beta k e^cum, both fp16. A = beta (K K^T o decay), fp32 [64][kLdC], and T as
+// fp16 [64][kLdHc] over it once the substitution has read A. Then fp32 rows: the decay cumsum,
+// beta, beta e^cum.
+struct PrepSmem {
+  static constexpr int kMat = kC * kLdH * 2;
+  static constexpr int kR1 = 0, kR2 = kMat, kA = 2 * kMat, kCum = kA + kC * kLdC * 4, kBeta = kCum + kC * 4,
+                       kBk = kBeta + kC * 4;
+  static constexpr size_t kBytes = kBk + kC * 4;
 };
+static_assert(kC * kLdHc * 2 <= kC * kLdC * 4, "T fits over A");
 
-__global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, const bf16* k, const bf16* v,
-                                                             const float* g, const float* beta, DeviceBatch b,
-                                                             const int32_t* chunks, int num_chunks, int hk, int hv,
-                                                             char* ws) {
+// Per (chunk, value head h), 8 warps:
+//  1. raw q, k rows by cp.async (all of a thread's copies in flight at once), the cumsum, beta;
+//  2. l2 norms in place, fp16 (the workspace's q/k copy from the same pass);
+//  3. K K^T and Q K^T: A into shared memory, attn to the workspace;
+//  4. warps 0-1: T by forward substitution; warps 2-7 meanwhile: v by cp.async into R1, beta
+//     k e^cum and beta v in place;
+//  5. U = T (beta v), then W = T (beta k e^cum), to the workspace.
+__global__ void __launch_bounds__(kPrepThreads, 3) gdn_prep_tc_kernel(const bf16* q, const bf16* k, const bf16* v,
+                                                                      const float* g, const float* beta,
+                                                                      DeviceBatch b, const int32_t* chunks,
+                                                                      int num_chunks, int hk, int hv, char* ws) {
   pdl_begin();
-  extern __shared__ __align__(16) float sm[];
-  float* qs = sm;               // q [64][kLd4], then (beta k e^cum)^T [128][kLdC]
-  float* ks = qs + kRegion;     // k [64][kLd4], then (beta v)^T [128][kLdC]
-  float* tm = ks + kRegion;     // A, then T = (I + A)^-1, [64][kLdC]
-  float* cum = tm + kC * kLdC;
-  float* bet = cum + kC;
+  extern __shared__ __align__(16) char smem[];
+  __half* r1 = reinterpret_cast<__half*>(smem + PrepSmem::kR1);
+  __half* r2 = reinterpret_cast<__half*>(smem + PrepSmem::kR2);
+  float* am = reinterpret_cast<float*>(smem + PrepSmem::kA);
+  __half* tm = reinterpret_cast<__half*>(smem + PrepSmem::kA);
+  float* cum = reinterpret_cast<float*>(smem + PrepSmem::kCum);
+  float* bet = reinterpret_cast<float*>(smem + PrepSmem::kBeta);
+  float* bk = reinterpret_cast<float*>(smem + PrepSmem::kBk);
 
   const int chunk = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int s = chunks[3 * chunk], c0 = chunks[3 * chunk + 1], n = chunks[3 * chunk + 2];
   const int kh = h / (hv / hk);
   const int64_t t0 = int64_t(b.q_start[s]) + c0;
-  constexpr int kVecs = kD / 8;
-  for (int i = tid; i < kC * kVecs; i += blockDim.x) {
-    const int r = i / kVecs, c = (i % kVecs) * 8;
-    float fq[8] = {}, fk[8] = {};
-    if (r < n) {
-      unpack8(__ldg(reinterpret_cast<const uint4*>(q + ((t0 + r) * hk + kh) * kD + c)), fq);
-      unpack8(__ldg(reinterpret_cast<const uint4*>(k + ((t0 + r) * hk + kh) * kD + c)), fk);
-    }
+  char* part = ws + TcWs::part(chunk, h, hv);
+
+  // 1. The raw bf16 q and k rows, 8 copies a thread issued at once (rows past n zero-filled, their
+  // source clamped to row 0), and one wait; the scalar loads of beta and g overlap them.
+  static_assert(kC * kRowVecs % kPrepThreads == 0);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      qs[r * kLd4 + c + j] = fq[j];
-      ks[r * kLd4 + c + j] = fk[j];
-    }
+  for (int it = 0; it < kC * kRowVecs / kPrepThreads; ++it) {
+    const int i = tid + it * kPrepThreads, r = i / kRowVecs, c = (i % kRowVecs) * 8;
+    const int64_t src = ((t0 + (r < n ? r : 0)) * hk + kh) * kD + c;
+    cp_async16(r1 + r * kLdH + c, q + src, r < n);
+    cp_async16(r2 + r * kLdH + c, k + src, r < n);
   }
+  cp_commit();
   if (tid < kC) bet[tid] = tid < n ? beta[(t0 + tid) * hv + h] : 0.f;
   if (warp == 0) {  // inclusive cumsum of the log decays, two per lane; rows past n repeat the last
     const float a0 = 2 * lane < n ? g[(t0 + 2 * lane) * hv + h] : 0.f;
@@ -164,51 +189,81 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
     cum[2 * lane] = x - a1;
     cum[2 * lane + 1] = x;
   }
+  cp_wait<0>();
   __syncthreads();
-  l2norm_qk_rows(qs, ks, kLd4, kD, n, rsqrtf(float(kD)), StoreTf32{});
-  char* part = ws + TcWs::part(chunk, h, hv);
-  __half* o_w = reinterpret_cast<__half*>(part + TcWs::kW);
-  float* o_u = reinterpret_cast<float*>(part + TcWs::kU);
-  __half* o_attn = reinterpret_cast<__half*>(part + TcWs::kAttn);
-  float* o_rows = reinterpret_cast<float*>(part + TcWs::kRows);
-  const float last = cum[n - 1];
-  if (tid < kC) {
-    o_rows[tid] = expf(cum[tid]);
+  if (tid < kC) {  // the row factors, each exp once
+    float* o_rows = reinterpret_cast<float*>(part + TcWs::kRows);
+    const float ec = expf(cum[tid]), last = cum[n - 1];
+    bk[tid] = bet[tid] * ec;
+    o_rows[tid] = ec;
     o_rows[kC + tid] = tid < n ? expf(last - cum[tid]) : 0.f;
+    if (tid == 0) o_rows[2 * kC] = expf(last);
   }
-  if (tid == 0) o_rows[2 * kC] = expf(last);
-  __syncthreads();
-  if (h % (hv / hk) == 0) {  // the key head's first value head writes its normalised q and k
-    __half* o_q = reinterpret_cast<__half*>(ws + TcWs::qk(num_chunks, chunk, kh, hk, hv));
-    __half* o_k = o_q + kC * kD;
-    for (int i = tid; i < kC * kVecs; i += blockDim.x) {
-      const int r = i / kVecs, c = (i % kVecs) * 8;
-      reinterpret_cast<uint4*>(o_q)[i] = pack_half8(qs + r * kLd4 + c);
-      reinterpret_cast<uint4*>(o_k)[i] = pack_half8(ks + r * kLd4 + c);
+  // 2. l2 norms in place (HF's l2norm, eps 1e-6 inside the root), half a warp a row, 8 elements a
+  // lane: fp32 sums of squares of the bf16 values, the row written back as fp16 (q also times
+  // dk^-1/2) and, by the key head's first value head, to the workspace. Rows past n stay 0.
+  {
+    const bool write_qk = h % (hv / hk) == 0;
+    uint4* o_q = reinterpret_cast<uint4*>(ws + TcWs::qk(num_chunks, chunk, kh, hk, hv));
+    uint4* o_k = o_q + kC * kRowVecs;
+    const int c = (tid & 15) * 8;
+#pragma unroll
+    for (int it = 0; it < kC / (kPrepThreads / 16); ++it) {
+      const int r = (tid >> 4) + it * (kPrepThreads / 16);
+      float fq[8], fk[8];
+      unpack8(*reinterpret_cast<const uint4*>(r1 + r * kLdH + c), fq);
+      unpack8(*reinterpret_cast<const uint4*>(r2 + r * kLdH + c), fk);
+      float sq = 0.f, sk = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        sq += fq[j] * fq[j];
+        sk += fk[j] * fk[j];
+      }
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) {  // within the half warp
+        sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        sk += __shfl_xor_sync(0xffffffffu, sk, o);
+      }
+      const float iq = 1.f / sqrtf(sq + 1e-6f), ik = 1.f / sqrtf(sk + 1e-6f), scale = rsqrtf(float(kD));
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        fq[j] = (fq[j] * iq) * scale;
+        fk[j] *= ik;
+      }
+      const uint4 hq = pack_half8(fq), hk8 = pack_half8(fk);
+      *reinterpret_cast<uint4*>(r1 + r * kLdH + c) = hq;
+      *reinterpret_cast<uint4*>(r2 + r * kLdH + c) = hk8;
+      if (write_qk) {
+        o_q[r * kRowVecs + c / 8] = hq;
+        o_k[r * kRowVecs + c / 8] = hk8;
+      }
     }
   }
-  // K K^T and Q K^T: warp w takes rows 16 (w / 2).. and columns 32 (w % 2)..; tiles wholly
-  // above the diagonal are zero.
-  const int gq = lane >> 2, tq = lane & 3;
+  __syncthreads();
+  // 3. K K^T and Q K^T: warp w takes rows 16 (w / 2).. and columns 32 (w % 2)..; tiles wholly
+  // above the diagonal are zero. A = beta (K K^T o decay), strictly lower, into am; attn = Q K^T
+  // o decay, lower, to the workspace (decay = e^(cum[r] - cum[c]), 0 past n).
   {
+    const int gq = lane >> 2, tq = lane & 3;
+    __half* o_attn = reinterpret_cast<__half*>(part + TcWs::kAttn);
     const int m0 = 16 * (warp >> 1), n0 = 32 * (warp & 1);
     float kk[4][4] = {}, qk[4][4] = {};
     if (n0 <= m0 + 15) {
-#pragma unroll 4
-      for (int k0 = 0; k0 < kD; k0 += 8) {
+#pragma unroll 2
+      for (int k0 = 0; k0 < kD; k0 += 16) {
         uint32_t ak[4], aq[4], b01[4], b23[4];
-        ldsm_a(ak, ks, kLd4, m0, k0);
-        ldsm_a(aq, qs, kLd4, m0, k0);
-        ldsm_b2(b01, ks, kLd4, n0, k0);
-        ldsm_b2(b23, ks, kLd4, n0 + 16, k0);
-        mma(kk[0], ak, b01[0], b01[1]);
-        mma(kk[1], ak, b01[2], b01[3]);
-        mma(kk[2], ak, b23[0], b23[1]);
-        mma(kk[3], ak, b23[2], b23[3]);
-        mma(qk[0], aq, b01[0], b01[1]);
-        mma(qk[1], aq, b01[2], b01[3]);
-        mma(qk[2], aq, b23[0], b23[1]);
-        mma(qk[3], aq, b23[2], b23[3]);
+        ldsm_a(ak, r2, kLdH, m0, k0);
+        ldsm_a(aq, r1, kLdH, m0, k0);
+        ldsm_b2(b01, r2, kLdH, n0, k0);
+        ldsm_b2(b23, r2, kLdH, n0 + 16, k0);
+        mma_f16(kk[0], ak, b01[0], b01[1]);
+        mma_f16(kk[1], ak, b01[2], b01[3]);
+        mma_f16(kk[2], ak, b23[0], b23[1]);
+        mma_f16(kk[3], ak, b23[2], b23[3]);
+        mma_f16(qk[0], aq, b01[0], b01[1]);
+        mma_f16(qk[1], aq, b01[2], b01[3]);
+        mma_f16(qk[2], aq, b23[0], b23[1]);
+        mma_f16(qk[3], aq, b23[2], b23[3]);
       }
     }
 #pragma unroll
@@ -216,102 +271,114 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_tc_kernel(const bf16* q, cons
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {  // columns c and c + 1 of row r
         const int r = m0 + gq + (e >> 1) * 8, c = n0 + 8 * j + 2 * tq;
-        float at[2];
+        float a[2], at[2];
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
           const bool live = r < n && c + x <= r;
           const float decay = live ? expf(cum[r] - cum[c + x]) : 0.f;
-          tm[r * kLdC + c + x] = c + x < r ? bet[r] * kk[j][e + x] * decay : 0.f;
+          a[x] = c + x < r ? bet[r] * kk[j][e + x] * decay : 0.f;
           at[x] = live ? qk[j][e + x] * decay : 0.f;
         }
+        *reinterpret_cast<float2*>(am + r * kLdC + c) = make_float2(a[0], a[1]);
         *reinterpret_cast<__half2*>(o_attn + r * kC + c) = __floats2half2_rn(at[0], at[1]);
       }
     }
   }
-  __syncthreads();
-  // (beta k e^cum)^T into qs's region, four columns of one row a step (conflict-free float4 reads).
-  for (int i = tid; i < kC * kD / 4; i += blockDim.x) {
-    const int r = i % kC, c = (i / kC) * 4;
-    const float f = bet[r] * expf(cum[r]);
-    const float4 x = *reinterpret_cast<const float4*>(ks + r * kLd4 + c);
-    qs[(c + 0) * kLdC + r] = round_tf32(x.x * f);
-    qs[(c + 1) * kLdC + r] = round_tf32(x.y * f);
-    qs[(c + 2) * kLdC + r] = round_tf32(x.z * f);
-    qs[(c + 3) * kLdC + r] = round_tf32(x.w * f);
-  }
-  __syncthreads();
+  __syncthreads();  // A is complete; q (R1) is dead
   if (warp < 2) {
-    // Forward substitution, column j = tid of T in registers: T[i][j] = -sum_{l<i} A[i][l] T[l][j]
-    // for j < i (T[j][j] = 1, T[l][j] = 0 above the diagonal). A stays in tm until every column
-    // is done; T is stored rounded to TF32.
+    // 4. Forward substitution, column j = tid of T in registers: T[i][j] = -sum_{l<i} A[i][l]
+    // T[l][j] for j < i (T[j][j] = 1, T[l][j] = 0 above the diagonal). A stays in am until every
+    // column is done; then T goes over it as fp16.
+    // The row of A is read as float4 broadcasts; even l sum into acc0, odd l into acc1, in order.
     const int j = tid;
     float col[kC];
 #pragma unroll
     for (int i = 0; i < kC; ++i) {
       float acc0 = 0.f, acc1 = 0.f;
-      const float* arow = tm + i * kLdC;
+      const float4* arow = reinterpret_cast<const float4*>(am + i * kLdC);
 #pragma unroll
-      for (int l = 0; l + 1 < i; l += 2) {
-        acc0 += arow[l] * col[l];
-        acc1 += arow[l + 1] * col[l + 1];
+      for (int l = 0; l < i; l += 4) {
+        const float4 a = arow[l / 4];
+        acc0 += a.x * col[l];
+        if (l + 1 < i) acc1 += a.y * col[l + 1];
+        if (l + 2 < i) acc0 += a.z * col[l + 2];
+        if (l + 3 < i) acc1 += a.w * col[l + 3];
       }
-      if (i & 1) acc0 += arow[i - 1] * col[i - 1];
       col[i] = i > j ? -(acc0 + acc1) : (i == j ? 1.f : 0.f);
     }
     asm volatile("bar.sync 1, 64;" ::: "memory");
 #pragma unroll
-    for (int i = 0; i < kC; ++i) tm[i * kLdC + j] = round_tf32(col[i]);
+    for (int i = 0; i < kC; ++i) tm[i * kLdHc + j] = __float2half_rn(col[i]);
   } else {
-    // (beta v)^T into ks's region meanwhile.
-    for (int i = tid - 64; i < kC * kVecs; i += blockDim.x - 64) {
-      const int r = i % kC, c = (i / kC) * 8;
-      float fv[8] = {};
-      if (r < n) unpack8(__ldg(reinterpret_cast<const uint4*>(v + ((t0 + r) * hv + h) * kD + c)), fv);
+    // 4'. Meanwhile: v into R1, beta k e^cum in place in R2 while v loads, then beta v in place.
+    // Each thread converts the v vectors it copied itself, so its own wait suffices.
+    const int t = tid - 64;
+    constexpr int kThreads = kPrepThreads - 64;
+    for (int i = t; i < kC * kRowVecs; i += kThreads) {
+      const int r = i / kRowVecs, c = (i % kRowVecs) * 8;
+      cp_async16(r1 + r * kLdH + c, v + ((t0 + (r < n ? r : 0)) * hv + h) * kD + c, r < n);
+    }
+    cp_commit();
+    for (int i = t; i < kC * kRowVecs; i += kThreads) {
+      const int r = i / kRowVecs, c = (i % kRowVecs) * 8;
+      uint4* p = reinterpret_cast<uint4*>(r2 + r * kLdH + c);
+      *p = scale_half8(*p, bk[r]);
+    }
+    cp_wait<0>();
+    for (int i = t; i < kC * kRowVecs; i += kThreads) {
+      const int r = i / kRowVecs, c = (i % kRowVecs) * 8;
+      uint4* p = reinterpret_cast<uint4*>(r1 + r * kLdH + c);
+      float fv[8];
+      unpack8(*p, fv);
+      const float f = bet[r];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) ks[(c + e) * kLdC + r] = round_tf32(bet[r] * fv[e]);
+      for (int e = 0; e < 8; ++e) fv[e] *= f;
+      *p = pack_half8(fv);
     }
   }
   __syncthreads();
-  // U = T (beta v), W = T (beta k e^cum): warp w takes rows 16 (w / 2).. and columns
-  // 64 (w % 2)..; T is lower triangular, so only k < m0 + 16 counts.
+  // 5. U = T (beta v), then W = T (beta k e^cum): warp w takes columns 16 w.. of all 64 rows. B
+  // stays row-major [token][column], read by ldmatrix.trans, its fragments for the warp's
+  // columns loaded once (16 registers); then row tile i, needing k < 16 (i + 1) only since T is
+  // lower triangular (10 of the 16 tile products), is computed and stored before the next, so
+  // only 8 accumulators are live.
   {
-    const int m0 = 16 * (warp >> 1), n0 = 64 * (warp & 1);
-    float u[8][4] = {}, w[8][4] = {};
-    for (int k0 = 0; k0 < m0 + 16; k0 += 8) {
-      uint32_t a[4];
-      ldsm_a(a, tm, kLdC, m0, k0);
+    const int n0 = 16 * warp, gq = lane >> 2, tq = lane & 3;
+    auto product = [&](const __half* bs, auto store) {
+      uint32_t bb[4][4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t bv[4], bw[4];
-        ldsm_b2(bv, ks, kLdC, n0 + 16 * j, k0);
-        ldsm_b2(bw, qs, kLdC, n0 + 16 * j, k0);
-        mma(u[2 * j], a, bv[0], bv[1]);
-        mma(u[2 * j + 1], a, bv[2], bv[3]);
-        mma(w[2 * j], a, bw[0], bw[1]);
-        mma(w[2 * j + 1], a, bw[2], bw[3]);
+      for (int kt = 0; kt < 4; ++kt) ldsm_b2_t(bb[kt], bs, kLdH, n0, 16 * kt);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float acc[2][4] = {};
+#pragma unroll
+        for (int kt = 0; kt <= i; ++kt) {
+          uint32_t a[4];
+          ldsm_a(a, tm, kLdHc, 16 * i, 16 * kt);
+          mma_f16(acc[0], a, bb[kt][0], bb[kt][1]);
+          mma_f16(acc[1], a, bb[kt][2], bb[kt][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) store(16 * i + gq, n0 + 8 * j + 2 * tq, acc[j]);  // rows r and r + 8
       }
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int r = m0 + gq, c = n0 + 8 * j + 2 * tq;
-      *reinterpret_cast<float2*>(o_u + r * kD + c) = make_float2(u[j][0], u[j][1]);
-      *reinterpret_cast<float2*>(o_u + (r + 8) * kD + c) = make_float2(u[j][2], u[j][3]);
-      *reinterpret_cast<__half2*>(o_w + r * kD + c) = __floats2half2_rn(w[j][0], w[j][1]);
-      *reinterpret_cast<__half2*>(o_w + (r + 8) * kD + c) = __floats2half2_rn(w[j][2], w[j][3]);
-    }
+    };
+    float* o_u = reinterpret_cast<float*>(part + TcWs::kU);
+    product(r1, [&](int r, int c, const float(&d)[4]) {
+      *reinterpret_cast<float2*>(o_u + r * kD + c) = make_float2(d[0], d[1]);
+      *reinterpret_cast<float2*>(o_u + (r + 8) * kD + c) = make_float2(d[2], d[3]);
+    });
+    // A fence for the scheduler: without it ptxas sinks U's stores below W's fragment loads and
+    // spills at 80 registers.
+    __syncwarp();
+    __half* o_w = reinterpret_cast<__half*>(part + TcWs::kW);
+    product(r2, [&](int r, int c, const float(&d)[4]) {
+      *reinterpret_cast<__half2*>(o_w + r * kD + c) = __floats2half2_rn(d[0], d[1]);
+      *reinterpret_cast<__half2*>(o_w + (r + 8) * kD + c) = __floats2half2_rn(d[2], d[3]);
+    });
   }
 }
 
 // ---- scan ----
-
-// d += a b for one m16n8k16 tile, fp16 operands, fp32 accumulation (the accumulator layout of
-// the TF32 mma above).
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // acc += A[m0.., :k_end] B[:k_end, n0..n0 + 16] for one warp (two 8-column tiles): A row-major
 // (stride lda), B stored transposed (stride ldb).
@@ -327,8 +394,6 @@ __device__ __forceinline__ void mma_16x16(float (&acc)[2][4], const __half* a_s,
   }
 }
 
-constexpr int kLdH = kD + 8;   // fp16 rows 128 wide (272 B)
-constexpr int kLdHc = kC + 8;  // fp16 rows 64 wide (144 B)
 constexpr int kLdU = kBv + 4;  // fp32 rows of the U slice
 
 // The scan's shared memory (byte offsets). Chunk ci's W, U and k sit in slot ci % 2; its q,
@@ -527,13 +592,13 @@ void gdn_chunked_tc(const bf16* q, const bf16* k, const bf16* v, const float* g,
                     bool s32, const DeviceBatch& db, const int32_t* chunks, int num_chunks, const int32_t* seqinfo,
                     int num_seqs, int hk, int hv, void* ws, bf16* out) {
   static const bool kAttrs = [] {
-    allow_shared_memory(reinterpret_cast<const void*>(gdn_prep_tc_kernel), kPrepSmem, "gated_delta_rule (prep)");
+    allow_shared_memory(reinterpret_cast<const void*>(gdn_prep_tc_kernel), PrepSmem::kBytes, "gated_delta_rule (prep)");
     allow_shared_memory(reinterpret_cast<const void*>(gdn_scan_tc_kernel), ScanSmem::kBytes, "gated_delta_rule (scan)");
     return true;
   }();
   (void)kAttrs;
   char* w = static_cast<char*>(ws);
-  launch_pdl(gdn_prep_tc_kernel, dim3(unsigned(num_chunks), unsigned(hv)), 256, kPrepSmem, q, k, v, g, beta, db,
+  launch_pdl(gdn_prep_tc_kernel, dim3(unsigned(num_chunks), unsigned(hv)), kPrepThreads, PrepSmem::kBytes, q, k, v, g, beta, db,
              chunks, num_chunks, hk, hv, w);
   check_launch("gdn_prep_tc");
   launch_pdl(gdn_scan_tc_kernel, dim3(unsigned(num_seqs), unsigned(hv), unsigned(kD / kBv)), kScanThreads,
