@@ -1,12 +1,13 @@
 // CUDA: the chunked gated delta rule on tensor cores, for key and value head dims of 128 (every
 // Qwen3.5 and Qwen3-Next shape). The same two passes as gdn_chunked.cu's general kernels (see
 // there for the algebra), with its own, smaller workspace (TcWs):
-//  1. prep, parallel over (chunk, value head), 3 blocks an SM, fp16 mma.sync (m16n8k16, fp32
+//  1. prep, parallel over (chunk, value head), 4 blocks an SM, fp16 mma.sync (m16n8k16, fp32
 //     accumulation) over fp16 operands in shared memory: l2-normalised q and k, the decay cumsum,
-//     K K^T and Q K^T, the unit lower-triangular inverse T = (I + A)^-1 by forward substitution
-//     with each column of T in one thread's registers (no barriers), then U = T (beta v) and W =
-//     T (beta k e^cum). It writes W and attn as fp16, U as fp32, the row factors e^cum and
-//     e^(last - cum), and, once per key head, the normalised q and k as fp16.
+//     K K^T and Q K^T, the unit lower-triangular inverse T = (I + A)^-1 (its two diagonal 32x32
+//     blocks by forward substitution with each column in one thread's registers, then the
+//     off-diagonal block by one fp32 merge), then U = T (beta v) and W = T (beta k e^cum). It
+//     writes W and attn as fp16, U as fp32, the row factors e^cum and e^(last - cum), and, once
+//     per key head, the normalised q and k as fp16.
 //  2. scan, sequential over a sequence's chunks, parallel over (value head, 32 state columns),
 //     fp16 mma.sync (m16n8k16, fp32 accumulation), 16 warps: 8 carry the state slice in
 //     registers (fp32, with an fp16 copy of S^T in shared memory for the products) and 8 compute
@@ -128,7 +129,8 @@ constexpr int kRowVecs = kD / 8;  // 16-byte vectors in a 128-wide 16-bit row
 // The prep's shared memory (byte offsets): two 16-bit operand regions [64][kLdH]: R1 holds raw
 // bf16 q, then normalised q as fp16, then raw bf16 v, then beta v as fp16; R2 raw bf16 k, then
 // normalised k, then beta k e^cum, both fp16. A = beta (K K^T o decay), fp32 [64][kLdC], and T as
-// fp16 [64][kLdHc] over it once the substitution has read A. Then fp32 rows: the decay cumsum,
+// fp16 [64][kLdHc] over it once the inverse is complete (T's diagonal blocks and the merge's X
+// pass through A's place as fp32 first). Then fp32 rows: the decay cumsum,
 // beta, beta e^cum.
 struct PrepSmem {
   static constexpr int kMat = kC * kLdH * 2;
@@ -142,10 +144,11 @@ static_assert(kC * kLdHc * 2 <= kC * kLdC * 4, "T fits over A");
 //  1. raw q, k rows by cp.async (all of a thread's copies in flight at once), the cumsum, beta;
 //  2. l2 norms in place, fp16 (the workspace's q/k copy from the same pass);
 //  3. K K^T and Q K^T: A into shared memory, attn to the workspace;
-//  4. warps 0-1: T by forward substitution; warps 2-7 meanwhile: v by cp.async into R1, beta
-//     k e^cum and beta v in place;
+//  4. warps 0-1: T's diagonal 32x32 blocks by forward substitution; warps 2-7 meanwhile: v by
+//     cp.async into R1, beta k e^cum and beta v in place; then all warps: T's lower-left block,
+//     T as fp16;
 //  5. U = T (beta v), then W = T (beta k e^cum), to the workspace.
-__global__ void __launch_bounds__(kPrepThreads, 3) gdn_prep_tc_kernel(const bf16* q, const bf16* k, const bf16* v,
+__global__ void __launch_bounds__(kPrepThreads, 4) gdn_prep_tc_kernel(const bf16* q, const bf16* k, const bf16* v,
                                                                       const float* g, const float* beta,
                                                                       DeviceBatch b, const int32_t* chunks,
                                                                       int num_chunks, int hk, int hv, char* ws) {
@@ -286,16 +289,18 @@ __global__ void __launch_bounds__(kPrepThreads, 3) gdn_prep_tc_kernel(const bf16
   }
   __syncthreads();  // A is complete; q (R1) is dead
   if (warp < 2) {
-    // 4. Forward substitution, column j = tid of T in registers: T[i][j] = -sum_{l<i} A[i][l]
-    // T[l][j] for j < i (T[j][j] = 1, T[l][j] = 0 above the diagonal). A stays in am until every
-    // column is done; then T goes over it as fp16.
-    // The row of A is read as float4 broadcasts; even l sum into acc0, odd l into acc1, in order.
-    const int j = tid;
-    float col[kC];
+    // 4. The diagonal 32x32 blocks of T = (I + A)^-1 by forward substitution, warp w the block
+    // at rows and columns d = 32 w.., its column j = lane in registers: T[i][j] = -sum_{l<i} A[i][l]
+    // T[l][j] for j < i (T[j][j] = 1, T[l][j] = 0 above the diagonal), indices within the block.
+    // The rows of A are read as float4 broadcasts; even l sum into acc0, odd l into acc1, in
+    // order. Each warp reads only its own block of A, so it writes that block of T (fp32) over
+    // it after a __syncwarp.
+    const int d = 32 * warp, j = lane;
+    float col[32];
 #pragma unroll
-    for (int i = 0; i < kC; ++i) {
+    for (int i = 0; i < 32; ++i) {
       float acc0 = 0.f, acc1 = 0.f;
-      const float4* arow = reinterpret_cast<const float4*>(am + i * kLdC);
+      const float4* arow = reinterpret_cast<const float4*>(am + (d + i) * kLdC + d);
 #pragma unroll
       for (int l = 0; l < i; l += 4) {
         const float4 a = arow[l / 4];
@@ -306,9 +311,9 @@ __global__ void __launch_bounds__(kPrepThreads, 3) gdn_prep_tc_kernel(const bf16
       }
       col[i] = i > j ? -(acc0 + acc1) : (i == j ? 1.f : 0.f);
     }
-    asm volatile("bar.sync 1, 64;" ::: "memory");
+    __syncwarp();
 #pragma unroll
-    for (int i = 0; i < kC; ++i) tm[i * kLdHc + j] = __float2half_rn(col[i]);
+    for (int i = 0; i < 32; ++i) am[(d + i) * kLdC + d + j] = col[i];
   } else {
     // 4'. Meanwhile: v into R1, beta k e^cum in place in R2 while v loads, then beta v in place.
     // Each thread converts the v vectors it copied itself, so its own wait suffices.
@@ -334,6 +339,56 @@ __global__ void __launch_bounds__(kPrepThreads, 3) gdn_prep_tc_kernel(const bf16
 #pragma unroll
       for (int e = 0; e < 8; ++e) fv[e] *= f;
       *p = pack_half8(fv);
+    }
+  }
+  __syncthreads();
+  // 4''. The merge, all warps: T10 = -T11 A10 T00 in fp32, as X = A10 T00 over A10, then T10 =
+  // -T11 X. Thread (w, lane) computes rows 4 w.. 4 w + 3 of the lower-left block, column lane:
+  // the left operand's 4 rows are float4 broadcasts, the right operand's column is read
+  // conflict-free across the lanes. Then T goes over am as fp16 (every thread first holds its
+  // 12 values of T00, T10 and T11, as the fp16 rows overlap the fp32 ones).
+  {
+    const int r0 = 4 * warp, c = lane;
+    // x[q] += L[r0 + q][l] R[l][c] for l < 32; L, R at rows and columns offsets in am.
+    auto product = [&](float (&x)[4], int lrow, int lcol, int rrow, int rcol) {
+#pragma unroll
+      for (int l = 0; l < 32; l += 4) {
+        float rv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) rv[e] = am[(rrow + l + e) * kLdC + rcol + c];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float4 lv = *reinterpret_cast<const float4*>(am + (lrow + r0 + q) * kLdC + lcol + l);
+          x[q] += lv.x * rv[0];
+          x[q] += lv.y * rv[1];
+          x[q] += lv.z * rv[2];
+          x[q] += lv.w * rv[3];
+        }
+      }
+    };
+    float x[4] = {};
+    product(x, 32, 0, 0, 0);  // A10 T00
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) am[(32 + r0 + q) * kLdC + c] = x[q];
+    __syncthreads();
+    float y[4] = {};
+    product(y, 32, 32, 32, 0);  // T11 X
+    float t00[4], t11[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      t00[q] = am[(r0 + q) * kLdC + c];
+      t11[q] = am[(32 + r0 + q) * kLdC + 32 + c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      __half* top = tm + (r0 + q) * kLdHc;
+      __half* bottom = tm + (32 + r0 + q) * kLdHc;
+      top[c] = __float2half_rn(t00[q]);
+      top[32 + c] = __float2half_rn(0.f);
+      bottom[c] = __float2half_rn(-y[q]);
+      bottom[32 + c] = __float2half_rn(t11[q]);
     }
   }
   __syncthreads();
@@ -368,7 +423,7 @@ __global__ void __launch_bounds__(kPrepThreads, 3) gdn_prep_tc_kernel(const bf16
       *reinterpret_cast<float2*>(o_u + (r + 8) * kD + c) = make_float2(d[2], d[3]);
     });
     // A fence for the scheduler: without it ptxas sinks U's stores below W's fragment loads and
-    // spills at 80 registers.
+    // spills (64 bytes at 64 registers).
     __syncwarp();
     __half* o_w = reinterpret_cast<__half*>(part + TcWs::kW);
     product(r2, [&](int r, int c, const float(&d)[4]) {
