@@ -7,10 +7,10 @@
 // attention.cu, longest first). Consumer warpgroup wg (0, 1) owns rows 64 wg .. 64 wg + 63, all
 // of one head; warpgroup 2 is the producer (setmaxnreg moves its registers to the consumers).
 //
-// Producer: the keys stream through two rings in shared memory, K and V, of kStages tiles of 64
-// keys each (2 at head dim 256, 4 at 128), gathered from the paged cache row by row by cp.async
-// (a page of one kv head is not contiguous: the cache is [page][row][kv head][D]), in the order
-// the consumers use them: K 0, then K i + 1 before V i. Barriers per ring stage s (tile n uses
+// Producer: the keys stream through two rings in shared memory, K and V, of kStages tiles of
+// kKeys keys each (2 tiles of 80 at head dim 256, 4 of 64 at 128), gathered from the paged cache
+// row by row by cp.async (a page of one kv head is not contiguous: the cache is [page][row][kv
+// head][D]), in the order the consumers use them: K 0, then K i + 1 before V i. Barriers per ring stage s (tile n uses
 // stage n % kStages for the (n / kStages)-th time, u; a phase's parity is u % 2):
 //   full[s]  count 128: every producer thread's cp.async.mbarrier.arrive.noinc, which fires when
 //            that thread's copies have landed; consumers wait on parity u % 2, then
@@ -21,11 +21,11 @@
 // release of its previous use. Both consumer warpgroups release every tile, also those past
 // their own last query (only waited for and released). No block-wide barrier after the set-up.
 //
-// Consumer, per tile n (S and P: 64 x 64; O: 64 x D):
-//   wait K n and V n - 1; issue S = Q K^T (D / 16 wgmma m64n64k16, Q and K both K-major from
-//   shared memory) and O += P(n - 1) V(n - 1) (4 wgmma m64nDk16, P from registers, V read
-//   transposed, MN-major); wait for S only, release K n; the causal mask (only on tiles past the
-//   warpgroup's first query) and the online softmax on S's fp32 accumulator in registers (exp2,
+// Consumer, per tile n (S and P: 64 x kKeys; O: 64 x D):
+//   wait K n and V n - 1; issue S = Q K^T (D / 16 wgmma m64n{kKeys}k16, Q and K both K-major
+//   from shared memory) and O += P(n - 1) V(n - 1) (kKeys / 16 wgmma m64nDk16, P from registers,
+//   V read transposed, MN-major); wait for S only, release K n; the causal mask (only on tiles
+//   past the warpgroup's first query) and the online softmax on S's fp32 accumulator in registers (exp2,
 //   the scale times log2 e folded into one FMA) while P V runs; wait for P V, release V n - 1;
 //   rescale O by tile n's factors (it holds tile n - 1's terms, which they also scale); pack P(n)
 //   to bf16 A fragments. The first tile has S alone, the last P V alone. Q is loaded by each
@@ -34,16 +34,16 @@
 //
 // The layout facts this relies on (checked against CUTLASS's GMMA traits and PTX ISA 9.7.15):
 //  - Shared memory, 128-byte swizzle (wgmma.cuh): Q is [D / 64 column blocks][128 rows][128 B],
-//    a K or V stage [D / 64 column blocks][64 keys][128 B]; chunk c (8 elements) of row r at byte
+//    a K or V stage [D / 64 column blocks][kKeys keys][128 B]; chunk c (8 elements) of row r at byte
 //    r * 128 + ((c ^ r % 8) * 16) of its column block, every block 1024-byte aligned.
 //  - S = Q K^T: A (Q rows) and B (key rows) are K-major (the head dim is contiguous); the k16 step
 //    kk reads column block kk / 4 at byte offset 32 (kk % 4); descriptors smem_desc (SBO 1024, LBO
 //    unused, swizzle mode 1), transpose bits 0 and 0.
 //  - O += P V: B is V [keys = k][head dim = n], n contiguous: MN-major, transpose bit 1, one
 //    instruction of n = D per k16 step over the D / 64 column blocks, the k step kk at 16 kk rows
-//    (2048 bytes) into the stage; smem_desc_mn: LBO = the column blocks' stride (8 KiB), SBO =
+//    (2048 bytes) into the stage; smem_desc_mn: LBO = the column blocks' stride (kKeys x 128), SBO =
 //    1024 (the PTX ISA's canonical MN-major layout ((8, 8, m), (8, k)) : ((1, 8, LBO), (64, SBO))).
-//  - Accumulator of m64nN (S's 32 floats, O's D / 2): thread lane of warp w in the warpgroup holds
+//  - Accumulator of m64nN (S's kKeys / 2 floats, O's D / 2): thread lane of warp w in the warpgroup holds
 //    d[4 j + q] = row 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2.
 //  - Register A of k16 (4 x bf16x2 a thread): a0 = (row g, k 2t, 2t + 1), a1 = (row g + 8, same
 //    k), a2 = (row g, k 2t + 8, +9), a3 = (row g + 8, same), g = lane / 4, t = lane % 4, rows of
@@ -62,7 +62,7 @@
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kRows = kWgmmaPrefillRows, kKeys = 64;
+constexpr int kRows = kWgmmaPrefillRows;
 constexpr int kConsumers = 2, kThreads = (kConsumers + 1) * 128;  // two consumer warpgroups, one producer
 // Registers a thread after the split (setmaxnreg), summing to the launch's 168 x 384: the
 // producer's gather needs more than 40 (ptxas spills below), the consumers at head dim 256 fit 224.
@@ -74,8 +74,11 @@ constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__
 static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
               "setmaxnreg.inc waits forever for registers the producer never gave up");
 
+// Keys a tile: 80 at head dim 256 (FlashAttention-3's choice there; what fits shared memory with
+// two stages), 64 at 128. A multiple of 16 (P V's k steps) up to 96 (three keys a producer lane).
 template <int D>
 struct WgmmaSmem {
+  static constexpr int kKeys = D == 256 ? 80 : 64;
   static constexpr int kBlocks = D / 64;                     // 64-wide column blocks of a row
   static constexpr int kStages = D <= 128 ? 4 : 2;           // of the K ring and of the V ring
   static constexpr uint32_t kQBlock = kRows * 128;           // one column block of Q
@@ -85,7 +88,8 @@ struct WgmmaSmem {
   static constexpr uint32_t kK = kQ + kBlocks * kQBlock;     // [kStages]
   static constexpr uint32_t kV = kK + kStages * kStage;      // [kStages]
   static constexpr size_t kBytes = size_t(kV) + kStages * kStage + 1024;  // + 1 KiB alignment
-  static_assert(kBytes <= 227 * 1024, "shared memory");
+  static_assert(kBytes <= 227 * 1024 - 128, "shared memory (and the barriers)");
+  static_assert(kKeys % 16 == 0 && kKeys <= 96, "P V's k steps, the producer's lanes");
 };
 
 // tiles: (sequence, first query) pairs, 128 / hpb queries each; block x serves tile
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                               DeviceBatch b, const int32_t* tiles, int hq, int hkv, int bs, int hpb,
                               float scale_log2, const bf16* __restrict__ gate, bf16* __restrict__ out) {
   using L = WgmmaSmem<D>;
-  constexpr int S = L::kStages;
+  constexpr int S = L::kStages, kKeys = L::kKeys;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   extern __shared__ uint8_t smem_raw[];
   // The rings' barriers: K full, K empty, V full, V empty, kStages each.
@@ -136,24 +140,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<kProducerRegs>();
     const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
     const int pt = tid - 128 * kConsumers;
-    constexpr int kRowStep = 128 / kChunks;  // rows copied side by side
-    static_assert(kKeys == 64 && 32 % kRowStep == 0, "two keys a lane; passes split 32");
+    constexpr int kRowStep = 128 / kChunks, kSlots = (kKeys + 31) / 32;  // rows copied side by side; keys a lane
+    static_assert(32 % kRowStep == 0 && kKeys % kRowStep == 0, "passes split 32 and the tile");
     const int c = pt % kChunks, rb = pt / kChunks;
     const int64_t row_stride = int64_t(hkv) * D;  // elements between consecutive cache rows
     const bf16* kp = kc + kvh * D + c * 8;
     const bf16* vp = vc + kvh * D + c * 8;
     const uint32_t dst0 = (c / 8) * L::kKvBlock;
-    // Lane l of every warp looks up keys kt + l and kt + l + 32 (cache row, -1 past kv_end); a
+    // Lane l of every warp looks up keys kt + l, kt + l + 32, ... (cache row, -1 past kv_end); a
     // row's copies take its slot from that lane by a shuffle.
-    auto slots = [&](int kt, int (&sl)[2]) {
+    auto slots = [&](int kt, int (&sl)[kSlots]) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
+      for (int e = 0; e < kSlots; ++e) {
         const int j = kt + lane + 32 * e, pi = j / bs;
         const int pg = j < kv_end ? __ldg(bt + pi) : -1;
         sl[e] = pg < 0 ? -1 : pg * bs + (j - pi * bs);
       }
     };
-    auto gather = [&](uint32_t stage_sm, const bf16* src, const int (&sl)[2]) {
+    auto gather = [&](uint32_t stage_sm, const bf16* src, const int (&sl)[kSlots]) {
 #pragma unroll
       for (int i = 0; i < kKeys / kRowStep; ++i) {
         const int r = rb + i * kRowStep;
@@ -161,12 +165,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         cp_async16(stage_sm + dst0 + swizzle128(r, c % 8), src + (row >= 0 ? row * row_stride : 0), row >= 0);
       }
     };
-    int sk[2], sv[2];
+    int sk[kSlots], sv[kSlots];
     slots(0, sk);
     gather(k_sm, kp, sk);  // stage 0's first use: nothing to wait for
     cp_async_mbar_arrive(k_full);
     for (int n = 0; n < n_tiles; ++n) {
-      sv[0] = sk[0], sv[1] = sk[1];
+#pragma unroll
+      for (int e = 0; e < kSlots; ++e) sv[e] = sk[e];
       if (n + 1 < n_tiles) {
         const int st = (n + 1) % S;
         slots((n + 1) * kKeys, sk);
@@ -191,6 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int r0 = wg * 64, h = h0 + r0 / qt, qw = q0 + r0 % qt;
   const bool idle = qw >= qlen;  // every row of the warpgroup is past the sequence
   const int pos_lo = ctx + qw, pos_hi = pos_lo + 63, pos_g = pos_lo + 16 * w + g;
+  constexpr int kJ = kKeys / 8, kSteps = kKeys / 16;  // S's 8-column blocks, P V's k steps
   const uint32_t q_wg = q_sm + r0 * 128;
   // Tiles 0 .. n_mine - 1 hold keys of this warpgroup's queries; the later ones (the other
   // warpgroup's) are only waited for and released.
@@ -222,17 +228,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8: running max (of raw S), lane's partial sum
-  float sc[32], corr[2];
-  uint32_t p[4][4];  // P of the previous tile: the A fragments of its 4 k16 steps
+  float sc[kKeys / 2], corr[2];  // S (then P in fp32) of the tile: 64 x kKeys
+  uint32_t p[kSteps][4];         // P of the previous tile: the A fragments of its k16 steps
   bool grew = false;
 
-  // S = Q K^T, 64 x 64, into sc (issued, not waited for).
+  // S = Q K^T, 64 x kKeys, into sc (issued, not waited for).
   auto issue_qk = [&](int n) {
     const uint32_t k_tile = k_sm + (n % S) * L::kStage;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t at = (kk / 4) * L::kQBlock + (kk % 4) * 32, bt_off = (kk / 4) * L::kKvBlock + (kk % 4) * 32;
-      wgmma_m64n64k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off));
+      if constexpr (kKeys == 80) {
+        wgmma_m64n80k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off));
+      } else {
+        static_assert(kKeys == 64, "an S instruction of n = kKeys");
+        wgmma_m64n64k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off));
+      }
     }
     wgmma_commit();
   };
@@ -241,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto issue_pv = [&](int n) {
     const uint32_t v_tile = v_sm + (n % S) * L::kStage;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < kSteps; ++kk) {
       if constexpr (kWidePv) {
         const uint64_t dv = smem_desc_mn(v_tile + kk * 16 * 128, L::kKvBlock);
         if constexpr (D == 256) {
@@ -267,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int kt = n * kKeys;
     if (kt + kKeys - 1 > pos_lo) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kJ; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if (kt + 8 * j + 2 * t + (e & 1) > pos_g + (e >> 1) * 8) sc[4 * j + e] = -INFINITY;
@@ -279,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int rr = 0; rr < 2; ++rr) {
       float mx = m[rr];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * rr], sc[4 * j + 2 * rr + 1]));
+      for (int j = 0; j < kJ; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * rr], sc[4 * j + 2 * rr + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base_l2 = mx == -INFINITY ? 0.f : mx * scale_log2;  // a row with no key yet stays at 0
@@ -288,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       m[rr] = mx;
       float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kJ; ++j) {
         sc[4 * j + 2 * rr] = fast_exp2(fmaf(sc[4 * j + 2 * rr], scale_log2, -base_l2));
         sc[4 * j + 2 * rr + 1] = fast_exp2(fmaf(sc[4 * j + 2 * rr + 1], scale_log2, -base_l2));
         sum += sc[4 * j + 2 * rr] + sc[4 * j + 2 * rr + 1];
@@ -299,18 +310,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto pack_p = [&] {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) p[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
     }
   };
   auto zero_s = [&] {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) sc[i] = 0.f;
+    for (int i = 0; i < kKeys / 2; ++i) sc[i] = 0.f;
   };
   auto fence_p = [&] {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_fence_operands(p[kk]);
+    for (int kk = 0; kk < kSteps; ++kk) wgmma_fence_operands(p[kk]);
   };
 
   // The pipeline, FlashAttention-3's intra-warpgroup overlap: iteration n issues S(n) = Q K(n)^T
