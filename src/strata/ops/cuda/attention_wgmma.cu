@@ -92,6 +92,29 @@ struct WgmmaSmem {
   static_assert(kKeys % 16 == 0 && kKeys <= 96, "P V's k steps, the producer's lanes");
 };
 
+// mbar_wait with a watchdog, against a wrong count or parity hanging the GPU: a phase that has not
+// completed after 4 seconds makes the producer trap (the launch fails with an illegal instruction
+// error) and a consumer thread exit (a trap there makes ptxas serialize the consumers' wgmma for
+// lack of registers, C7512; a call, say to printf, undoes setmaxnreg, C7507). A stuck consumer
+// thus leaves wrong output, or stalls the producer, which then traps. The clock is read only once
+// the first try has failed.
+template <bool kProducer>
+__device__ __forceinline__ void wait_phase(uint32_t bar, uint32_t parity) {
+  if (mbar_try_wait(bar, parity)) return;
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (!mbar_try_wait(bar, parity)) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > 4000000000ull) {
+      if constexpr (kProducer) {
+        __trap();
+      } else {
+        asm volatile("exit;");
+      }
+    }
+  }
+}
+
 // tiles: (sequence, first query) pairs, 128 / hpb queries each; block x serves tile
 // x / (hq / hpb) for query heads hpb (x % (hq / hpb)) ... + hpb - 1. scale_log2 = scale * log2 e.
 template <int D>
@@ -175,12 +198,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (n + 1 < n_tiles) {
         const int st = (n + 1) % S;
         slots((n + 1) * kKeys, sk);
-        mbar_wait(k_empty + 8 * st, (((n + 1) / S) & 1) ^ 1);
+        wait_phase<true>(k_empty + 8 * st, (((n + 1) / S) & 1) ^ 1);
         gather(k_sm + st * L::kStage, kp, sk);
         cp_async_mbar_arrive(k_full + 8 * st);
       }
       const int st = n % S;
-      mbar_wait(v_empty + 8 * st, ((n / S) & 1) ^ 1);
+      wait_phase<true>(v_empty + 8 * st, ((n / S) & 1) ^ 1);
       gather(v_sm + st * L::kStage, vp, sv);
       cp_async_mbar_arrive(v_full + 8 * st);
     }
@@ -217,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Waits for tile n of a ring (its full barrier) and makes the producer's cp.async writes visible
   // to wgmma's async proxy; releases it when this warp's MMAs that read it are done.
   auto acquire = [&](uint32_t full, int n) {
-    mbar_wait(full + 8 * (n % S), (n / S) & 1);
+    wait_phase<false>(full + 8 * (n % S), (n / S) & 1);
     fence_proxy_async();
   };
   auto release = [&](uint32_t empty, int n) {
