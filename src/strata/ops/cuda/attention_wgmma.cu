@@ -23,14 +23,14 @@
 //
 // Consumer, per tile n (S and P: 64 x kKeys; O: 64 x D):
 //   wait K n and V n - 1; issue S = Q K^T (D / 16 wgmma m64n{kKeys}k16, Q and K both K-major
-//   from shared memory) and O += P(n - 1) V(n - 1) (kKeys / 16 wgmma m64nDk16, P from registers,
-//   V read transposed, MN-major); wait for S only, release K n; the causal mask (only on tiles
-//   past the warpgroup's first query) and the online softmax on S's fp32 accumulator in registers (exp2,
-//   the scale times log2 e folded into one FMA) while P V runs; wait for P V, release V n - 1;
-//   rescale O by tile n's factors (it holds tile n - 1's terms, which they also scale); pack P(n)
-//   to bf16 A fragments. The first tile has S alone, the last P V alone. Q is loaded by each
-//   consumer warpgroup itself (cp.async, wait, fence.proxy.async, a named barrier of its 128
-//   threads). The epilogue normalizes, applies the gate (null: none) and stores from registers.
+//   from shared memory); rescale O by tile n - 1's softmax factors while S runs; issue
+//   O += P(n - 1) V(n - 1) (kKeys / 16 wgmma m64nDk16, P from registers, V read transposed,
+//   MN-major); wait for S only, release K n; the causal mask (only on tiles past the warpgroup's
+//   first query) and the online softmax on S's fp32 accumulator in registers (exp2, the scale
+//   times log2 e folded into one FMA) while P V runs; wait for P V, release V n - 1; pack P(n) to
+//   bf16 A fragments. The first tile has S alone, the last P V alone. Q is loaded by each consumer
+//   warpgroup itself (cp.async, wait, fence.proxy.async, a named barrier of its 128 threads). The
+//   epilogue normalizes, applies the gate (null: none) and stores from registers.
 //
 // The layout facts this relies on (checked against CUTLASS's GMMA traits and PTX ISA 9.7.15):
 //  - Shared memory, 128-byte swizzle (wgmma.cuh): Q is [D / 64 column blocks][128 rows][128 B],
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid >= 128 * kConsumers) {
     // ---- Producer warpgroup: fills the K and V rings in the order the consumers use them:
     // K 0, then K i + 1 before V i. Each stage: wait until both consumer warpgroups released it
-    // (empty, parity of its previous use), gather its 64 rows by cp.async (zeros past kv_end),
+    // (empty, parity of its previous use), gather its kKeys rows by cp.async (zeros past kv_end),
     // and have every producer thread's copies arrive on its full barrier when they land
     // (cp.async.mbarrier.arrive.noinc, counted in the barrier's 128).
     setmaxnreg_dec<kProducerRegs>();
@@ -237,12 +237,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   fence_proxy_async();
   named_sync(1 + wg, 128);
 
-  // Waits for tile n of a ring (its full barrier) and makes the producer's cp.async writes visible
-  // to wgmma's async proxy; releases it when this warp's MMAs that read it are done.
-  auto acquire = [&](uint32_t full, int n) {
-    wait_phase<false>(full + 8 * (n % S), (n / S) & 1);
-    fence_proxy_async();
-  };
+  // Waits for tile n of a ring (its full barrier; then fence.proxy.async makes the producer's
+  // cp.async writes visible to wgmma's async proxy); releases it when this warp's MMAs that read
+  // it are done.
+  auto acquire = [&](uint32_t full, int n) { wait_phase<false>(full + 8 * (n % S), (n / S) & 1); };
   auto release = [&](uint32_t empty, int n) {
     if (lane == 0) mbar_arrive(empty + 8 * (n % S));
   };
@@ -253,7 +251,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8: running max (of raw S), lane's partial sum
   float sc[kKeys / 2], corr[2];  // S (then P in fp32) of the tile: 64 x kKeys
   uint32_t p[kSteps][4];         // P of the previous tile: the A fragments of its k16 steps
-  bool grew = false;
 
   // S = Q K^T, 64 x kKeys, into sc (issued, not waited for).
   auto issue_qk = [&](int n) {
@@ -295,8 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // The causal mask (only where the tile reaches past the warpgroup's first query) and the online
   // softmax of tile n's S: the new row maxima over the quad's lanes, P = exp2 in sc, the sums
-  // rescaled; corr, the factor of O, and grew, whether any row's maximum of the warp changed (the
-  // factors are exactly 1 otherwise).
+  // rescaled; corr, the factors of O (exactly 1 for a row whose maximum did not change).
   auto softmax = [&](int n) {
     const int kt = n * kKeys;
     if (kt + kKeys - 1 > pos_lo) {
@@ -308,7 +304,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    bool gr = false;
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       float mx = m[rr];
@@ -318,7 +313,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base_l2 = mx == -INFINITY ? 0.f : mx * scale_log2;  // a row with no key yet stays at 0
       corr[rr] = fast_exp2(m[rr] * scale_log2 - base_l2);
-      gr |= mx != m[rr];
       m[rr] = mx;
       float sum = 0.f;
 #pragma unroll
@@ -329,7 +323,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       l[rr] = l[rr] * corr[rr] + sum;
     }
-    grew = __any_sync(0xffffffffu, gr);
   };
   auto pack_p = [&] {
 #pragma unroll
@@ -347,12 +340,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kSteps; ++kk) wgmma_fence_operands(p[kk]);
   };
 
-  // The pipeline, FlashAttention-3's intra-warpgroup overlap: iteration n issues S(n) = Q K(n)^T
-  // and O += P(n - 1) V(n - 1) back to back, then runs tile n's softmax while the P V product is
-  // still in the tensor cores; O is rescaled by tile n's factors once that product is done (it
-  // holds tile n - 1's terms, which those factors also scale).
+  // O *= the factors of the last softmax. Always: a branch on whether any maximum grew, or a
+  // barrier wait, between the two MMAs' issues makes ptxas serialize them (C7518, C7520).
+  auto rescale_o = [&] {
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      o[4 * j] *= corr[0], o[4 * j + 1] *= corr[0];
+      o[4 * j + 2] *= corr[1], o[4 * j + 3] *= corr[1];
+    }
+  };
+
+  // The pipeline, FlashAttention-3's intra-warpgroup overlap: iteration n waits for K n and V n - 1,
+  // issues S(n) = Q K(n)^T, rescales O by tile n - 1's factors while S runs (O then holds tiles
+  // ..n - 2 against tile n - 1's maxima), issues O += P(n - 1) V(n - 1), and runs tile n's softmax
+  // while that P V product is still in the tensor cores.
   if (n_mine > 0) {
     acquire(k_full, 0);
+    fence_proxy_async();
     zero_s();
     wgmma_fence_operands(sc);
     wgmma_fence();
@@ -360,18 +364,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
     release(k_empty, 0);
-    softmax(0);  // O is still 0: no rescale
+    softmax(0);  // its factors are 0 (no maximum before), O's rescale keeps O = 0
     pack_p();
   }
   for (int n = 1; n < n_mine; ++n) {
     acquire(k_full, n);
     acquire(v_full, n - 1);
+    fence_proxy_async();
     zero_s();
     wgmma_fence_operands(sc);
     fence_p();
-    wgmma_fence_operands(o);
     wgmma_fence();
     issue_qk(n);
+    rescale_o();
+    wgmma_fence_operands(o);
+    wgmma_fence();  // O's rescale before P V reads it
     issue_pv(n - 1);
     wgmma_wait<1>();  // S(n) done, P V still running
     wgmma_fence_operands(sc);
@@ -382,17 +389,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence_operands(o);
     fence_p();
     release(v_empty, n - 1);
-    if (grew) {
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        o[4 * j] *= corr[0], o[4 * j + 1] *= corr[0];
-        o[4 * j + 2] *= corr[1], o[4 * j + 3] *= corr[1];
-      }
-    }
     pack_p();
   }
   if (n_mine > 0) {
+    rescale_o();
     acquire(v_full, n_mine - 1);
+    fence_proxy_async();
     fence_p();
     wgmma_fence_operands(o);
     wgmma_fence();
