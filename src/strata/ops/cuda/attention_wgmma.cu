@@ -1,61 +1,119 @@
 // CUDA: the causal GQA prefill over the paged KV cache at head dims 128 and 256 on Hopper's
-// warpgroup MMA (wgmma), FlashAttention-3 style, without warp specialization.
+// warpgroup MMA (wgmma), FlashAttention-3 style: warp-specialized, with the softmax of one key
+// tile overlapping the P V product of the one before.
 //
-// A block of two warpgroups owns 128 query rows: 128 / hpb consecutive queries of each of hpb
+// A block of three warpgroups owns 128 query rows: 128 / hpb consecutive queries of each of hpb
 // query heads that share one kv head (the tile list is made by launch_prefill_wgmma in
-// attention.cu, longest first). Warpgroup wg owns rows 64 wg .. 64 wg + 63, all of one head. The keys stream
-// through shared memory in tiles of 64, two stages of cp.async issued by all 256 threads (tile
-// i + 1 loads while tile i is computed), gathered from the paged cache row by row with the page
-// ids read one tile earlier still. Per tile a warpgroup computes
-//   S[64 x 64] = Q K^T   by D / 16 wgmma m64n64k16, Q and K both K-major from shared memory;
-//   the causal mask (only on tiles past the warpgroup's first query) and the online softmax on
-//   S's fp32 accumulator in registers (exp2, the scale times log2 e folded into one FMA);
-//   O[64 x D] += P V     by 4 x D / 64 wgmma m64n64k16, P from registers (S's accumulator
-//   repacked to bf16, no shared memory) and V from shared memory read transposed (MN-major).
-// Each wgmma group is waited for at once (no overlap of softmax and MMA inside a warpgroup; the
-// two warpgroups overlap each other). The epilogue normalizes, applies the gate (null: none) and
-// stores from registers. Tiles past a warpgroup's last query are skipped.
+// attention.cu, longest first). Consumer warpgroup wg (0, 1) owns rows 64 wg .. 64 wg + 63, all
+// of one head; warpgroup 2 is the producer (setmaxnreg moves its registers to the consumers).
+//
+// Producer: the keys stream through two rings in shared memory, K and V, of kStages tiles of
+// kKeys keys each (2 tiles of 80 at head dim 256, 4 of 64 at 128), gathered from the paged cache
+// row by row by cp.async (a page of one kv head is not contiguous: the cache is [page][row][kv
+// head][D]), in the order the consumers use them: K 0, then K i + 1 before V i. Barriers per ring stage s (tile n uses
+// stage n % kStages for the (n / kStages)-th time, u; a phase's parity is u % 2):
+//   full[s]  count 128: every producer thread's cp.async.mbarrier.arrive.noinc, which fires when
+//            that thread's copies have landed; consumers wait on parity u % 2, then
+//            fence.proxy.async (cp.async writes are generic-proxy, wgmma reads async-proxy);
+//   empty[s] count 8: lane 0 of each consumer warp once the MMAs of that warp that read the stage
+//            are done; the producer waits on parity (u % 2) ^ 1 (the first use passes at once).
+// A barrier cannot run a phase ahead of a waiter: refilling a stage needs every consumer warp's
+// release of its previous use. Both consumer warpgroups release every tile, also those past
+// their own last query (only waited for and released). No block-wide barrier after the set-up.
+//
+// Consumer, per tile n (S and P: 64 x kKeys; O: 64 x D):
+//   wait K n and V n - 1; issue S = Q K^T (D / 16 wgmma m64n{kKeys}k16, Q and K both K-major
+//   from shared memory); rescale O by tile n - 1's softmax factors while S runs; issue
+//   O += P(n - 1) V(n - 1) (kKeys / 16 wgmma m64nDk16, P from registers, V read transposed,
+//   MN-major); wait for S only, release K n; the causal mask (only on tiles past the warpgroup's
+//   first query) and the online softmax on S's fp32 accumulator in registers (exp2, the scale
+//   times log2 e folded into one FMA) while P V runs; wait for P V, release V n - 1; pack P(n) to
+//   bf16 A fragments. The first tile has S alone, the last P V alone. Q is loaded by each consumer
+//   warpgroup itself (cp.async, wait, fence.proxy.async, a named barrier of its 128 threads). The
+//   epilogue normalizes, applies the gate (null: none) and stores from registers.
 //
 // The layout facts this relies on (checked against CUTLASS's GMMA traits and PTX ISA 9.7.15):
 //  - Shared memory, 128-byte swizzle (wgmma.cuh): Q is [D / 64 column blocks][128 rows][128 B],
-//    a K or V stage [D / 64 column blocks][64 keys][128 B]; chunk c (8 elements) of row r at byte
+//    a K or V stage [D / 64 column blocks][kKeys keys][128 B]; chunk c (8 elements) of row r at byte
 //    r * 128 + ((c ^ r % 8) * 16) of its column block, every block 1024-byte aligned.
 //  - S = Q K^T: A (Q rows) and B (key rows) are K-major (the head dim is contiguous); the k16 step
 //    kk reads column block kk / 4 at byte offset 32 (kk % 4); descriptors smem_desc (SBO 1024, LBO
 //    unused, swizzle mode 1), transpose bits 0 and 0.
 //  - O += P V: B is V [keys = k][head dim = n], n contiguous: MN-major, transpose bit 1, one
-//    instruction per 64-wide column block (n = 64, one swizzle atom, so the block stride LBO is
-//    never used), the k16 step kk at 16 kk rows (2048 bytes) into the block; smem_desc_mn64
-//    (LBO = SBO = 1024).
-//  - Accumulator of m64nN (S's 32 floats, each of O's column blocks' 32): thread lane of warp w
-//    in the warpgroup holds d[4 j + q] = row 16 w + lane / 4 + 8 (q / 2), column 8 j +
-//    2 (lane % 4) + q % 2.
+//    instruction of n = D per k16 step over the D / 64 column blocks, the k step kk at 16 kk rows
+//    (2048 bytes) into the stage; smem_desc_mn: LBO = the column blocks' stride (kKeys x 128), SBO =
+//    1024 (the PTX ISA's canonical MN-major layout ((8, 8, m), (8, k)) : ((1, 8, LBO), (64, SBO))).
+//  - Accumulator of m64nN (S's kKeys / 2 floats, O's D / 2): thread lane of warp w in the warpgroup holds
+//    d[4 j + q] = row 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2.
 //  - Register A of k16 (4 x bf16x2 a thread): a0 = (row g, k 2t, 2t + 1), a1 = (row g + 8, same
 //    k), a2 = (row g, k 2t + 8, +9), a3 = (row g + 8, same), g = lane / 4, t = lane % 4, rows of
 //    warp w offset by 16 w: the mma.sync m16n8k16 A fragment, so S's accumulators of keys 16 kk ..
 //    16 kk + 15 (j = 2 kk, 2 kk + 1) are P's A fragment of k-step kk.
+//  - wgmma's register operands: while an MMA is in flight its accumulators (O during the softmax)
+//    and A fragments (P) are left alone; wgmma_fence_operands pins the code that writes or reads
+//    them on the right side of wgmma.fence / wait_group.
 #include "strata/ops/cuda/attention_wgmma.h"
 
 #include "strata/ops/cuda/async_copy.cuh"
+#include "strata/ops/cuda/mbarrier.cuh"
 #include "strata/ops/cuda/mma_fragment.cuh"
 #include "strata/ops/cuda/wgmma.cuh"
 
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kRows = kWgmmaPrefillRows, kKeys = 64, kThreads = 256;
+constexpr int kRows = kWgmmaPrefillRows;
+constexpr int kConsumers = 2, kThreads = (kConsumers + 1) * 128;  // two consumer warpgroups, one producer
+// Registers a thread after the split (setmaxnreg), summing to the launch's 168 x 384: the
+// producer's gather needs more than 40 (ptxas spills below), the consumers at head dim 256 fit 224.
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+// O += P V as one m64nDk16 per k step over the D / 64 column blocks of V (smem_desc_mn's block
+// stride); false: D / 64 instructions of m64n64k16, one per column block (smem_desc_mn64).
+constexpr bool kWidePv = true;
+constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__(kThreads, 1) leaves a thread
+static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
+              "setmaxnreg.inc waits forever for registers the producer never gave up");
 
+// Keys a tile: 80 at head dim 256 (FlashAttention-3's choice there; what fits shared memory with
+// two stages), 64 at 128. A multiple of 16 (P V's k steps) up to 96 (three keys a producer lane).
 template <int D>
 struct WgmmaSmem {
+  static constexpr int kKeys = D == 256 ? 80 : 64;
   static constexpr int kBlocks = D / 64;                     // 64-wide column blocks of a row
+  static constexpr int kStages = D <= 128 ? 4 : 2;           // of the K ring and of the V ring
   static constexpr uint32_t kQBlock = kRows * 128;           // one column block of Q
   static constexpr uint32_t kKvBlock = kKeys * 128;          // one column block of a K or V stage
   static constexpr uint32_t kStage = kBlocks * kKvBlock;
   static constexpr uint32_t kQ = 0;
-  static constexpr uint32_t kK = kQ + kBlocks * kQBlock;     // [2 stages]
-  static constexpr uint32_t kV = kK + 2 * kStage;            // [2 stages]
-  static constexpr size_t kBytes = size_t(kV) + 2 * kStage + 1024;  // + 1 KiB alignment
+  static constexpr uint32_t kK = kQ + kBlocks * kQBlock;     // [kStages]
+  static constexpr uint32_t kV = kK + kStages * kStage;      // [kStages]
+  static constexpr size_t kBytes = size_t(kV) + kStages * kStage + 1024;  // + 1 KiB alignment
+  static_assert(kBytes <= 227 * 1024 - 128, "shared memory (and the barriers)");
+  static_assert(kKeys % 16 == 0 && kKeys <= 96, "P V's k steps, the producer's lanes");
 };
+
+// mbar_wait with a watchdog, against a wrong count or parity hanging the GPU: a phase that has not
+// completed after 4 seconds makes the producer trap (the launch fails with an illegal instruction
+// error) and a consumer thread exit (a trap there makes ptxas serialize the consumers' wgmma for
+// lack of registers, C7512; a call, say to printf, undoes setmaxnreg, C7507). A stuck consumer
+// thus leaves wrong output, or stalls the producer, which then traps. The clock is read only once
+// the first try has failed.
+template <bool kProducer>
+__device__ __forceinline__ void wait_phase(uint32_t bar, uint32_t parity) {
+  if (mbar_try_wait(bar, parity)) return;
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (!mbar_try_wait(bar, parity)) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > 4000000000ull) {
+      if constexpr (kProducer) {
+        __trap();
+      } else {
+        asm volatile("exit;");
+      }
+    }
+  }
+}
 
 // tiles: (sequence, first query) pairs, 128 / hpb queries each; block x serves tile
 // x / (hq / hpb) for query heads hpb (x % (hq / hpb)) ... + hpb - 1. scale_log2 = scale * log2 e.
@@ -64,179 +122,295 @@ __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kc, const bf16* __restrict__ vc,
                               DeviceBatch b, const int32_t* tiles, int hq, int hkv, int bs, int hpb,
                               float scale_log2, const bf16* __restrict__ gate, bf16* __restrict__ out) {
-  pdl_begin();
   using L = WgmmaSmem<D>;
+  constexpr int S = L::kStages, kKeys = L::kKeys;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   extern __shared__ uint8_t smem_raw[];
+  // The rings' barriers: K full, K empty, V full, V empty, kStages each.
+  __shared__ __align__(8) uint64_t bars[4 * S];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
   const uint32_t q_sm = base + L::kQ, k_sm = base + L::kK, v_sm = base + L::kV;
+  const uint32_t k_full = smem_u32(bars), k_empty = k_full + 8 * S, v_full = k_full + 16 * S,
+                 v_empty = k_full + 24 * S;  // stage s's barrier at + 8 s
+
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(k_full + 8 * s, 128);              // one cp.async arrival per producer thread
+      mbar_init(v_full + 8 * s, 128);
+      mbar_init(k_empty + 8 * s, 4 * kConsumers);  // one arrival per consumer warp
+      mbar_init(v_empty + 8 * s, 4 * kConsumers);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  pdl_begin();
 
   const int groups = hq / hpb, qt = kRows / hpb;  // blocks per tile, queries per block
   const int tile = blockIdx.x / groups, h0 = (blockIdx.x % groups) * hpb;
   const int s = tiles[2 * tile], q0 = tiles[2 * tile + 1];
   const int kvh = h0 / (hq / hkv);
   const int qlen = b.q_len[s], ctx = b.ctx_len[s], qstart = b.q_start[s];
-  const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
   const int kv_end = ctx + q0 + min(qt, qlen - q0);  // keys of the block's last query, plus one
   const int n_tiles = (kv_end + kKeys - 1) / kKeys;
-  const int tid = threadIdx.x, lane = tid & 31;
 
-  // Q rows (zeros past the sequence), then key/value tile 0.
-  for (int i = tid; i < kRows * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks, qi = q0 + r % qt, h = h0 + r / qt;
-    const bool ok = qi < qlen;
-    cp_async16(q_sm + (c / 8) * L::kQBlock + swizzle128(r, c % 8),
-               q + (ok ? (int64_t(qstart + qi) * hq + h) * D + c * 8 : 0), ok);
+  if (tid >= 128 * kConsumers) {
+    // ---- Producer warpgroup: fills the K and V rings in the order the consumers use them:
+    // K 0, then K i + 1 before V i. Each stage: wait until both consumer warpgroups released it
+    // (empty, parity of its previous use), gather its kKeys rows by cp.async (zeros past kv_end),
+    // and have every producer thread's copies arrive on its full barrier when they land
+    // (cp.async.mbarrier.arrive.noinc, counted in the barrier's 128).
+    setmaxnreg_dec<kProducerRegs>();
+    const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
+    const int pt = tid - 128 * kConsumers;
+    constexpr int kRowStep = 128 / kChunks, kSlots = (kKeys + 31) / 32;  // rows copied side by side; keys a lane
+    static_assert(32 % kRowStep == 0 && kKeys % kRowStep == 0, "passes split 32 and the tile");
+    const int c = pt % kChunks, rb = pt / kChunks;
+    const int64_t row_stride = int64_t(hkv) * D;  // elements between consecutive cache rows
+    const bf16* kp = kc + kvh * D + c * 8;
+    const bf16* vp = vc + kvh * D + c * 8;
+    const uint32_t dst0 = (c / 8) * L::kKvBlock;
+    // Lane l of every warp looks up keys kt + l, kt + l + 32, ... (cache row, -1 past kv_end); a
+    // row's copies take its slot from that lane by a shuffle.
+    auto slots = [&](int kt, int (&sl)[kSlots]) {
+#pragma unroll
+      for (int e = 0; e < kSlots; ++e) {
+        const int j = kt + lane + 32 * e, pi = j / bs;
+        const int pg = j < kv_end ? __ldg(bt + pi) : -1;
+        sl[e] = pg < 0 ? -1 : pg * bs + (j - pi * bs);
+      }
+    };
+    auto gather = [&](uint32_t stage_sm, const bf16* src, const int (&sl)[kSlots]) {
+#pragma unroll
+      for (int i = 0; i < kKeys / kRowStep; ++i) {
+        const int r = rb + i * kRowStep;
+        const int row = __shfl_sync(0xffffffffu, sl[i * kRowStep / 32], r & 31);
+        cp_async16(stage_sm + dst0 + swizzle128(r, c % 8), src + (row >= 0 ? row * row_stride : 0), row >= 0);
+      }
+    };
+    int sk[kSlots], sv[kSlots];
+    slots(0, sk);
+    gather(k_sm, kp, sk);  // stage 0's first use: nothing to wait for
+    cp_async_mbar_arrive(k_full);
+    for (int n = 0; n < n_tiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < kSlots; ++e) sv[e] = sk[e];
+      if (n + 1 < n_tiles) {
+        const int st = (n + 1) % S;
+        slots((n + 1) * kKeys, sk);
+        wait_phase<true>(k_empty + 8 * st, (((n + 1) / S) & 1) ^ 1);
+        gather(k_sm + st * L::kStage, kp, sk);
+        cp_async_mbar_arrive(k_full + 8 * st);
+      }
+      const int st = n % S;
+      wait_phase<true>(v_empty + 8 * st, ((n / S) & 1) ^ 1);
+      gather(v_sm + st * L::kStage, vp, sv);
+      cp_async_mbar_arrive(v_full + 8 * st);
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
   }
-  // Page ids are read a tile ahead of the rows that need them: lane l of every warp looks up keys
-  // kt + l and kt + l + 32 (pg, rem: page id and row in the page; -1 past kv_end) of the tile after
-  // the one being loaded, and a tile's loads take each row's cache slot from its lane by a
-  // shuffle, so no load waits on the block table.
-  constexpr int kRowStep = kThreads / kChunks;  // rows the block loads side by side
-  static_assert(kKeys == 64 && 32 % kRowStep == 0, "two keys a lane; passes split 32");
-  int pg[2], rem[2];
-  auto fetch_pages = [&](int kt) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int j = kt + lane + 32 * e, pi = j / bs;
-      rem[e] = j - pi * bs;
-      pg[e] = j < kv_end ? __ldg(bt + pi) : -1;
-    }
-  };
-  auto load_kv = [&](int stage) {
-    int slot[2];  // cache rows of keys kt + lane, kt + lane + 32
-#pragma unroll
-    for (int e = 0; e < 2; ++e) slot[e] = pg[e] < 0 ? -1 : pg[e] * bs + rem[e];
-    const int c = tid % kChunks, rb = tid / kChunks;
-#pragma unroll
-    for (int i = 0; i < kKeys / kRowStep; ++i) {
-      const int r = rb + i * kRowStep;
-      const int sl = __shfl_sync(0xffffffffu, slot[i * kRowStep / 32], r & 31);
-      const int64_t off = sl >= 0 ? (int64_t(sl) * hkv + kvh) * D + c * 8 : 0;
-      const uint32_t dst = stage * L::kStage + (c / 8) * L::kKvBlock + swizzle128(r, c % 8);
-      cp_async16(k_sm + dst, kc + off, sl >= 0);
-      cp_async16(v_sm + dst, vc + off, sl >= 0);
-    }
-    cp_commit();
-  };
-  fetch_pages(0);
-  load_kv(0);
-  fetch_pages(kKeys);
 
-  // This warpgroup's 64 rows: head h, queries qw .. qw + 63 (positions ctx + qw ...). Lane l of
-  // warp w holds rows 16 w + g and 16 w + g + 8 of the accumulators (g = l / 4), columns 2t, 2t + 1
-  // (t = l % 4) of each 8-column block.
+  // ---- Consumer warpgroups. This warpgroup's 64 rows: head h, queries qw .. qw + 63 (positions
+  // ctx + qw ...). Lane l of warp w holds rows 16 w + g and 16 w + g + 8 of the accumulators
+  // (g = l / 4), columns 2t, 2t + 1 (t = l % 4) of each 8-column block.
+  setmaxnreg_inc<kConsumerRegs>();
   const int wg = tid >> 7, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int r0 = wg * 64, h = h0 + r0 / qt, qw = q0 + r0 % qt;
   const bool idle = qw >= qlen;  // every row of the warpgroup is past the sequence
   const int pos_lo = ctx + qw, pos_hi = pos_lo + 63, pos_g = pos_lo + 16 * w + g;
+  constexpr int kJ = kKeys / 8, kSteps = kKeys / 16;  // S's 8-column blocks, P V's k steps
   const uint32_t q_wg = q_sm + r0 * 128;
+  // Tiles 0 .. n_mine - 1 hold keys of this warpgroup's queries; the later ones (the other
+  // warpgroup's) are only waited for and released.
+  const int n_mine = idle ? 0 : min(n_tiles, pos_hi / kKeys + 1);
 
-  float o[D / 64][32];
-#pragma unroll
-  for (int cb = 0; cb < D / 64; ++cb) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) o[cb][i] = 0.f;
+  // The warpgroup's Q rows (zeros past the sequence): landed, then made visible to wgmma.
+  for (int i = tid & 127; i < 64 * kChunks; i += 128) {
+    const int r = r0 + i / kChunks, c = i % kChunks, qi = q0 + r % qt;
+    const bool ok = qi < qlen;
+    cp_async16(q_sm + (c / 8) * L::kQBlock + swizzle128(r, c % 8),
+               q + (ok ? (int64_t(qstart + qi) * hq + h) * D + c * 8 : 0), ok);
   }
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8: running max (of raw S), lane's partial sum
+  cp_commit();
+  cp_wait<0>();
+  fence_proxy_async();
+  named_sync(1 + wg, 128);
 
-  for (int it = 0; it < n_tiles; ++it) {
-    const int kt = it * kKeys, stage = it & 1;
-    // Tile `it` landed for every thread and is visible to the async proxy wgmma reads through;
-    // every warpgroup is done with tile it - 1's stage.
-    cp_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    if (it + 1 < n_tiles) {
-      load_kv(stage ^ 1);
-      fetch_pages(kt + 2 * kKeys);
-    }
-    if (idle || kt > pos_hi) continue;  // every key of the tile is after this warpgroup's queries
+  // Waits for tile n of a ring (its full barrier; then fence.proxy.async makes the producer's
+  // cp.async writes visible to wgmma's async proxy); releases it when this warp's MMAs that read
+  // it are done.
+  auto acquire = [&](uint32_t full, int n) { wait_phase<false>(full + 8 * (n % S), (n / S) & 1); };
+  auto release = [&](uint32_t empty, int n) {
+    if (lane == 0) mbar_arrive(empty + 8 * (n % S));
+  };
 
-    // S = Q K^T, 64 x 64.
-    float sc[32];
+  float o[D / 2];  // O[64 x D]: column block cb's accumulator at o[32 cb ...]
 #pragma unroll
-    for (int i = 0; i < 32; ++i) sc[i] = 0.f;
-    const uint32_t k_tile = k_sm + stage * L::kStage, v_tile = v_sm + stage * L::kStage;
-    wgmma_fence_operands(sc);
-    wgmma_fence();
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8: running max (of raw S), lane's partial sum
+  float sc[kKeys / 2], corr[2];  // S (then P in fp32) of the tile: 64 x kKeys
+  uint32_t p[kSteps][4];         // P of the previous tile: the A fragments of its k16 steps
+
+  // S = Q K^T, 64 x kKeys, into sc (issued, not waited for).
+  auto issue_qk = [&](int n) {
+    const uint32_t k_tile = k_sm + (n % S) * L::kStage;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t at = (kk / 4) * L::kQBlock + (kk % 4) * 32, bt_off = (kk / 4) * L::kKvBlock + (kk % 4) * 32;
-      wgmma_m64n64k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off));
+      if constexpr (kKeys == 80) {
+        wgmma_m64n80k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off));
+      } else {
+        static_assert(kKeys == 64, "an S instruction of n = kKeys");
+        wgmma_m64n64k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off));
+      }
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(sc);
-
-    // Causal mask, only where the tile reaches past the warpgroup's first query.
+  };
+  // O += P V of tile n (issued, not waited for): S's accumulators 8 kk .. 8 kk + 7 were packed into
+  // P's A fragment for keys 16 kk .. 16 kk + 15.
+  auto issue_pv = [&](int n) {
+    const uint32_t v_tile = v_sm + (n % S) * L::kStage;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      if constexpr (kWidePv) {
+        const uint64_t dv = smem_desc_mn(v_tile + kk * 16 * 128, L::kKvBlock);
+        if constexpr (D == 256) {
+          wgmma_m64n256k16_rs_tb(o, p[kk], dv);
+        } else {
+          wgmma_m64n128k16_rs_tb(o, p[kk], dv);
+        }
+      } else {
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb) {
+          wgmma_m64n64k16_rs_tb(*reinterpret_cast<float(*)[32]>(o + 32 * cb), p[kk],
+                                smem_desc_mn64(v_tile + cb * L::kKvBlock + kk * 16 * 128));
+        }
+      }
+    }
+    wgmma_commit();
+  };
+  // The causal mask (only where the tile reaches past the warpgroup's first query) and the online
+  // softmax of tile n's S: the new row maxima over the quad's lanes, P = exp2 in sc, the sums
+  // rescaled; corr, the factors of O (exactly 1 for a row whose maximum did not change).
+  auto softmax = [&](int n) {
+    const int kt = n * kKeys;
     if (kt + kKeys - 1 > pos_lo) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kJ; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if (kt + 8 * j + 2 * t + (e & 1) > pos_g + (e >> 1) * 8) sc[4 * j + e] = -INFINITY;
         }
       }
     }
-    // Online softmax: the new row maxima over the quad's lanes, the old sums and O rescaled
-    // (skipped while no row's maximum of the warp grew: the factors are then exactly 1).
-    float corr[2];
-    bool grew = false;
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       float mx = m[rr];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * rr], sc[4 * j + 2 * rr + 1]));
+      for (int j = 0; j < kJ; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * rr], sc[4 * j + 2 * rr + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base_l2 = mx == -INFINITY ? 0.f : mx * scale_log2;  // a row with no key yet stays at 0
       corr[rr] = fast_exp2(m[rr] * scale_log2 - base_l2);
-      grew |= mx != m[rr];
       m[rr] = mx;
       float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kJ; ++j) {
         sc[4 * j + 2 * rr] = fast_exp2(fmaf(sc[4 * j + 2 * rr], scale_log2, -base_l2));
         sc[4 * j + 2 * rr + 1] = fast_exp2(fmaf(sc[4 * j + 2 * rr + 1], scale_log2, -base_l2));
         sum += sc[4 * j + 2 * rr] + sc[4 * j + 2 * rr + 1];
       }
       l[rr] = l[rr] * corr[rr] + sum;
     }
-    if (__any_sync(0xffffffffu, grew)) {
+  };
+  auto pack_p = [&] {
 #pragma unroll
-      for (int cb = 0; cb < D / 64; ++cb) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          o[cb][4 * j] *= corr[0], o[cb][4 * j + 1] *= corr[0];
-          o[cb][4 * j + 2] *= corr[1], o[cb][4 * j + 3] *= corr[1];
-        }
-      }
-    }
-    // O += P V: S's accumulators 8 kk .. 8 kk + 7 are P's A fragment for keys 16 kk .. 16 kk + 15.
-    uint32_t p[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) p[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
-      wgmma_fence_operands(p[kk]);
     }
+  };
+  auto zero_s = [&] {
 #pragma unroll
-    for (int cb = 0; cb < D / 64; ++cb) wgmma_fence_operands(o[cb]);
+    for (int i = 0; i < kKeys / 2; ++i) sc[i] = 0.f;
+  };
+  auto fence_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) wgmma_fence_operands(p[kk]);
+  };
+
+  // O *= the factors of the last softmax. Always: a branch on whether any maximum grew, or a
+  // barrier wait, between the two MMAs' issues makes ptxas serialize them (C7518, C7520).
+  auto rescale_o = [&] {
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      o[4 * j] *= corr[0], o[4 * j + 1] *= corr[0];
+      o[4 * j + 2] *= corr[1], o[4 * j + 3] *= corr[1];
+    }
+  };
+
+  // The pipeline, FlashAttention-3's intra-warpgroup overlap: iteration n waits for K n and V n - 1,
+  // issues S(n) = Q K(n)^T, rescales O by tile n - 1's factors while S runs (O then holds tiles
+  // ..n - 2 against tile n - 1's maxima), issues O += P(n - 1) V(n - 1), and runs tile n's softmax
+  // while that P V product is still in the tensor cores.
+  if (n_mine > 0) {
+    acquire(k_full, 0);
+    fence_proxy_async();
+    zero_s();
+    wgmma_fence_operands(sc);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int cb = 0; cb < D / 64; ++cb) {
-        wgmma_m64n64k16_rs_tb(o[cb], p[kk], smem_desc_mn64(v_tile + cb * L::kKvBlock + kk * 16 * 128));
-      }
-    }
-    wgmma_commit();
+    issue_qk(0);
     wgmma_wait<0>();
-#pragma unroll
-    for (int cb = 0; cb < D / 64; ++cb) wgmma_fence_operands(o[cb]);
+    wgmma_fence_operands(sc);
+    release(k_empty, 0);
+    softmax(0);  // its factors are 0 (no maximum before), O's rescale keeps O = 0
+    pack_p();
   }
-  cp_wait<0>();
+  for (int n = 1; n < n_mine; ++n) {
+    acquire(k_full, n);
+    acquire(v_full, n - 1);
+    fence_proxy_async();
+    zero_s();
+    wgmma_fence_operands(sc);
+    fence_p();
+    wgmma_fence();
+    issue_qk(n);
+    rescale_o();
+    wgmma_fence_operands(o);
+    wgmma_fence();  // O's rescale before P V reads it
+    issue_pv(n - 1);
+    wgmma_wait<1>();  // S(n) done, P V still running
+    wgmma_fence_operands(sc);
+    release(k_empty, n);
+    softmax(n);
+    wgmma_fence_operands(sc);  // the softmax before the wait, not after it
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    fence_p();
+    release(v_empty, n - 1);
+    pack_p();
+  }
+  if (n_mine > 0) {
+    rescale_o();
+    acquire(v_full, n_mine - 1);
+    fence_proxy_async();
+    fence_p();
+    wgmma_fence_operands(o);
+    wgmma_fence();
+    issue_pv(n_mine - 1);
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    fence_p();
+    release(v_empty, n_mine - 1);
+  }
+  // Tiles of only the other warpgroup's keys: every consumer warp releases every stage use.
+  for (int n = n_mine; n < n_tiles; ++n) {
+    acquire(k_full, n);
+    release(k_empty, n);
+    acquire(v_full, n);
+    release(v_empty, n);
+  }
 
   // Epilogue: O / l (the sums completed over the quad), times sigmoid(gate), from registers.
   if (idle) return;
@@ -253,18 +427,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (qi >= qlen) continue;
     const int64_t row = (int64_t(qstart + qi) * hq + h) * D;
 #pragma unroll
-    for (int cb = 0; cb < D / 64; ++cb) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t off = row + cb * 64 + 8 * j + 2 * t;
-        float v0 = o[cb][4 * j + 2 * rr] * inv[rr], v1 = o[cb][4 * j + 2 * rr + 1] * inv[rr];
-        if (gate) {
-          const __nv_bfloat162 gv = *reinterpret_cast<const __nv_bfloat162*>(gate + off);
-          v0 *= sigmoid_f(__low2float(gv));
-          v1 *= sigmoid_f(__high2float(gv));
-        }
-        *reinterpret_cast<uint32_t*>(out + off) = pack_bf16x2(v0, v1);
+    for (int j = 0; j < D / 8; ++j) {
+      const int64_t off = row + 8 * j + 2 * t;
+      float v0 = o[4 * j + 2 * rr] * inv[rr], v1 = o[4 * j + 2 * rr + 1] * inv[rr];
+      if (gate) {
+        const __nv_bfloat162 gv = *reinterpret_cast<const __nv_bfloat162*>(gate + off);
+        v0 *= sigmoid_f(__low2float(gv));
+        v1 *= sigmoid_f(__high2float(gv));
       }
+      *reinterpret_cast<uint32_t*>(out + off) = pack_bf16x2(v0, v1);
     }
   }
 }
