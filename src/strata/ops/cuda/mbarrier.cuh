@@ -69,6 +69,19 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
+// The box of a TMA tensor map (tensor_map.h; `map` the address of a __grid_constant__ kernel
+// parameter) at element coordinates (c0, c1, c2), innermost first, into shared memory at dst; the
+// box's bytes complete on the barrier's transaction count (expected by mbar_arrive_expect_tx).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1, int c2) {
+#ifdef STRATA_MBARRIER
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
+          dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+
 // Makes this thread's generic-proxy shared-memory writes (stores, cp.async that have landed)
 // visible to the async proxy (wgmma operands, bulk copies) and orders them before its later
 // async-proxy accesses.

@@ -485,8 +485,8 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   check_launch("moe_permute");
   Tensor act = scratch({pairs, inter}, DType::kBF16);
   Tensor y = scratch({pairs, h}, DType::kBF16);
-  moe_grouped_gemm(xp, perm_token, gp, tiles, tiling, unsigned(max_tiles), h, inter, true, static_cast<bf16*>(act.raw()));
-  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dp, tiles, tiling, unsigned(max_tiles), inter, h, false,
+  moe_grouped_gemm(xp, perm_token, gp, tiles, tiling, unsigned(max_tiles), ne, h, inter, true, static_cast<bf16*>(act.raw()));
+  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dp, tiles, tiling, unsigned(max_tiles), ne, inter, h, false,
                    static_cast<bf16*>(y.raw()));
   launch_pdl(unpermute_kernel, unsigned(t), 256, 0, static_cast<const bf16*>(y.raw()), pair_pos,
                                                       weights.data<float>(), int(k), h,

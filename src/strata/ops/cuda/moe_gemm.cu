@@ -175,9 +175,10 @@ MoeTiling moe_tiling(int64_t pairs, int64_t experts) {
 }
 
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
-                      const MoeTiling& tiling, unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out) {
+                      const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
+                      bf16* out) {
   if (tiling.wgmma) {
-    moe_grouped_gemm_wgmma(a, gather, w, tiles, tiling.rows, max_tiles, k, n, gate_up, out);
+    moe_grouped_gemm_wgmma(a, gather, w, tiles, tiling.rows, max_tiles, experts, k, n, gate_up, out);
   } else {
     gate_up ? launch<true>(a, gather, w, tiles, max_tiles, k, n, out)
             : launch<false>(a, gather, w, tiles, max_tiles, k, n, out);

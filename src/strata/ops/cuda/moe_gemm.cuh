@@ -38,10 +38,11 @@ MoeTiling moe_tiling(int64_t pairs, int64_t experts);
 // Tiles as `tiling` says; launches column blocks x max_tiles blocks, those past *tiles.count
 // exit at once.
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
-                      const MoeTiling& tiling, unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out);
+                      const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
+                      bf16* out);
 // The wgmma kernel, tiles of bm (64 or 128) rows: (n / 128 (gate_up) or n / 256) x max_tiles
 // blocks.
 void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
-                            unsigned max_tiles, int64_t k, int64_t n, bool gate_up, bf16* out);
+                            unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, bf16* out);
 
 }  // namespace strata::ops::cuda
