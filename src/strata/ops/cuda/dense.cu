@@ -311,6 +311,63 @@ __global__ void qk_norm_rope_kernel(const bf16* qg, bf16* k, const void* qw, boo
   dst[tid] = f2bf(o);
 }
 
+// The same for head dims d <= 256 with d % 8 == 0 and 16-byte aligned rows (every real model):
+// a warp per (token, head), 8 elements a lane moved as one 16-byte vector, the norm's sum by
+// warp shuffles, the normalised row through shared memory for rope's partner elements; 8 heads
+// a block. Its output equals qk_norm_rope_kernel's up to the order of the squares' sum.
+constexpr int kQkWarps = 8;
+__global__ void __launch_bounds__(kQkWarps * 32) qk_norm_rope_warp_kernel(
+    const bf16* qg, bf16* k, const void* qw, bool qw32, const void* kw, bool kw32, float eps, bool zero_centered,
+    const int32_t* positions, int64_t t_count, int hq, int hkv, int d, RopeParams p, bf16* q, bf16* gate) {
+  pdl_begin();
+  __shared__ float rows[kQkWarps][256];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t item = int64_t(blockIdx.x) * kQkWarps + warp, heads = hq + hkv;
+  if (item >= t_count * heads) return;  // whole warps only: no block-wide barrier below
+  const int64_t t = item / heads;
+  const int head = int(item % heads);
+  const bool is_q = head < hq;
+  const int h = is_q ? head : head - hq;
+  const bf16* src = is_q ? qg + (t * hq + h) * 2 * d : k + (t * hkv + h) * d;
+  bf16* dst = is_q ? q + (t * hq + h) * d : k + (t * hkv + h) * d;
+  const int c = lane * 8;
+  const bool live = c < d;
+  float v[8] = {};
+  if (live) {
+    unpack8(*reinterpret_cast<const uint4*>(src + c), v);
+    if (is_q) *reinterpret_cast<uint4*>(gate + (t * hq + h) * d + c) = *reinterpret_cast<const uint4*>(src + d + c);
+  }
+  float sq = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sq += v[e] * v[e];
+  const float inv = rsqrtf(warp_sum(sq) / float(d) + eps);
+  float* row = rows[warp];
+  if (live) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float wv = ldf(is_q ? qw : kw, is_q ? qw32 : kw32, c + e) + (zero_centered ? 1.f : 0.f);
+      row[c + e] = bf2f(f2bf(v[e] * inv * wv));
+    }
+  }
+  __syncwarp();
+  if (!live) return;
+  const float pos = float(positions[t]);
+  float o[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int i = c + e;
+    o[e] = row[i];
+    if (i < 2 * p.half) {
+      const int j = i % p.half;
+      const float angle = pos * p.inv_freq[j];
+      const float cs = cosf(angle) * p.scaling, sn = sinf(angle) * p.scaling;
+      const float a = row[j], b = row[j + p.half];
+      o[e] = i < p.half ? a * cs - b * sn : b * cs + a * sn;
+    }
+  }
+  *reinterpret_cast<uint4*>(dst + c) = pack8(o);
+}
+
 __global__ void fill_uniform_kernel(void* t, bool f32, int64_t n, uint64_t seed, float scale) {
   pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -596,6 +653,14 @@ void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const
   const RopeParams p = rope_params(spec);
   Tensor keep;
   const int32_t* pos = device_ints(positions, &keep);
+  if (d % 8 == 0 && aligned16(qg.raw()) && aligned16(k.raw()) && aligned16(q.raw()) && aligned16(gate.raw())) {
+    launch_pdl(qk_norm_rope_warp_kernel, unsigned((t * (hq + hkv) + kQkWarps - 1) / kQkWarps), kQkWarps * 32, 0,
+               static_cast<const bf16*>(qg.raw()), static_cast<bf16*>(k.raw()), q_norm.raw(), is_f32(q_norm),
+               k_norm.raw(), is_f32(k_norm), eps, zero_centered, pos, t, int(hq), int(hkv), int(d), p,
+               static_cast<bf16*>(q.raw()), static_cast<bf16*>(gate.raw()));
+    check_launch("qk_norm_rope");
+    return;
+  }
   const unsigned threads = unsigned(std::max<int64_t>(32, (d + 31) / 32 * 32));
   launch_pdl(qk_norm_rope_kernel, dim3(unsigned(t), unsigned(hq + hkv)), threads, 0,
              static_cast<const bf16*>(qg.raw()), static_cast<bf16*>(k.raw()), q_norm.raw(), is_f32(q_norm),

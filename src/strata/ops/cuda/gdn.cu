@@ -46,48 +46,56 @@ __global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, 
 
 // The prefill form for bf16 x and out and width KW: each thread owns 8 channels (one 16-byte
 // vector) over a run of kConvRun tokens, with the window in registers, so every input is read
-// once. A run may cross into another sequence; the window is refilled there (from the conv state
-// or zeros before the span's start).
-constexpr int kConvRun = 16;
+// once. A run inside one sequence loads all its inputs at once; a run that crosses into another
+// sequence goes token by token and refills the window there (from the conv state or zeros
+// before the span's start).
+constexpr int kConvRun = 16, kConvThreads = 128;
 
 template <int KW>
-__global__ void __launch_bounds__(256) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
+__global__ void __launch_bounds__(kConvThreads) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
                                                          const void* cs, bool cs32, DeviceBatch b, bf16* out,
                                                          int64_t c_dim, int tokens) {
   constexpr int kHist = KW - 1;
   pdl_begin();
   const int64_t c = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
   if (c >= c_dim) return;
+  // A channel's KW = 4 taps are one 16-byte (fp32) or 8-byte (bf16) vector: scalar loads here
+  // (lanes 128 bytes apart) kept the kernel at a third of the memory bandwidth.
+  static_assert(KW == 4, "the taps load as one vector a channel");
   float wt[8][KW];
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
-#pragma unroll
-    for (int j = 0; j < KW; ++j) wt[e][j] = ldf(w, w32, (c + e) * KW + j);
+    if (w32) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(w) + c + e);
+      wt[e][0] = v.x, wt[e][1] = v.y, wt[e][2] = v.z, wt[e][3] = v.w;
+    } else {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(w) + c + e);
+      const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
+      const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+      wt[e][0] = lo.x, wt[e][1] = lo.y, wt[e][2] = hi.x, wt[e][3] = hi.y;
+    }
   }
-  float win[kHist > 0 ? kHist : 1][8];  // win[j]: the input j + 1 tokens back
-  int seq = -1;
   const int t0 = blockIdx.x * kConvRun, t1 = min(tokens, t0 + kConvRun);
-  for (int t = t0; t < t1; ++t) {
-    const int s = b.token_seq[t], qs = b.q_start[s];
-    if (s != seq) {  // the window of token t's predecessors in its own sequence
-      seq = s;
-      const int slot = b.slot[s], i = t - qs;
-      const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
+  // The window of token t's predecessors in its own sequence: win[j] is the input j + 1 tokens
+  // back (from the conv state, or zeros, before the span's start).
+  auto load_window = [&](int t, float (&win)[kHist > 0 ? kHist : 1][8]) {
+    const int s = b.token_seq[t], qs = b.q_start[s], slot = b.slot[s], i = t - qs;
+    const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
 #pragma unroll
-      for (int j = 0; j < kHist; ++j) {
-        const int src = i - 1 - j;
-        if (src >= 0) {
-          unpack8(__ldg(reinterpret_cast<const uint4*>(x + int64_t(qs + src) * c_dim + c)), win[j]);
-        } else {
+    for (int j = 0; j < kHist; ++j) {
+      const int src = i - 1 - j;
+      if (src >= 0) {
+        unpack8(__ldg(reinterpret_cast<const uint4*>(x + int64_t(qs + src) * c_dim + c)), win[j]);
+      } else {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            win[j][e] = has_state ? ldf(cs, cs32, (int64_t(slot) * kHist + kHist + src) * c_dim + c + e) : 0.f;
-          }
+        for (int e = 0; e < 8; ++e) {
+          win[j][e] = has_state ? ldf(cs, cs32, (int64_t(slot) * kHist + kHist + src) * c_dim + c + e) : 0.f;
         }
       }
     }
-    float cur[8], o[8];
-    unpack8(__ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * c_dim + c)), cur);
+  };
+  auto conv = [&](const float (&cur)[8], const float (&win)[kHist > 0 ? kHist : 1][8], bf16* o_ptr) {
+    float o[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       float acc = wt[e][kHist] * cur[e];
@@ -95,7 +103,10 @@ __global__ void __launch_bounds__(256) conv1d_run_kernel(const bf16* __restrict_
       for (int j = 0; j < kHist; ++j) acc += wt[e][kHist - 1 - j] * win[j][e];
       o[e] = silu_f(acc);
     }
-    *reinterpret_cast<uint4*>(out + int64_t(t) * c_dim + c) = pack8(o);
+    *reinterpret_cast<uint4*>(o_ptr) = pack8(o);
+  };
+  // Token t's input joins the window as the next token's first predecessor.
+  auto push = [&](float (&win)[kHist > 0 ? kHist : 1][8], const float (&cur)[8]) {
 #pragma unroll
     for (int j = kHist - 1; j > 0; --j) {
 #pragma unroll
@@ -105,6 +116,35 @@ __global__ void __launch_bounds__(256) conv1d_run_kernel(const bf16* __restrict_
 #pragma unroll
       for (int e = 0; e < 8; ++e) win[0][e] = cur[e];
     }
+  };
+  float win[kHist > 0 ? kHist : 1][8];
+  if (t1 - t0 == kConvRun && b.token_seq[t0] == b.token_seq[t1 - 1]) {
+    // The whole run in one sequence (a sequence's tokens are contiguous): every input of the run
+    // is loaded before any is used, so the loads are in flight together.
+    uint4 raw[kConvRun];
+#pragma unroll
+    for (int r = 0; r < kConvRun; ++r) raw[r] = __ldg(reinterpret_cast<const uint4*>(x + int64_t(t0 + r) * c_dim + c));
+    load_window(t0, win);
+#pragma unroll
+    for (int r = 0; r < kConvRun; ++r) {
+      float cur[8];
+      unpack8(raw[r], cur);
+      conv(cur, win, out + int64_t(t0 + r) * c_dim + c);
+      push(win, cur);
+    }
+    return;
+  }
+  int seq = -1;
+  for (int t = t0; t < t1; ++t) {
+    const int s = b.token_seq[t];
+    if (s != seq) {
+      seq = s;
+      load_window(t, win);
+    }
+    float cur[8];
+    unpack8(__ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * c_dim + c)), cur);
+    conv(cur, win, out + int64_t(t) * c_dim + c);
+    push(win, cur);
   }
 }
 
@@ -471,8 +511,10 @@ void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, c
   if (t == 0) return;
   const DeviceBatch& db = device_batch(batch);
   const unsigned cb = blocks_for(c, 256);
-  if (kw == 4 && c % 8 == 0 && !is_f32(x) && !is_f32(out) && aligned16(x.raw()) && aligned16(out.raw())) {
-    launch_pdl(conv1d_run_kernel<4>, dim3(unsigned((t + kConvRun - 1) / kConvRun), blocks_for(c / 8, 256)), 256, 0,
+  if (kw == 4 && c % 8 == 0 && !is_f32(x) && !is_f32(out) && aligned16(x.raw()) && aligned16(out.raw()) &&
+      aligned16(w.raw())) {
+    launch_pdl(conv1d_run_kernel<4>, dim3(unsigned((t + kConvRun - 1) / kConvRun), blocks_for(c / 8, kConvThreads)),
+               kConvThreads, 0,
                static_cast<const bf16*>(x.raw()), w.raw(), is_f32(w), conv_state.raw(), is_f32(conv_state), db,
                static_cast<bf16*>(out.raw()), c, int(t));
   } else {
