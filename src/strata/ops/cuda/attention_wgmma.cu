@@ -67,9 +67,6 @@ constexpr int kConsumers = 2, kThreads = (kConsumers + 1) * 128;  // two consume
 // Registers a thread after the split (setmaxnreg), summing to the launch's 168 x 384: the
 // producer's gather needs more than 40 (ptxas spills below), the consumers at head dim 256 fit 224.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
-// O += P V as one m64nDk16 per k step over the D / 64 column blocks of V (smem_desc_mn's block
-// stride); false: D / 64 instructions of m64n64k16, one per column block (smem_desc_mn64).
-constexpr bool kWidePv = true;
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__(kThreads, 1) leaves a thread
 static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
               "setmaxnreg.inc waits forever for registers the producer never gave up");
@@ -273,19 +270,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t v_tile = v_sm + (n % S) * L::kStage;
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
-      if constexpr (kWidePv) {
-        const uint64_t dv = smem_desc_mn(v_tile + kk * 16 * 128, L::kKvBlock);
-        if constexpr (D == 256) {
-          wgmma_m64n256k16_rs_tb(o, p[kk], dv);
-        } else {
-          wgmma_m64n128k16_rs_tb(o, p[kk], dv);
-        }
+      // One m64nDk16 a k step over V's D / 64 column blocks (smem_desc_mn's block stride).
+      const uint64_t dv = smem_desc_mn(v_tile + kk * 16 * 128, L::kKvBlock);
+      if constexpr (D == 256) {
+        wgmma_m64n256k16_rs_tb(o, p[kk], dv);
       } else {
-#pragma unroll
-        for (int cb = 0; cb < D / 64; ++cb) {
-          wgmma_m64n64k16_rs_tb(*reinterpret_cast<float(*)[32]>(o + 32 * cb), p[kk],
-                                smem_desc_mn64(v_tile + cb * L::kKvBlock + kk * 16 * 128));
-        }
+        wgmma_m64n128k16_rs_tb(o, p[kk], dv);
       }
     }
     wgmma_commit();

@@ -91,13 +91,9 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
-// Named barriers (ids 1-15; 0 is __syncthreads) over `threads` threads, a multiple of 32: sync
-// waits for all, arrive counts this warp without waiting.
+// A named barrier (ids 1-15; 0 is __syncthreads) over `threads` threads, a multiple of 32.
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Moves the register budget of this warpgroup's threads to N (a multiple of 8, 24..256):

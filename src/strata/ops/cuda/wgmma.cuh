@@ -28,19 +28,7 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
 }
 
 // The descriptor of an MN-major operand (B read transposed: rows are k, the 64 elements of a
-// 128-byte row are n) in the 128-byte swizzle, for an instruction of n = 64 (one swizzle atom
-// wide). CUTLASS's canonical MN-major SW128 layout is ((8 elements, 8 chunks, m), (8 rows, k)) :
-// ((1, 8, LBO), (64, SBO)): LBO steps between 64-wide blocks of n (none at n = 64) and SBO between
-// 8-row groups of k (1024 bytes here). Both fields are set to 1024 bytes, so the layout reads the
-// same whichever of the two the hardware takes for the k step. A k16 step advances the start
-// address by 16 rows (2048 bytes).
-__device__ __forceinline__ uint64_t smem_desc_mn64(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
-}
-
-// The descriptor of an MN-major operand wider than one swizzle atom (an instruction of n = 128 or
-// 256 over column blocks of 64): the PTX ISA's canonical MN-major 128-byte-swizzle layout
+// 128-byte row are n) over column blocks of 64 (an instruction of n = 128 or 256): the PTX ISA's canonical MN-major 128-byte-swizzle layout
 // ((8, 8, m), (8, k)) : ((1, 8, LBO), (64, SBO)) in elements, so LBO (bits 16-29) is the byte
 // stride between the 64-wide blocks of n (block_stride) and SBO the one between 8-row groups of k
 // (1024 bytes). A k16 step advances the start address by 16 rows (2048 bytes).
@@ -139,26 +127,9 @@ __device__ __forceinline__ void wgmma_m64n80k16_ss(float (&d)[40], uint64_t a, u
 #endif
 }
 
-// d[64 x 64] += a[64 x 16] b[16 x 64], a from registers (the mma.sync m16n8k16 A fragment of
-// rows 16 w .. 16 w + 15 in warp w of the warpgroup), b MN-major in shared memory (transposed).
-__device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-#ifdef STRATA_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
-}
-
-// d[64 x 128] += a[64 x 16] b[16 x 128], a from registers as in wgmma_m64n64k16_rs_tb, b MN-major in
-// shared memory (transposed), 2 column blocks of 64 at the descriptor's leading byte offset.
+// d[64 x 128] += a[64 x 16] b[16 x 128], a from registers (the mma.sync m16n8k16 A fragment of
+// rows 16 w .. 16 w + 15 in warp w of the warpgroup), b MN-major in shared memory (transposed), 2
+// column blocks of 64 at the descriptor's leading byte offset.
 __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
 #ifdef STRATA_WGMMA
   asm volatile(
@@ -179,7 +150,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const uin
 #endif
 }
 
-// d[64 x 256] += a[64 x 16] b[16 x 256], a from registers as in wgmma_m64n64k16_rs_tb, b MN-major in
+// d[64 x 256] += a[64 x 16] b[16 x 256], a from registers as in wgmma_m64n128k16_rs_tb, b MN-major in
 // shared memory (transposed), 4 column blocks of 64 at the descriptor's leading byte offset.
 __device__ __forceinline__ void wgmma_m64n256k16_rs_tb(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
 #ifdef STRATA_WGMMA
