@@ -80,7 +80,7 @@ run_serve() {
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
 status=0
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
-  timeout 150 "$bin/strata_cuda_tests" --gtest_filter='CudaDense*:CudaMixer*' 2>&1 | tee "$out/op_tests.log" | tail -40
+  timeout 300 "$bin/strata_cuda_tests" --gtest_filter='CudaDense*:CudaMixer*' 2>&1 | tee "$out/op_tests.log" | tail -40
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$mode" = golden ] || [ "$mode" = all ]; then
