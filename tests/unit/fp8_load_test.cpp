@@ -12,7 +12,7 @@
 
 #include "strata/core/error.h"
 #include "strata/engine/single_sequence.h"
-#include "strata/io/fp8_config.h"
+#include "strata/io/quant_config.h"
 #include "strata/io/quant.h"
 #include "strata/io/safetensors.h"
 #include "strata/models/model.h"
@@ -253,16 +253,16 @@ TEST(Fp8Dequant, RoundTripsAcrossPartialBlocks) {
 }
 
 TEST(Fp8Config, AbsentMeansDisabledAndListsAreRead) {
-  EXPECT_FALSE(parse_fp8_block_quant(nlohmann::json::parse(R"({"hidden_size": 8})"), "c.json").enabled);
-  const Fp8BlockQuant q = parse_fp8_block_quant(nlohmann::json::parse(R"({"quantization_config":
+  EXPECT_FALSE(parse_weight_quant(nlohmann::json::parse(R"({"hidden_size": 8})"), "c.json").enabled());
+  const WeightQuant q = parse_weight_quant(nlohmann::json::parse(R"({"quantization_config":
       {"quant_method": "fp8", "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head",
        "model.layers.0.linear_attn.in_proj_a"]}})"), "c.json");
-  EXPECT_TRUE(q.enabled);
+  EXPECT_EQ(q.method, WeightQuant::Method::kFp8Block);
   EXPECT_TRUE(q.listed_not_converted("model.layers.0.linear_attn.in_proj_a.weight"));
   EXPECT_TRUE(q.listed_not_converted("lm_head.weight"));
   EXPECT_FALSE(q.listed_not_converted("model.layers.1.linear_attn.in_proj_a.weight"));
-  EXPECT_THROW(parse_fp8_block_quant(nlohmann::json::parse(R"({"quantization_config": {"quant_method": "fp8"}})"),
-                                     "c.json"),
+  EXPECT_THROW(parse_weight_quant(nlohmann::json::parse(R"({"quantization_config": {"quant_method": "fp8"}})"),
+                                  "c.json"),
                Error);
 }
 

@@ -87,4 +87,39 @@ Tensor dequant_mxfp4(const Tensor& packed, const Tensor& scale, const std::strin
   return out;
 }
 
+Tensor dequant_nvfp4(const Tensor& packed, const Tensor& scale, float global, const std::string& name) {
+  STRATA_CHECK(packed.device() == Device::kCpu && scale.device() == Device::kCpu, name,
+               ": NVFP4 dequantisation reads CPU tensors");
+  STRATA_CHECK((packed.dtype() == DType::kU8 || packed.dtype() == DType::kI8) && packed.ndim() == 2,
+               name, ": expected NVFP4 weights packed as a U8 or I8 matrix, got ", packed.describe());
+  STRATA_CHECK(scale.dtype() == DType::kF8E4M3, name, ": NVFP4 block scale (weight_scale) must be F8_E4M3, got ",
+               dtype_name(scale.dtype()));
+  const int64_t n = packed.dim(0), k = packed.dim(1) * 2;
+  STRATA_CHECK(k % kNvfp4Group == 0, name, ": NVFP4 rows of ", k, " elements are not a multiple of ",
+               kNvfp4Group);
+  const Shape want{n, k / kNvfp4Group};
+  STRATA_CHECK(scale.shape() == want, name, ": NVFP4 block scale for ", k, "-element rows must be ",
+               shape_str(want), ", got ", scale.describe());
+  STRATA_CHECK(std::isfinite(global) && global > 0, name, ": NVFP4 global scale (weight_scale_2) ", global,
+               " is not finite and positive");
+  const uint8_t* sb = scale.data<uint8_t>();
+  for (int64_t i = 0; i < scale.numel(); ++i) {
+    const bool nan = (sb[i] & 0x7f) == 0x7f, negative = (sb[i] & 0x80) && (sb[i] & 0x7f);  // -0 is a zero block
+    STRATA_CHECK(!nan && !negative, name, ": NVFP4 block scale ", i / want[1], ",", i % want[1], " is ",
+                 nan ? "NaN" : "negative", " (code 0x", std::hex, int(sb[i]), ")");
+  }
+  const uint8_t* b = packed.data<uint8_t>();
+  Tensor out = Tensor::empty({n, k}, DType::kF32);
+  float* o = out.data<float>();
+  parallel_for(n, [&](int64_t r) {
+    for (int64_t c = 0; c < k; c += 2) {
+      const uint8_t byte = b[r * (k / 2) + c / 2];
+      const float s = f8e4m3_to_f32(sb[r * want[1] + c / kNvfp4Group]);
+      o[r * k + c] = f4e2m1_to_f32(byte & 0xf) * s * global;
+      o[r * k + c + 1] = f4e2m1_to_f32(byte >> 4) * s * global;
+    }
+  });
+  return out;
+}
+
 }  // namespace strata

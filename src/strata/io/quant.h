@@ -3,6 +3,8 @@
 //               (DeepSeek: 128 x 128), the scales ue8m0 (F8_E8M0) or float (F32/BF16/F16).
 //   MXFP4:      e2m1 pairs packed in U8/I8 [N, K/2], low nibble first (element 2j in bits 0-3),
 //               one ue8m0 scale per 32 consecutive elements of a row [N, K/32].
+//   NVFP4:      (NVIDIA ModelOpt) e2m1 pairs packed as MXFP4, one e4m3 scale per 16 consecutive
+//               elements of a row [N, K/16], and one float32 scale for the whole tensor.
 // Every error names the tensor (`name`) and what is wrong; nothing is thrown inside the loops.
 #pragma once
 
@@ -13,6 +15,7 @@
 namespace strata {
 
 inline constexpr int kMxfp4Group = 32;
+inline constexpr int kNvfp4Group = 16;
 
 // w: F8_E4M3 [N, K]; scale: [ceil(N / block_rows), ceil(K / block_cols)] of UE8M0, F32, BF16
 // or F16. Returns F32 [N, K] with w[i, j] = e4m3(w[i, j]) * scale[i / block_rows, j / block_cols]
@@ -23,5 +26,11 @@ Tensor dequant_fp8_block(const Tensor& w, const Tensor& scale, int block_rows, i
 // packed: U8 or I8 [N, K / 2]; scale: UE8M0 or U8 [N, K / 32]. Returns F32 [N, K] with
 // w[i, j] = e2m1(nibble j of row i) * 2^(scale[i, j / 32] - 127). A NaN scale (0xff) is an error.
 Tensor dequant_mxfp4(const Tensor& packed, const Tensor& scale, const std::string& name);
+
+// packed: U8 or I8 [N, K / 2]; scale: F8_E4M3 [N, K / 16]; global: the tensor's float32 scale
+// (ModelOpt's weight_scale_2). Returns F32 [N, K] with w[i, j] = (e2m1(nibble j of row i) *
+// e4m3(scale[i, j / 16])) * global, in that order of float32 multiplies. A NaN or negative block
+// scale (-0 is a zero block), or a global scale that is not finite and positive, is an error.
+Tensor dequant_nvfp4(const Tensor& packed, const Tensor& scale, float global, const std::string& name);
 
 }  // namespace strata

@@ -10,7 +10,7 @@
 #include "strata/dist/rank_split.h"
 #include "strata/io/config.h"
 #include "strata/io/config_checks.h"
-#include "strata/io/fp8_config.h"
+#include "strata/io/quant_config.h"
 #include "strata/models/weights.h"
 #include "strata/ops/ops.h"
 
@@ -195,8 +195,9 @@ class Qwen35Model final : public Model {
     full_ = parse_config(ckpt.config(), origin);
     cfg_ = local_config(full_, par_, origin);
     WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device, par_.rank == 0);
-    // FP8 block-scale checkpoints: dequantised at load for now (issue 19 phase 1; FP8 kernels next).
-    w.accept_fp8_block(parse_fp8_block_quant(ckpt.config(), origin));
+    // FP8 block-scale and NVFP4 checkpoints: dequantised at load for now (issue 19; the kernels that
+    // keep them compressed are next).
+    w.accept_quant(weight_quant_of(ckpt));
     load(w);
     w.finish();
     auto unused = w.unused({"model.visual.", "mtp.", "model.mtp.", "visual."});
@@ -382,7 +383,7 @@ class Qwen35Model final : public Model {
     }
     const std::string prefix = !ckpt.weightless() && ckpt.has("model.mtp.fc.weight") ? "model.mtp." : "mtp.";
     WeightLoader w(ckpt, prefix, device_, false);
-    w.accept_fp8_block(parse_fp8_block_quant(ckpt.config(), origin));
+    w.accept_quant(weight_quant_of(ckpt));
     const int64_t hsz = full_.hidden;
     mtp_.fc_embed = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, 0, hsz}});
     mtp_.fc_hidden = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, hsz, hsz}});

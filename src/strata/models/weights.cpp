@@ -88,21 +88,31 @@ const TensorInfo& WeightLoader::stored(const std::string& full_name, const Shape
   return info;
 }
 
+bool WeightLoader::quantised(const std::string& full_name) const {
+  if (!quant_.enabled() || !ckpt_.has(full_name)) return false;
+  const DType t = ckpt_.info(full_name).dtype;
+  return quant_.method == WeightQuant::Method::kFp8Block ? t == DType::kF8E4M3 : t == DType::kU8 || t == DType::kI8;
+}
+
 WeightLoader::Source WeightLoader::source(const std::string& full_name, const Shape& shape) {
-  const TensorInfo& info = stored(full_name, shape, !fp8_.enabled);
-  const DType t = info.dtype;
-  if (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16) return {ckpt_.data(full_name), t};
-  STRATA_CHECK(t == DType::kF8E4M3, ckpt_.file_of(full_name), ": tensor '", full_name, "': dtype ", dtype_name(t),
-               " is not a weight format of an fp8 checkpoint (expected BF16, F16, F32 or F8_E4M3)");
-  auto it = dequantised_.find(full_name);
-  if (it == dequantised_.end()) it = dequantised_.emplace(full_name, dequantise_fp8(full_name, info)).first;
-  return {static_cast<const char*>(it->second.raw()), DType::kF32};
+  if (quantised(full_name)) {
+    auto it = dequantised_.find(full_name);
+    if (it == dequantised_.end()) {
+      Tensor d = quant_.method == WeightQuant::Method::kFp8Block
+                     ? dequantise_fp8(full_name, stored(full_name, shape, false))
+                     : dequantise_nvfp4(full_name, shape);
+      it = dequantised_.emplace(full_name, std::move(d)).first;
+    }
+    return {static_cast<const char*>(it->second.raw()), DType::kF32};
+  }
+  const TensorInfo& info = stored(full_name, shape, true);
+  return {ckpt_.data(full_name), info.dtype};
 }
 
 Tensor WeightLoader::dequantise_fp8(const std::string& full_name, const TensorInfo& info) {
   const std::string what = ckpt_.file_of(full_name) + ": tensor '" + full_name + "'";
-  STRATA_CHECK(!fp8_.listed_not_converted(full_name), what, " is F8_E4M3, but its module is listed in ",
-               ckpt_.config_path(), " quantization_config.modules_to_not_convert (expected BF16)");
+  STRATA_CHECK(!quant_.listed_not_converted(full_name), what, " is F8_E4M3, but its module is listed in ",
+               quant_.origin, " quantization_config.modules_to_not_convert (expected BF16)");
   const std::string scale_name = full_name + "_scale_inv";
   STRATA_CHECK(ckpt_.has(scale_name), what, " is F8_E4M3 but has no block scale '", scale_name, "'");
   const Shape& shape = info.shape;
@@ -110,7 +120,7 @@ Tensor WeightLoader::dequantise_fp8(const std::string& full_name, const TensorIn
                " is not a matrix [out, in] or fused experts [E, out, in]");
   const int64_t experts = shape.size() == 3 ? shape[0] : 1;
   const int64_t rows = shape[shape.size() - 2], cols = shape.back();
-  const int64_t br = fp8_.block_rows, bc = fp8_.block_cols;
+  const int64_t br = quant_.block_rows, bc = quant_.block_cols;
   Shape scale_shape{(rows + br - 1) / br, (cols + bc - 1) / bc};
   if (shape.size() == 3) scale_shape.insert(scale_shape.begin(), experts);
   const TensorInfo& s = ckpt_.info(scale_name);
@@ -129,6 +139,58 @@ Tensor WeightLoader::dequantise_fp8(const std::string& full_name, const TensorIn
                                       {scale_shape[1], scale_shape[2]}, DType::kF32);
     const Tensor d = dequant_fp8_block(we, se, int(br), int(bc), cat(what, " expert ", e));
     std::memcpy(out.data<float>() + e * slab, d.data<float>(), size_t(slab) * sizeof(float));
+  }
+  return out;
+}
+
+// ModelOpt's NVFP4 linear: `<module>.weight` U8 [.., out, in / 2], `.weight_scale` F8_E4M3
+// [.., out, in / 16], `.weight_scale_2` F32 (one value, or one an expert for fused experts
+// [E, out, in]) and `.input_scale` F32 (W4A4's activation scale: checked, marked read, unused).
+Tensor WeightLoader::dequantise_nvfp4(const std::string& full_name, const Shape& shape) {
+  const std::string what = ckpt_.file_of(full_name) + ": tensor '" + full_name + "'";
+  const TensorInfo& info = ckpt_.info(full_name);
+  STRATA_CHECK(!quant_.listed_not_converted(full_name), what, " is ", dtype_name(info.dtype),
+               " (NVFP4), but its module is listed as not quantised in ", quant_.origin, " (expected BF16)");
+  STRATA_CHECK((shape.size() == 2 || shape.size() == 3) && shape.back() % kNvfp4Group == 0, what,
+               ": an NVFP4 weight must be a matrix [out, in] or fused experts [E, out, in] with in a multiple of ",
+               kNvfp4Group, ", expected ", shape_str(shape));
+  Shape packed_shape = shape, scale_shape = shape;
+  packed_shape.back() /= 2;
+  scale_shape.back() /= kNvfp4Group;
+  stored(full_name, packed_shape, false);
+  STRATA_CHECK(full_name.ends_with(".weight"), what, ": an NVFP4 weight's name must end in '.weight'");
+  const std::string scale_name = full_name + "_scale", global_name = full_name + "_scale_2";
+  const std::string input_name = full_name.substr(0, full_name.size() - 6) + "input_scale";
+  for (const std::string* n : {&scale_name, &global_name}) {
+    STRATA_CHECK(ckpt_.has(*n), what, " is NVFP4 but has no '", *n, "'");
+  }
+  const TensorInfo& s = ckpt_.info(scale_name);
+  STRATA_CHECK(s.dtype == DType::kF8E4M3, ckpt_.file_of(scale_name), ": tensor '", scale_name,
+               "': block scale of '", full_name, "' must be F8_E4M3, got ", dtype_name(s.dtype));
+  stored(scale_name, scale_shape, false);
+  const int64_t experts = shape.size() == 3 ? shape[0] : 1;
+  // One F32 value for the tensor, or (fused experts) one an expert.
+  auto scalars = [&](const std::string& n) {
+    const TensorInfo& g = ckpt_.info(n);
+    STRATA_CHECK(g.dtype == DType::kF32 && (g.nbytes() == 4 || g.nbytes() == size_t(experts) * 4),
+                 ckpt_.file_of(n), ": tensor '", n, "' of '", full_name, "' must be F32 with 1", experts > 1 ? " or " : "",
+                 experts > 1 ? std::to_string(experts) : "", " value(s), got ", dtype_name(g.dtype), shape_str(g.shape));
+    stored(n, g.shape, false);
+    return ckpt_.get(n);
+  };
+  const Tensor global = scalars(global_name);
+  if (ckpt_.has(input_name)) scalars(input_name);
+  const Tensor w = ckpt_.get(full_name), scale = ckpt_.get(scale_name);
+  const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto* wb = static_cast<const char*>(w.raw()) + e * rows * (cols / 2);
+    const auto* sb = static_cast<const char*>(scale.raw()) + e * rows * (cols / kNvfp4Group);
+    const Tensor we = Tensor::view_of(nullptr, const_cast<char*>(wb), {rows, cols / 2}, DType::kU8);
+    const Tensor se = Tensor::view_of(nullptr, const_cast<char*>(sb), {rows, cols / kNvfp4Group}, DType::kF8E4M3);
+    const float g = global.data<float>()[global.numel() == 1 ? 0 : e];
+    const Tensor d = dequant_nvfp4(we, se, g, experts == 1 ? what : cat(what, " expert ", e));
+    std::memcpy(out.data<float>() + e * rows * cols, d.data<float>(), size_t(rows * cols) * sizeof(float));
   }
   return out;
 }
@@ -259,10 +321,10 @@ WeightLoader::RoutedExperts WeightLoader::get_routed_experts(const std::string& 
     const std::string q = prefix_ + p + cat("experts.", j, ".");
     const std::string gn = q + "gate_proj.weight", un = q + "up_proj.weight", dn = q + "down_proj.weight";
     const bool ours = j >= experts.begin && j < experts.begin + experts.count;
-    if (!ours) {  // another rank's: checked and marked only (an FP8 one with its scale)
+    if (!ours) {  // another rank's: checked and marked only (a quantised one with its scales)
       for (const auto& [n, shape] : {std::pair{&gn, Shape{full_inter, h}}, std::pair{&un, Shape{full_inter, h}},
                                      std::pair{&dn, Shape{h, full_inter}}}) {
-        if (fp8_.enabled && ckpt_.has(*n) && ckpt_.info(*n).dtype == DType::kF8E4M3) {
+        if (quantised(*n)) {
           source(*n, shape);
           dequantised_.erase(*n);
         } else {

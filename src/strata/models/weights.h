@@ -12,7 +12,7 @@
 #include "strata/core/block_copy.h"
 #include "strata/core/tensor.h"
 #include "strata/io/checkpoint.h"
-#include "strata/io/fp8_config.h"
+#include "strata/io/quant_config.h"
 #include "strata/io/load_progress.h"
 
 namespace strata {
@@ -42,10 +42,10 @@ class WeightLoader {
   WeightLoader& operator=(const WeightLoader&) = delete;
 
   static std::string detect_prefix(const Checkpoint& ckpt);
-  // Reads F8_E4M3 weights as `q` describes (parse_fp8_block_quant of the config): the families
-  // that take FP8 block-scale checkpoints call it before the first get(). Without it an F8
-  // weight is an error.
-  void accept_fp8_block(Fp8BlockQuant q) { fp8_ = std::move(q); }
+  // Reads quantised weights as `q` describes (weight_quant_of the checkpoint): F8_E4M3 ones of an
+  // FP8 block-scale checkpoint, packed U8 ones of an NVFP4 one. The families that take them call
+  // it before the first get(); without it such a weight is an error.
+  void accept_quant(WeightQuant q) { quant_ = std::move(q); }
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   const std::string& prefix() const { return prefix_; }
@@ -121,17 +121,21 @@ class WeightLoader {
   // marks it used.
   const TensorInfo& stored(const std::string& full_name, const Shape& shape, bool float_only);
   // Where a weight's elements are read from, and as what: the mapped bytes of a float tensor, or
-  // for an F8_E4M3 weight of an FP8 block-scale checkpoint its F32 dequantisation (scale checked
-  // and marked read). Checked against `shape` and marked used like stored().
+  // for a quantised weight (F8_E4M3 of an FP8 block-scale checkpoint, U8 of an NVFP4 one) its F32
+  // dequantisation (scales checked and marked read). Checked against `shape` (the unpacked one)
+  // and marked used like stored().
   struct Source {
     const char* data;
     DType dtype;
   };
   Source source(const std::string& full_name, const Shape& shape);
-  // INTERIM (issue 19 phase 1): FP8 weights are dequantised on the host at load and then
-  // converted like bf16 ones; the GPU kernels that keep FP8 are the next phase. The F32 copies
-  // live until finish(), when every upload reading them has completed.
+  // True when the stored tensor is a quantised weight of the accepted format.
+  bool quantised(const std::string& full_name) const;
+  // INTERIM (issue 19): FP8 and NVFP4 weights are dequantised on the host at load and then
+  // converted like bf16 ones; the GPU kernels that keep them compressed are the next phase. The
+  // F32 copies live until finish(), when every upload reading them has completed.
   Tensor dequantise_fp8(const std::string& full_name, const TensorInfo& info);
+  Tensor dequantise_nvfp4(const std::string& full_name, const Shape& shape);
   // A new tensor of `shape` in the device's compute dtype holding the blocks' elements.
   Tensor assemble(const Shape& shape, const std::vector<CopyBlock>& blocks);
 
@@ -139,8 +143,8 @@ class WeightLoader {
   std::string prefix_;
   Device device_;
   std::set<std::string> used_;
-  Fp8BlockQuant fp8_;                          // quantization_config
-  std::map<std::string, Tensor> dequantised_;  // FP8 weights as F32, until finish()
+  WeightQuant quant_;                          // quantization_config
+  std::map<std::string, Tensor> dequantised_;  // quantised weights as F32, until finish()
   size_t bytes_ = 0;
   LoadProgress progress_;
   std::unique_ptr<BlockWriter> writer_;  // made at the first write

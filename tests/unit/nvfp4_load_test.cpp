@@ -1,0 +1,330 @@
+// NVFP4 checkpoints of the Qwen3.5 family in NVIDIA ModelOpt's layout (U8 e2m1 pairs, F8_E4M3
+// scales per 16 elements, an F32 global scale a tensor; quantization_config or
+// hf_quant_config.json): the qwen3_5_tiny fixture quantised here by ModelOpt's recipe loads to
+// the model of its dequantised weights, and each broken variant fails with an error naming the
+// tensor or field. Also the dequantisation's round trip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "strata/core/error.h"
+#include "strata/engine/single_sequence.h"
+#include "strata/io/quant.h"
+#include "strata/io/quant_config.h"
+#include "strata/io/safetensors.h"
+#include "strata/models/model.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+namespace {
+
+const std::string kFixture = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/qwen3_5_tiny";
+
+// The nearest finite e4m3 code to x >= 0 (at most 448), ties to the even code; by search (slow,
+// exact).
+uint8_t to_e4m3(float x) {
+  int best = 0;
+  for (int c = 1; c < 0x7f; ++c) {
+    const float d = std::fabs(f8e4m3_to_f32(uint8_t(c)) - x), e = std::fabs(f8e4m3_to_f32(uint8_t(best)) - x);
+    if (d < e || (d == e && (c & 1) == 0)) best = c;
+  }
+  return uint8_t(best);
+}
+
+// The nearest e2m1 code to x (|x| <= 6 after clamping), ties to the even code.
+uint8_t to_e2m1(float x) {
+  const float a = std::min(std::fabs(x), 6.f);
+  int best = 0;
+  for (int c = 1; c < 8; ++c) {
+    const float d = std::fabs(f4e2m1_to_f32(uint8_t(c)) - a), e = std::fabs(f4e2m1_to_f32(uint8_t(best)) - a);
+    if (d < e || (d == e && (c & 1) == 0)) best = c;
+  }
+  return uint8_t(best | (x < 0 && best ? 8 : 0));
+}
+
+struct Nvfp4 {
+  Tensor packed, scale, global;  // U8 [N, K/2], F8_E4M3 [N, K/16], F32 []
+};
+
+// ModelOpt's recipe: global = amax / (6 * 448); a block's scale = e4m3(block amax / (6 * global));
+// a code = e2m1(w / (scale * global)).
+Nvfp4 quantise(const Tensor& w32) {
+  const int64_t n = w32.dim(0), k = w32.dim(1), groups = k / kNvfp4Group;
+  const float* w = w32.data<float>();
+  float amax = 0;
+  for (int64_t i = 0; i < n * k; ++i) amax = std::max(amax, std::fabs(w[i]));
+  const float g = amax > 0 ? amax / (6.f * 448.f) : 1.f;
+  Nvfp4 q{Tensor::zeros({n, k / 2}, DType::kU8), Tensor::empty({n, groups}, DType::kF8E4M3),
+          Tensor::empty({}, DType::kF32)};
+  q.global.data<float>()[0] = g;
+  auto* code = static_cast<uint8_t*>(q.packed.raw());
+  auto* sc = static_cast<uint8_t*>(q.scale.raw());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t b = 0; b < groups; ++b) {
+      float bmax = 0;
+      for (int64_t j = b * kNvfp4Group; j < (b + 1) * kNvfp4Group; ++j) bmax = std::max(bmax, std::fabs(w[i * k + j]));
+      sc[i * groups + b] = to_e4m3(std::min(bmax / (6.f * g), 448.f));
+      const float s = f8e4m3_to_f32(sc[i * groups + b]) * g;
+      for (int64_t j = b * kNvfp4Group; j < (b + 1) * kNvfp4Group; ++j) {
+        const uint8_t c = s > 0 ? to_e2m1(w[i * k + j] / s) : 0;
+        code[i * (k / 2) + j / 2] |= uint8_t(j % 2 ? c << 4 : c);
+      }
+    }
+  }
+  return q;
+}
+
+Tensor as_f32(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), DType::kF32);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    out.data<float>()[i] = t.dtype() == DType::kF32 ? t.data<float>()[i]
+                                                    : bf16_to_f32(static_cast<const uint16_t*>(t.raw())[i]);
+  }
+  return out;
+}
+
+bool quantised_name(const std::string& name) {
+  return name.ends_with("_proj.weight") && name.find("in_proj_a") == std::string::npos &&
+         name.find("in_proj_b") == std::string::npos;
+}
+
+// qwen3_5_tiny with its projections quantised: `nvfp4_` (ModelOpt's tensors) and `plain_` (the
+// dequantised weights as F32: the model the NVFP4 file means).
+class Nvfp4Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() / ("strata_nvfp4_" + std::to_string(rd()));
+    fs::create_directories(dir_ / "nvfp4");
+    fs::create_directories(dir_ / "plain");
+    std::ifstream in(kFixture + "/config.json");
+    config_ = nlohmann::json::parse(in);
+    fs::copy_file(kFixture + "/config.json", dir_ / "plain" / "config.json");
+    auto file = SafetensorsFile::open(kFixture + "/model.safetensors");
+    for (const TensorInfo& t : file->header().tensors) {
+      const Tensor stored = file->get(t.name);
+      if (!quantised_name(t.name) || t.shape.size() != 2 || t.shape[1] % kNvfp4Group) {
+        nvfp4_.emplace_back(t.name, stored);
+        plain_.emplace_back(t.name, stored);
+        continue;
+      }
+      const Nvfp4 q = quantise(as_f32(stored));
+      const std::string module = t.name.substr(0, t.name.size() - 6);  // without "weight"
+      Tensor input_scale = Tensor::empty({}, DType::kF32);
+      input_scale.data<float>()[0] = 0.01f;
+      nvfp4_.emplace_back(t.name, q.packed);
+      nvfp4_.emplace_back(t.name + "_scale", q.scale);
+      nvfp4_.emplace_back(t.name + "_scale_2", q.global);
+      nvfp4_.emplace_back(module + "input_scale", input_scale);
+      plain_.emplace_back(t.name, dequant_nvfp4(q.packed, q.scale, q.global.data<float>()[0], t.name));
+      ++quantised_;
+    }
+    keep_ = file;
+    config_["quantization_config"] = {{"quant_method", "modelopt"},
+                                      {"quant_algo", "NVFP4"},
+                                      {"group_size", 16},
+                                      {"kv_cache_quant_algo", nullptr},
+                                      {"ignore", {"lm_head", "model.layers.*.linear_attn.in_proj_a*",
+                                                  "model.layers.*.linear_attn.in_proj_b*"}}};
+    write_safetensors((dir_ / "plain" / "model.safetensors").string(), plain_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+    std::ofstream(dir_ / "nvfp4" / "config.json") << config_.dump(2);
+    write_safetensors((dir_ / "nvfp4" / "model.safetensors").string(), tensors);
+  }
+  std::string load_error() {
+    try {
+      load_model((dir_ / "nvfp4").string());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::pair<std::string, Tensor>& find(const std::string& suffix) {
+    for (auto& t : nvfp4_) {
+      if (t.first.ends_with(suffix)) return t;
+    }
+    throw std::runtime_error("no tensor ending in " + suffix);
+  }
+  void expect_same_logits() {
+    auto nvfp4 = load_model((dir_ / "nvfp4").string());
+    auto plain = load_model((dir_ / "plain").string());
+    const std::vector<int32_t> ids = {5, 17, 3, 99, 42, 7};
+    const Tensor a = sequence_logits(*nvfp4, ids, "full"), b = sequence_logits(*plain, ids, "full");
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+  }
+
+  fs::path dir_;
+  nlohmann::json config_;
+  std::vector<std::pair<std::string, Tensor>> nvfp4_, plain_;
+  std::shared_ptr<SafetensorsFile> keep_;
+  int quantised_ = 0;
+};
+
+TEST_F(Nvfp4Checkpoint, LoadsAsItsDequantisedWeights) {
+  ASSERT_GT(quantised_, 4);
+  write(nvfp4_);
+  expect_same_logits();
+}
+
+// ModelOpt's own file when config.json says nothing: hf_quant_config.json's "quantization".
+TEST_F(Nvfp4Checkpoint, ReadsHfQuantConfigJson) {
+  const nlohmann::json q = config_["quantization_config"];
+  config_.erase("quantization_config");
+  write(nvfp4_);
+  nlohmann::json hf = {{"producer", {{"name", "modelopt"}, {"version", "0.39.0"}}},
+                       {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr},
+                                         {"group_size", 16}, {"exclude_modules", q["ignore"]}}}};
+  std::ofstream(dir_ / "nvfp4" / "hf_quant_config.json") << hf.dump(2);
+  expect_same_logits();
+  hf["quantization"]["group_size"] = 32;
+  std::ofstream(dir_ / "nvfp4" / "hf_quant_config.json") << hf.dump(2);
+  const std::string e = load_error();
+  EXPECT_NE(e.find("hf_quant_config.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("quantization.group_size"), std::string::npos) << e;
+}
+
+TEST_F(Nvfp4Checkpoint, MissingGlobalScaleIsNamed) {
+  const std::string name = find("mlp.down_proj.weight").first;
+  std::erase_if(nvfp4_, [&](const auto& t) { return t.first == name + "_scale_2"; });
+  write(nvfp4_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(name + "_scale_2"), std::string::npos) << e;
+  EXPECT_NE(e.find("NVFP4"), std::string::npos) << e;
+}
+
+TEST_F(Nvfp4Checkpoint, WrongBlockScaleShapeAndDtypeAreNamed) {
+  auto& s = find("mlp.down_proj.weight_scale");
+  const Tensor good = s.second;
+  s.second = Tensor::zeros({good.dim(0), good.dim(1) + 1}, DType::kF8E4M3);
+  write(nvfp4_);
+  std::string e = load_error();
+  EXPECT_NE(e.find(s.first), std::string::npos) << e;
+  EXPECT_NE(e.find("expected shape"), std::string::npos) << e;
+  s.second = Tensor::zeros(good.shape(), DType::kBF16);
+  write(nvfp4_);
+  e = load_error();
+  EXPECT_NE(e.find(s.first), std::string::npos) << e;
+  EXPECT_NE(e.find("must be F8_E4M3"), std::string::npos) << e;
+}
+
+TEST_F(Nvfp4Checkpoint, NanBlockScaleIsNamed) {
+  auto& s = find("mlp.down_proj.weight_scale");
+  static_cast<uint8_t*>(s.second.raw())[3] = 0x7f;
+  write(nvfp4_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(find("mlp.down_proj.weight").first), std::string::npos) << e;
+  EXPECT_NE(e.find("NaN"), std::string::npos) << e;
+}
+
+TEST_F(Nvfp4Checkpoint, PackedWeightOfTheWrongShapeIsNamed) {
+  auto& w = find("mlp.down_proj.weight");
+  w.second = Tensor::zeros({w.second.dim(0), w.second.dim(1) + 8}, DType::kU8);
+  write(nvfp4_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(w.first), std::string::npos) << e;
+  EXPECT_NE(e.find("expected shape"), std::string::npos) << e;
+}
+
+// A pattern of the ignore list ('*' included) covers a weight that is NVFP4 anyway.
+TEST_F(Nvfp4Checkpoint, QuantisedWeightListedAsIgnoredIsNamed) {
+  const std::string name = find("mlp.down_proj.weight").first;
+  config_["quantization_config"]["ignore"].push_back("model.layers.*.mlp.down_proj");
+  write(nvfp4_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(name), std::string::npos) << e;
+  EXPECT_NE(e.find("not quantised"), std::string::npos) << e;
+}
+
+TEST_F(Nvfp4Checkpoint, BadQuantizationFieldsAreNamed) {
+  const struct {
+    const char* key;
+    nlohmann::json value;
+  } cases[] = {{"quant_method", "awq"}, {"quant_algo", "FP8"}, {"group_size", 32}, {"kv_cache_quant_algo", "FP8"}};
+  for (const auto& c : cases) {
+    nlohmann::json saved = config_;
+    config_["quantization_config"][c.key] = c.value;
+    write(nvfp4_);
+    const std::string e = load_error();
+    EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("quantization_config.") + c.key), std::string::npos) << e;
+    config_ = saved;
+  }
+}
+
+// Without a quantization config a packed weight is an error naming it.
+TEST_F(Nvfp4Checkpoint, PackedWeightWithoutQuantizationConfigIsNamed) {
+  config_.erase("quantization_config");
+  write(nvfp4_);
+  const std::string e = load_error();
+  EXPECT_NE(e.find("_proj.weight"), std::string::npos) << e;
+}
+
+// By hand: byte 0x2f holds -6 (low nibble 0xf) then 1 (0x2); e4m3 0x38 is 1, 0x40 is 2; the
+// global scale 0.5 multiplies last.
+TEST(Nvfp4Dequant, HandPackedBytesLowNibbleFirst) {
+  Tensor packed = Tensor::zeros({2, 8}, DType::kU8), scale = Tensor::empty({2, 1}, DType::kF8E4M3);
+  static_cast<uint8_t*>(packed.raw())[0] = 0x2f;
+  static_cast<uint8_t*>(packed.raw())[8 + 7] = 0x9d;  // row 1, elements 14 and 15: 3 (0xd & 7 = 5), -0.5 (0x9)
+  static_cast<uint8_t*>(scale.raw())[0] = 0x38;
+  static_cast<uint8_t*>(scale.raw())[1] = 0x40;
+  const Tensor d = dequant_nvfp4(packed, scale, 0.5f, "w");
+  const float* o = d.data<float>();
+  EXPECT_EQ(o[0], -3.f);
+  EXPECT_EQ(o[1], 0.5f);
+  EXPECT_EQ(o[2], 0.f);
+  EXPECT_EQ(o[16 + 14], -3.f);  // nibble 0xd: sign set, magnitude code 5 = 3; times 2 * 0.5
+  EXPECT_EQ(o[16 + 15], -0.5f); // nibble 0x9: sign set, code 1 = 0.5
+  static_cast<uint8_t*>(scale.raw())[1] = 0xc0;  // -2: a negative block scale is refused
+  EXPECT_THROW(dequant_nvfp4(packed, scale, 0.5f, "w"), Error);
+  static_cast<uint8_t*>(scale.raw())[1] = 0x80;  // -0: a zero block
+  EXPECT_EQ(dequant_nvfp4(packed, scale, 0.5f, "w").data<float>()[16 + 14], 0.f);
+}
+
+// Magnitudes 1000x apart between neighbouring rows: each 16-element block keeps its own scale;
+// the dequantised value is within half an e2m1 step (at most 1 at the top of the range) of the
+// block scale, plus the e4m3 rounding of that scale.
+TEST(Nvfp4Dequant, RoundTripsWithinHalfAStep) {
+  const int64_t n = 6, k = 64;
+  Tensor w = Tensor::empty({n, k}, DType::kF32);
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) w.data<float>()[i * k + j] = u(gen) * (i % 2 ? 1000.f : 1.f);
+  }
+  const Nvfp4 q = quantise(w);
+  const float g = q.global.data<float>()[0];
+  const Tensor d = dequant_nvfp4(q.packed, q.scale, g, "w");
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      const float s = f8e4m3_to_f32(static_cast<const uint8_t*>(q.scale.raw())[i * (k / 16) + j / 16]) * g;
+      const float x = w.data<float>()[i * k + j], y = d.data<float>()[i * k + j];
+      EXPECT_LE(std::fabs(x - y), s * 1.0001f + std::fabs(x) / 8.f) << i << "," << j;
+    }
+  }
+  EXPECT_THROW(dequant_nvfp4(q.packed, q.scale, 0.f, "w"), Error);
+  EXPECT_THROW(dequant_nvfp4(q.packed, q.scale, std::nanf(""), "w"), Error);
+}
+
+TEST(QuantConfig, ModelOptIgnorePatternsMatchWholeNames) {
+  const WeightQuant q = parse_weight_quant(nlohmann::json::parse(R"({"quantization_config":
+      {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head",
+       "model.layers.1.linear_attn*"]}})"), "c.json");
+  EXPECT_EQ(q.method, WeightQuant::Method::kNvfp4);
+  EXPECT_TRUE(q.listed_not_converted("lm_head.weight"));
+  EXPECT_TRUE(q.listed_not_converted("model.layers.1.linear_attn.in_proj_qkvz.weight"));
+  EXPECT_FALSE(q.listed_not_converted("model.layers.10.linear_attn.in_proj_qkvz.weight"));
+  EXPECT_FALSE(q.listed_not_converted("model.layers.1.mlp.down_proj.weight"));
+}
+
+}  // namespace
+}  // namespace strata
