@@ -1,4 +1,6 @@
-// Fuzzes parse_json and every ConfigView getter on what it accepts. The API documents only
+// Fuzzes parse_json, every ConfigView getter on what it accepts, and the quantisation config
+// (parse_weight_quant, the document read as config.json and as hf_quant_config.json, and its
+// module patterns matched against tensor names). The API documents only
 // strata::Error, so that is all this catches: a nlohmann exception escaping is a bug too.
 #include <cstdint>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "strata/core/error.h"
 #include "strata/io/config.h"
+#include "strata/io/quant_config.h"
 
 namespace {
 
@@ -63,5 +66,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   attempt([&] { exercise(strata::ConfigView::text_config(root, kOrigin), 0); });
   attempt([&] { exercise(strata::ConfigView(&root, kOrigin), 0); });
+  attempt([&] {
+    const strata::WeightQuant q = strata::parse_weight_quant(root, kOrigin);
+    (void)q.listed_not_converted("model.layers.0.linear_attn.in_proj_a.weight");
+  });
+  attempt([&] {
+    const strata::WeightQuant q = strata::parse_weight_quant(nlohmann::json::object(), kOrigin, root, kOrigin);
+    for (const std::string& m : q.not_converted) (void)q.listed_not_converted(m + ".weight");
+  });
   return 0;
 }
