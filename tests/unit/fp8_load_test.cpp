@@ -16,13 +16,12 @@
 #include "strata/io/quant.h"
 #include "strata/io/safetensors.h"
 #include "strata/models/model.h"
+#include "quant_checkpoint_util.h"
 
 namespace fs = std::filesystem;
 
 namespace strata {
 namespace {
-
-const std::string kFixture = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/qwen3_5_tiny";
 
 // The nearest finite e4m3 code to x (|x| <= 448), ties to the even code; by search over the
 // 127 magnitudes (a test helper: slow, exact).
@@ -61,103 +60,39 @@ std::pair<Tensor, Tensor> quantise(const Tensor& w32) {
   return {q, s};
 }
 
-Tensor as_f32(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::kF32);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    out.data<float>()[i] = t.dtype() == DType::kF32 ? t.data<float>()[i]
-                                                    : bf16_to_f32(static_cast<const uint16_t*>(t.raw())[i]);
-  }
-  return out;
-}
-
-bool quantised_name(const std::string& name) {
-  return name.ends_with("_proj.weight") && name.find("in_proj_a") == std::string::npos &&
-         name.find("in_proj_b") == std::string::npos;
-}
-
-// qwen3_5_tiny with its projections quantised: `fp8_` (F8 weights + scales) and `plain_` (the
+// qwen3_5_tiny with its projections quantised: quant/ (F8 weights + scales) and plain/ (the
 // dequantised weights as F32: the model the FP8 file means).
-class Fp8Checkpoint : public ::testing::Test {
+class Fp8Checkpoint : public QuantisedCheckpoint {
  protected:
   void SetUp() override {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("strata_fp8_" + std::to_string(rd()));
-    fs::create_directories(dir_ / "fp8");
-    fs::create_directories(dir_ / "plain");
-    std::ifstream in(kFixture + "/config.json");
-    config_ = nlohmann::json::parse(in);
-    fs::copy_file(kFixture + "/config.json", dir_ / "plain" / "config.json");
-    auto file = SafetensorsFile::open(kFixture + "/model.safetensors");
-    for (const TensorInfo& t : file->header().tensors) {
-      const Tensor stored = file->get(t.name);
-      if (!quantised_name(t.name) || t.shape.size() != 2) {
-        fp8_.emplace_back(t.name, stored);
-        plain_.emplace_back(t.name, stored);
-        continue;
-      }
-      auto [q, s] = quantise(as_f32(stored));
-      fp8_.emplace_back(t.name, q);
-      fp8_.emplace_back(t.name + "_scale_inv", s);
-      plain_.emplace_back(t.name, dequant_fp8_block(q, s, 128, 128, t.name));
-      ++quantised_;
-    }
-    keep_ = file;
+    make("fp8", [](const TensorInfo&) { return true; }, [](const std::string& name, const Tensor& w) {
+      auto [q, s] = quantise(w);
+      return Quantised{{{name, q}, {name + "_scale_inv", s}}, dequant_fp8_block(q, s, 128, 128, name)};
+    });
     config_["quantization_config"] = {{"quant_method", "fp8"},
                                       {"fmt", "e4m3"},
                                       {"activation_scheme", "dynamic"},
                                       {"weight_block_size", {128, 128}},
                                       {"modules_to_not_convert", {"lm_head", "in_proj_a", "in_proj_b"}}};
-    write_safetensors((dir_ / "plain" / "model.safetensors").string(), plain_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  void write(const std::vector<std::pair<std::string, Tensor>>& tensors) {
-    std::ofstream(dir_ / "fp8" / "config.json") << config_.dump(2);
-    write_safetensors((dir_ / "fp8" / "model.safetensors").string(), tensors);
-  }
-  std::string load_error() {
-    try {
-      load_model((dir_ / "fp8").string());
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
-  std::pair<std::string, Tensor>& find(const std::string& suffix) {
-    for (auto& t : fp8_) {
-      if (t.first.ends_with(suffix)) return t;
-    }
-    throw std::runtime_error("no tensor ending in " + suffix);
-  }
-
-  fs::path dir_;
-  nlohmann::json config_;
-  std::vector<std::pair<std::string, Tensor>> fp8_, plain_;
-  std::shared_ptr<SafetensorsFile> keep_;
-  int quantised_ = 0;
 };
 
 TEST_F(Fp8Checkpoint, LoadsAsItsDequantisedWeights) {
   ASSERT_GT(quantised_, 4);
-  write(fp8_);
-  auto fp8 = load_model((dir_ / "fp8").string());
-  auto plain = load_model((dir_ / "plain").string());
-  const std::vector<int32_t> ids = {5, 17, 3, 99, 42, 7};
-  const Tensor a = sequence_logits(*fp8, ids, "full"), b = sequence_logits(*plain, ids, "full");
-  ASSERT_EQ(a.shape(), b.shape());
-  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+  write(quant_);
+  expect_same_logits();
 }
 
 // --load-format dummy reads the quantization_config too: a good one loads, a bad one is named.
 TEST_F(Fp8Checkpoint, DummyLoadChecksTheQuantizationConfig) {
-  write(fp8_);
+  write(quant_);
   LoadOptions o;
   o.format = LoadFormat::kDummy;
-  EXPECT_NO_THROW(load_model((dir_ / "fp8").string(), o));
+  EXPECT_NO_THROW(load_model(quant_dir(), o));
   config_["quantization_config"]["fmt"] = "e5m2";
-  write(fp8_);
+  write(quant_);
   try {
-    load_model((dir_ / "fp8").string(), o);
+    load_model(quant_dir(), o);
     ADD_FAILURE() << "a dummy load took fmt e5m2";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("quantization_config.fmt"), std::string::npos) << e.what();
@@ -166,8 +101,8 @@ TEST_F(Fp8Checkpoint, DummyLoadChecksTheQuantizationConfig) {
 
 TEST_F(Fp8Checkpoint, MissingScaleIsNamed) {
   const std::string name = find("mlp.down_proj.weight").first;
-  std::erase_if(fp8_, [&](const auto& t) { return t.first == name + "_scale_inv"; });
-  write(fp8_);
+  std::erase_if(quant_, [&](const auto& t) { return t.first == name + "_scale_inv"; });
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find(name + "_scale_inv"), std::string::npos) << e;
   EXPECT_NE(e.find("no block scale"), std::string::npos) << e;
@@ -176,7 +111,7 @@ TEST_F(Fp8Checkpoint, MissingScaleIsNamed) {
 TEST_F(Fp8Checkpoint, WrongScaleShapeIsNamed) {
   auto& s = find("mlp.down_proj.weight_scale_inv");
   s.second = Tensor::zeros({s.second.dim(0) + 1, s.second.dim(1)}, DType::kF32);
-  write(fp8_);
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find(s.first), std::string::npos) << e;
   EXPECT_NE(e.find("expected shape"), std::string::npos) << e;
@@ -185,7 +120,7 @@ TEST_F(Fp8Checkpoint, WrongScaleShapeIsNamed) {
 TEST_F(Fp8Checkpoint, ScaleOfWrongDtypeIsNamed) {
   auto& s = find("mlp.down_proj.weight_scale_inv");
   s.second = Tensor::zeros(s.second.shape(), DType::kBF16);
-  write(fp8_);
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find(s.first), std::string::npos) << e;
   EXPECT_NE(e.find("must be F32"), std::string::npos) << e;
@@ -194,7 +129,7 @@ TEST_F(Fp8Checkpoint, ScaleOfWrongDtypeIsNamed) {
 TEST_F(Fp8Checkpoint, Fp8WeightListedAsNotConvertedIsNamed) {
   const std::string name = find("mlp.down_proj.weight").first;
   config_["quantization_config"]["modules_to_not_convert"].push_back("mlp.down_proj");
-  write(fp8_);
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find(name), std::string::npos) << e;
   EXPECT_NE(e.find("modules_to_not_convert"), std::string::npos) << e;
@@ -202,7 +137,7 @@ TEST_F(Fp8Checkpoint, Fp8WeightListedAsNotConvertedIsNamed) {
 
 TEST_F(Fp8Checkpoint, Fp8WeightWithoutQuantizationConfigIsNamed) {
   config_.erase("quantization_config");
-  write(fp8_);
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find("F8_E4M3"), std::string::npos) << e;
   EXPECT_NE(e.find("_proj.weight"), std::string::npos) << e;
@@ -218,7 +153,7 @@ TEST_F(Fp8Checkpoint, BadQuantizationFieldsAreNamed) {
   for (const auto& c : cases) {
     nlohmann::json saved = config_;
     config_["quantization_config"][c.key] = c.value;
-    write(fp8_);
+    write(quant_);
     const std::string e = load_error();
     EXPECT_NE(e.find("config.json"), std::string::npos) << e;
     EXPECT_NE(e.find(std::string("quantization_config.") + c.key), std::string::npos) << e;

@@ -18,13 +18,12 @@
 #include "strata/io/quant_config.h"
 #include "strata/io/safetensors.h"
 #include "strata/models/model.h"
+#include "quant_checkpoint_util.h"
 
 namespace fs = std::filesystem;
 
 namespace strata {
 namespace {
-
-const std::string kFixture = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/qwen3_5_tiny";
 
 // The nearest finite e4m3 code to x >= 0 (at most 448), ties to the even code; by search (slow,
 // exact).
@@ -80,99 +79,33 @@ Nvfp4 quantise(const Tensor& w32) {
   return q;
 }
 
-Tensor as_f32(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::kF32);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    out.data<float>()[i] = t.dtype() == DType::kF32 ? t.data<float>()[i]
-                                                    : bf16_to_f32(static_cast<const uint16_t*>(t.raw())[i]);
-  }
-  return out;
-}
-
-bool quantised_name(const std::string& name) {
-  return name.ends_with("_proj.weight") && name.find("in_proj_a") == std::string::npos &&
-         name.find("in_proj_b") == std::string::npos;
-}
-
-// qwen3_5_tiny with its projections quantised: `nvfp4_` (ModelOpt's tensors) and `plain_` (the
+// qwen3_5_tiny with its projections quantised: quant/ (ModelOpt's tensors) and plain/ (the
 // dequantised weights as F32: the model the NVFP4 file means).
-class Nvfp4Checkpoint : public ::testing::Test {
+class Nvfp4Checkpoint : public QuantisedCheckpoint {
  protected:
   void SetUp() override {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("strata_nvfp4_" + std::to_string(rd()));
-    fs::create_directories(dir_ / "nvfp4");
-    fs::create_directories(dir_ / "plain");
-    std::ifstream in(kFixture + "/config.json");
-    config_ = nlohmann::json::parse(in);
-    fs::copy_file(kFixture + "/config.json", dir_ / "plain" / "config.json");
-    auto file = SafetensorsFile::open(kFixture + "/model.safetensors");
-    for (const TensorInfo& t : file->header().tensors) {
-      const Tensor stored = file->get(t.name);
-      if (!quantised_name(t.name) || t.shape.size() != 2 || t.shape[1] % kNvfp4Group) {
-        nvfp4_.emplace_back(t.name, stored);
-        plain_.emplace_back(t.name, stored);
-        continue;
-      }
-      const Nvfp4 q = quantise(as_f32(stored));
-      const std::string module = t.name.substr(0, t.name.size() - 6);  // without "weight"
-      Tensor input_scale = Tensor::empty({}, DType::kF32);
-      input_scale.data<float>()[0] = 0.01f;
-      nvfp4_.emplace_back(t.name, q.packed);
-      nvfp4_.emplace_back(t.name + "_scale", q.scale);
-      nvfp4_.emplace_back(t.name + "_scale_2", q.global);
-      nvfp4_.emplace_back(module + "input_scale", input_scale);
-      plain_.emplace_back(t.name, dequant_nvfp4(q.packed, q.scale, q.global.data<float>()[0], t.name));
-      ++quantised_;
-    }
-    keep_ = file;
+    make("nvfp4", [](const TensorInfo& t) { return t.shape[1] % kNvfp4Group == 0; },
+         [](const std::string& name, const Tensor& w) {
+           const Nvfp4 q = quantise(w);
+           Tensor input_scale = Tensor::empty({}, DType::kF32);
+           input_scale.data<float>()[0] = 0.01f;
+           const std::string module = name.substr(0, name.size() - 6);  // without "weight"
+           return Quantised{{{name, q.packed}, {name + "_scale", q.scale}, {name + "_scale_2", q.global},
+                             {module + "input_scale", input_scale}},
+                            dequant_nvfp4(q.packed, q.scale, q.global.data<float>()[0], name)};
+         });
     config_["quantization_config"] = {{"quant_method", "modelopt"},
                                       {"quant_algo", "NVFP4"},
                                       {"group_size", 16},
                                       {"kv_cache_quant_algo", nullptr},
                                       {"ignore", {"lm_head", "model.layers.*.linear_attn.in_proj_a*",
                                                   "model.layers.*.linear_attn.in_proj_b*"}}};
-    write_safetensors((dir_ / "plain" / "model.safetensors").string(), plain_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  void write(const std::vector<std::pair<std::string, Tensor>>& tensors) {
-    std::ofstream(dir_ / "nvfp4" / "config.json") << config_.dump(2);
-    write_safetensors((dir_ / "nvfp4" / "model.safetensors").string(), tensors);
-  }
-  std::string load_error() {
-    try {
-      load_model((dir_ / "nvfp4").string());
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
-  std::pair<std::string, Tensor>& find(const std::string& suffix) {
-    for (auto& t : nvfp4_) {
-      if (t.first.ends_with(suffix)) return t;
-    }
-    throw std::runtime_error("no tensor ending in " + suffix);
-  }
-  void expect_same_logits() {
-    auto nvfp4 = load_model((dir_ / "nvfp4").string());
-    auto plain = load_model((dir_ / "plain").string());
-    const std::vector<int32_t> ids = {5, 17, 3, 99, 42, 7};
-    const Tensor a = sequence_logits(*nvfp4, ids, "full"), b = sequence_logits(*plain, ids, "full");
-    ASSERT_EQ(a.shape(), b.shape());
-    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
-  }
-
-  fs::path dir_;
-  nlohmann::json config_;
-  std::vector<std::pair<std::string, Tensor>> nvfp4_, plain_;
-  std::shared_ptr<SafetensorsFile> keep_;
-  int quantised_ = 0;
 };
 
 TEST_F(Nvfp4Checkpoint, LoadsAsItsDequantisedWeights) {
   ASSERT_GT(quantised_, 4);
-  write(nvfp4_);
+  write(quant_);
   expect_same_logits();
 }
 
@@ -180,14 +113,14 @@ TEST_F(Nvfp4Checkpoint, LoadsAsItsDequantisedWeights) {
 TEST_F(Nvfp4Checkpoint, ReadsHfQuantConfigJson) {
   const nlohmann::json q = config_["quantization_config"];
   config_.erase("quantization_config");
-  write(nvfp4_);
+  write(quant_);
   nlohmann::json hf = {{"producer", {{"name", "modelopt"}, {"version", "0.39.0"}}},
                        {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr},
                                          {"group_size", 16}, {"exclude_modules", q["ignore"]}}}};
-  std::ofstream(dir_ / "nvfp4" / "hf_quant_config.json") << hf.dump(2);
+  std::ofstream(dir_ / "quant" / "hf_quant_config.json") << hf.dump(2);
   expect_same_logits();
   hf["quantization"]["group_size"] = 32;
-  std::ofstream(dir_ / "nvfp4" / "hf_quant_config.json") << hf.dump(2);
+  std::ofstream(dir_ / "quant" / "hf_quant_config.json") << hf.dump(2);
   const std::string e = load_error();
   EXPECT_NE(e.find("hf_quant_config.json"), std::string::npos) << e;
   EXPECT_NE(e.find("quantization.group_size"), std::string::npos) << e;
@@ -195,8 +128,8 @@ TEST_F(Nvfp4Checkpoint, ReadsHfQuantConfigJson) {
 
 TEST_F(Nvfp4Checkpoint, MissingGlobalScaleIsNamed) {
   const std::string name = find("mlp.down_proj.weight").first;
-  std::erase_if(nvfp4_, [&](const auto& t) { return t.first == name + "_scale_2"; });
-  write(nvfp4_);
+  std::erase_if(quant_, [&](const auto& t) { return t.first == name + "_scale_2"; });
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find(name + "_scale_2"), std::string::npos) << e;
   EXPECT_NE(e.find("NVFP4"), std::string::npos) << e;
@@ -206,12 +139,12 @@ TEST_F(Nvfp4Checkpoint, WrongBlockScaleShapeAndDtypeAreNamed) {
   auto& s = find("mlp.down_proj.weight_scale");
   const Tensor good = s.second;
   s.second = Tensor::zeros({good.dim(0), good.dim(1) + 1}, DType::kF8E4M3);
-  write(nvfp4_);
+  write(quant_);
   std::string e = load_error();
   EXPECT_NE(e.find(s.first), std::string::npos) << e;
   EXPECT_NE(e.find("expected shape"), std::string::npos) << e;
   s.second = Tensor::zeros(good.shape(), DType::kBF16);
-  write(nvfp4_);
+  write(quant_);
   e = load_error();
   EXPECT_NE(e.find(s.first), std::string::npos) << e;
   EXPECT_NE(e.find("must be F8_E4M3"), std::string::npos) << e;
@@ -220,7 +153,7 @@ TEST_F(Nvfp4Checkpoint, WrongBlockScaleShapeAndDtypeAreNamed) {
 TEST_F(Nvfp4Checkpoint, NanBlockScaleIsNamed) {
   auto& s = find("mlp.down_proj.weight_scale");
   static_cast<uint8_t*>(s.second.raw())[3] = 0x7f;
-  write(nvfp4_);
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find(find("mlp.down_proj.weight").first), std::string::npos) << e;
   EXPECT_NE(e.find("NaN"), std::string::npos) << e;
@@ -229,7 +162,7 @@ TEST_F(Nvfp4Checkpoint, NanBlockScaleIsNamed) {
 TEST_F(Nvfp4Checkpoint, PackedWeightOfTheWrongShapeIsNamed) {
   auto& w = find("mlp.down_proj.weight");
   w.second = Tensor::zeros({w.second.dim(0), w.second.dim(1) + 8}, DType::kU8);
-  write(nvfp4_);
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find(w.first), std::string::npos) << e;
   EXPECT_NE(e.find("expected shape"), std::string::npos) << e;
@@ -239,7 +172,7 @@ TEST_F(Nvfp4Checkpoint, PackedWeightOfTheWrongShapeIsNamed) {
 TEST_F(Nvfp4Checkpoint, QuantisedWeightListedAsIgnoredIsNamed) {
   const std::string name = find("mlp.down_proj.weight").first;
   config_["quantization_config"]["ignore"].push_back("model.layers.*.mlp.down_proj");
-  write(nvfp4_);
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find(name), std::string::npos) << e;
   EXPECT_NE(e.find("not quantised"), std::string::npos) << e;
@@ -253,7 +186,7 @@ TEST_F(Nvfp4Checkpoint, BadQuantizationFieldsAreNamed) {
   for (const auto& c : cases) {
     nlohmann::json saved = config_;
     config_["quantization_config"][c.key] = c.value;
-    write(nvfp4_);
+    write(quant_);
     const std::string e = load_error();
     EXPECT_NE(e.find("config.json"), std::string::npos) << e;
     EXPECT_NE(e.find(std::string("quantization_config.") + c.key), std::string::npos) << e;
@@ -264,7 +197,7 @@ TEST_F(Nvfp4Checkpoint, BadQuantizationFieldsAreNamed) {
 // Without a quantization config a packed weight is an error naming it.
 TEST_F(Nvfp4Checkpoint, PackedWeightWithoutQuantizationConfigIsNamed) {
   config_.erase("quantization_config");
-  write(nvfp4_);
+  write(quant_);
   const std::string e = load_error();
   EXPECT_NE(e.find("_proj.weight"), std::string::npos) << e;
 }
