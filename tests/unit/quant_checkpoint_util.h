@@ -91,6 +91,13 @@ class QuantisedCheckpoint : public ::testing::Test {
     }
     return "";
   }
+  // quant/ with config_ and quant_ fails to load with an error holding every one of `parts`.
+  void expect_load_error(const std::vector<std::string>& parts) {
+    write(quant_);
+    const std::string e = load_error();
+    EXPECT_FALSE(e.empty()) << "quant/ loaded";
+    for (const std::string& p : parts) EXPECT_NE(e.find(p), std::string::npos) << "no '" << p << "' in: " << e;
+  }
   std::pair<std::string, Tensor>& find(const std::string& suffix) {
     for (auto& t : quant_) {
       if (t.first.ends_with(suffix)) return t;
