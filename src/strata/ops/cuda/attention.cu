@@ -383,8 +383,8 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restric
 // The prefill at head dims 128 and 256: two query heads a block where the GQA group allows, the
 // tiles longest (most keys) first; the gate (null: none) applied by the kernel's epilogue.
 template <int D>
-void launch_prefill_wgmma(const bf16* qp, const bf16* kp, const bf16* vp, const DeviceBatch& db,
-                       const ForwardBatch& batch, int hq, int hkv, int bs, float scale, const bf16* gp, bf16* op) {
+void launch_prefill_wgmma(const bf16* qp, const bf16* kp, const bf16* vp, int64_t cache_rows, const DeviceBatch& db,
+                          const ForwardBatch& batch, int hq, int hkv, int bs, float scale, const bf16* gp, bf16* op) {
   const int hpb = (hq / hkv) % 2 == 0 ? 2 : 1, qt = kWgmmaPrefillRows / hpb;
   struct Tile {
     int32_t seq, q0, keys;
@@ -404,7 +404,7 @@ void launch_prefill_wgmma(const bf16* qp, const bf16* kp, const bf16* vp, const 
   }
   Tensor keep;
   const int32_t* d_tiles = device_ints(tiles, &keep);
-  attn_prefill_wgmma(D, qp, kp, vp, db, d_tiles, unsigned(order.size()), hq, hkv, bs, hpb,
+  attn_prefill_wgmma(D, qp, kp, vp, cache_rows, db, d_tiles, unsigned(order.size()), hq, hkv, bs, hpb,
                      scale * 1.4426950408889634f, gp, op);
 }
 
@@ -473,7 +473,7 @@ void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const
              int64_t(hkv) * D, bs);
   check_launch("kv_write");
   if constexpr (D == 128 || D == 256) {
-    launch_prefill_wgmma<D>(qp, kp, vp, db, batch, hq, hkv, bs, scale, gp, op);
+    launch_prefill_wgmma<D>(qp, kp, vp, kc.dim(0) * bs, db, batch, hq, hkv, bs, scale, gp, op);
   } else {
     launch_prefill_wmma<D>(qp, kp, vp, db, batch, hq, hkv, bs, scale, op);
     if (gate) cuda::mul_sigmoid(out, gate->reshape(out.shape()));

@@ -8,13 +8,18 @@
 // of one head; warpgroup 2 is the producer (setmaxnreg moves its registers to the consumers).
 //
 // Producer: the keys stream through two rings in shared memory, K and V, of kStages tiles of
-// kKeys keys each (2 tiles of 80 at head dim 256, 4 of 64 at 128), gathered from the paged cache
-// row by row by cp.async (a page of one kv head is not contiguous: the cache is [page][row][kv
-// head][D]), in the order the consumers use them: K 0, then K i + 1 before V i. Barriers per ring stage s (tile n uses
+// kKeys keys each (2 tiles of 80 at head dim 256, 4 of 64 at 128), in the order the consumers use
+// them: K 0, then K i + 1 before V i. A page of one kv head is bs rows strided by the cache's
+// row ([page][row][kv head][D]): pages wholly below the block's last key come by TMA, one box of
+// 64 columns x bs rows a column block (a 3-D tensor map over [rows][kv head][D]; lane i of the
+// first producer warp issues page i's), the rest (the page holding the last key, and keys past it, zeros) row by row by cp.async
+// from all 128 threads. (Every row by cp.async, as before, made the producer issue half of the
+// kernel's instructions: 16 bytes an instruction.) Barriers per ring stage s (tile n uses
 // stage n % kStages for the (n / kStages)-th time, u; a phase's parity is u % 2):
-//   full[s]  count 128: every producer thread's cp.async.mbarrier.arrive.noinc, which fires when
-//            that thread's copies have landed; consumers wait on parity u % 2, then
-//            fence.proxy.async (cp.async writes are generic-proxy, wgmma reads async-proxy);
+//   full[s]  count 129: every producer thread's cp.async.mbarrier.arrive.noinc, which fires when
+//            that thread's copies have landed, and thread 0's arrive.expect_tx of the TMA bytes;
+//            consumers wait on parity u % 2, then fence.proxy.async (cp.async writes are
+//            generic-proxy, wgmma reads async-proxy);
 //   empty[s] count 8: lane 0 of each consumer warp once the MMAs of that warp that read the stage
 //            are done; the producer waits on parity (u % 2) ^ 1 (the first use passes at once).
 // A barrier cannot run a phase ahead of a waiter: refilling a stage needs every consumer warp's
@@ -54,9 +59,13 @@
 //    them on the right side of wgmma.fence / wait_group.
 #include "strata/ops/cuda/attention_wgmma.h"
 
+#include <utility>
+#include <vector>
+
 #include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/mbarrier.cuh"
 #include "strata/ops/cuda/mma_fragment.cuh"
+#include "strata/ops/cuda/tensor_map.h"
 #include "strata/ops/cuda/wgmma.cuh"
 
 namespace strata::ops::cuda {
@@ -86,7 +95,7 @@ struct WgmmaSmem {
   static constexpr uint32_t kV = kK + kStages * kStage;      // [kStages]
   static constexpr size_t kBytes = size_t(kV) + kStages * kStage + 1024;  // + 1 KiB alignment
   static_assert(kBytes <= 227 * 1024 - 128, "shared memory (and the barriers)");
-  static_assert(kKeys % 16 == 0 && kKeys <= 96, "P V's k steps, the producer's lanes");
+  static_assert(kKeys % 16 == 0 && kKeys <= 256, "P V's k steps, a TMA lane a page (pages of at least 8)");
 };
 
 // mbar_wait with a watchdog, against a wrong count or parity hanging the GPU: a phase that has not
@@ -117,7 +126,8 @@ __device__ __forceinline__ void wait_phase(uint32_t bar, uint32_t parity) {
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kc, const bf16* __restrict__ vc,
-                              DeviceBatch b, const int32_t* tiles, int hq, int hkv, int bs, int hpb,
+                              const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
+                              bool tma, DeviceBatch b, const int32_t* tiles, int hq, int hkv, int bs, int hpb,
                               float scale_log2, const bf16* __restrict__ gate, bf16* __restrict__ out) {
   using L = WgmmaSmem<D>;
   constexpr int S = L::kStages, kKeys = L::kKeys;
@@ -133,8 +143,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(k_full + 8 * s, 128);              // one cp.async arrival per producer thread
-      mbar_init(v_full + 8 * s, 128);
+      mbar_init(k_full + 8 * s, 129);              // a cp.async arrival a producer thread, + expect_tx
+      mbar_init(v_full + 8 * s, 129);
       mbar_init(k_empty + 8 * s, 4 * kConsumers);  // one arrival per consumer warp
       mbar_init(v_empty + 8 * s, 4 * kConsumers);
     }
@@ -154,55 +164,52 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid >= 128 * kConsumers) {
     // ---- Producer warpgroup: fills the K and V rings in the order the consumers use them:
     // K 0, then K i + 1 before V i. Each stage: wait until both consumer warpgroups released it
-    // (empty, parity of its previous use), gather its kKeys rows by cp.async (zeros past kv_end),
-    // and have every producer thread's copies arrive on its full barrier when they land
-    // (cp.async.mbarrier.arrive.noinc, counted in the barrier's 128).
+    // (empty, parity of its previous use), then bring its kKeys rows: the pages that lie wholly
+    // below kv_end by TMA (thread 0: a box of 64 columns x bs rows a column block, landing in
+    // the 128-byte swizzle the consumers read; the bytes complete on the full barrier), the
+    // rest row by row by cp.async, zeros past kv_end (a V row there must be finite: P is 0 there
+    // and 0 x NaN is not). Every producer thread's cp.async.mbarrier.arrive.noinc fires when its
+    // copies have landed; thread 0's expect_tx arrival is the barrier's 129th.
     setmaxnreg_dec<kProducerRegs>();
     const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
     const int pt = tid - 128 * kConsumers;
-    constexpr int kRowStep = 128 / kChunks, kSlots = (kKeys + 31) / 32;  // rows copied side by side; keys a lane
-    static_assert(32 % kRowStep == 0 && kKeys % kRowStep == 0, "passes split 32 and the tile");
-    const int c = pt % kChunks, rb = pt / kChunks;
     const int64_t row_stride = int64_t(hkv) * D;  // elements between consecutive cache rows
-    const bf16* kp = kc + kvh * D + c * 8;
-    const bf16* vp = vc + kvh * D + c * 8;
-    const uint32_t dst0 = (c / 8) * L::kKvBlock;
-    // Lane l of every warp looks up keys kt + l, kt + l + 32, ... (cache row, -1 past kv_end); a
-    // row's copies take its slot from that lane by a shuffle.
-    auto slots = [&](int kt, int (&sl)[kSlots]) {
+    const int tma_pages = tma ? kKeys / bs : 0;   // pages a tile, when whole pages go by TMA
+    auto fill = [&](uint32_t stage_sm, const CUtensorMap* map, const bf16* src, int kt, uint32_t bar) {
+      const int whole = tma_pages ? min(max(kv_end - kt, 0) / bs, tma_pages) : 0;
+      if (pt < 32) {  // lane i of the first producer warp brings page i
+        if (pt == 0) mbar_arrive_expect_tx(bar, uint32_t(whole) * bs * D * 2);
+        __syncwarp();
+        if (pt < whole) {
+          const int page = __ldg(bt + kt / bs + pt);  // -1 (a padding sequence): out of bounds, zeros
 #pragma unroll
-      for (int e = 0; e < kSlots; ++e) {
-        const int j = kt + lane + 32 * e, pi = j / bs;
-        const int pg = j < kv_end ? __ldg(bt + pi) : -1;
-        sl[e] = pg < 0 ? -1 : pg * bs + (j - pi * bs);
+          for (int cb = 0; cb < L::kBlocks; ++cb) {
+            tma_load_3d(stage_sm + cb * L::kKvBlock + pt * bs * 128, map, bar, cb * 64, kvh, page * bs);
+          }
+        }
       }
-    };
-    auto gather = [&](uint32_t stage_sm, const bf16* src, const int (&sl)[kSlots]) {
-#pragma unroll
-      for (int i = 0; i < kKeys / kRowStep; ++i) {
-        const int r = rb + i * kRowStep;
-        const int row = __shfl_sync(0xffffffffu, sl[i * kRowStep / 32], r & 31);
-        cp_async16(stage_sm + dst0 + swizzle128(r, c % 8), src + (row >= 0 ? row * row_stride : 0), row >= 0);
+      for (int idx = whole * bs * kChunks + pt; idx < kKeys * kChunks; idx += 128) {
+        const int r = idx / kChunks, c = idx % kChunks, j = kt + r;
+        int64_t row = -1;
+        if (j < kv_end) {
+          const int pg = __ldg(bt + j / bs);
+          if (pg >= 0) row = int64_t(pg) * bs + j % bs;
+        }
+        cp_async16(stage_sm + (c / 8) * L::kKvBlock + swizzle128(r, c % 8),
+                   src + (row >= 0 ? row * row_stride + kvh * D + c * 8 : 0), row >= 0);
       }
+      cp_async_mbar_arrive(bar);
     };
-    int sk[kSlots], sv[kSlots];
-    slots(0, sk);
-    gather(k_sm, kp, sk);  // stage 0's first use: nothing to wait for
-    cp_async_mbar_arrive(k_full);
+    fill(k_sm, &kmap, kc, 0, k_full);  // stage 0's first use: nothing to wait for
     for (int n = 0; n < n_tiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < kSlots; ++e) sv[e] = sk[e];
       if (n + 1 < n_tiles) {
         const int st = (n + 1) % S;
-        slots((n + 1) * kKeys, sk);
         wait_phase<true>(k_empty + 8 * st, (((n + 1) / S) & 1) ^ 1);
-        gather(k_sm + st * L::kStage, kp, sk);
-        cp_async_mbar_arrive(k_full + 8 * st);
+        fill(k_sm + st * L::kStage, &kmap, kc, (n + 1) * kKeys, k_full + 8 * st);
       }
       const int st = n % S;
       wait_phase<true>(v_empty + 8 * st, ((n / S) & 1) ^ 1);
-      gather(v_sm + st * L::kStage, vp, sv);
-      cp_async_mbar_arrive(v_full + 8 * st);
+      fill(v_sm + st * L::kStage, &vmap, vc, n * kKeys, v_full + 8 * st);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
@@ -359,7 +366,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int n = 1; n < n_mine; ++n) {
     acquire(k_full, n);
-    acquire(v_full, n - 1);
     fence_proxy_async();
     zero_s();
     wgmma_fence_operands(sc);
@@ -368,6 +374,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue_qk(n);
     rescale_o();
     wgmma_fence_operands(o);
+    // V n - 1 only now, while S runs: the tile that loaded last gets S's time to land too.
+    mbar_wait(v_full + 8 * ((n - 1) % S), ((n - 1) / S) & 1);
+    fence_proxy_async();
     wgmma_fence();  // O's rescale before P V reads it
     issue_pv(n - 1);
     wgmma_wait<1>();  // S(n) done, P V still running
@@ -411,50 +420,89 @@ __global__ void __launch_bounds__(kThreads, 1)
     l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
     inv[rr] = l[rr] > 0.f ? 1.f / l[rr] : 0.f;
   }
+  // A row's gates load all at once, before any is used: one at a time, each load waited for
+  // before the store after it, the epilogue took a sixth of the kernel (ncu, 8k tokens).
+  constexpr int kGates = D / 8;  // bf16 pairs a row a thread
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int qi = qw + 16 * w + g + 8 * rr;
     if (qi >= qlen) continue;
-    const int64_t row = (int64_t(qstart + qi) * hq + h) * D;
+    const int64_t row = (int64_t(qstart + qi) * hq + h) * D + 2 * t;
+    uint32_t gv[kGates];
+    if (gate) {
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int64_t off = row + 8 * j + 2 * t;
+      for (int j = 0; j < kGates; ++j) gv[j] = __ldg(reinterpret_cast<const unsigned*>(gate + row + 8 * j));
+    }
+#pragma unroll
+    for (int j = 0; j < kGates; ++j) {
       float v0 = o[4 * j + 2 * rr] * inv[rr], v1 = o[4 * j + 2 * rr + 1] * inv[rr];
       if (gate) {
-        const __nv_bfloat162 gv = *reinterpret_cast<const __nv_bfloat162*>(gate + off);
-        v0 *= sigmoid_f(__low2float(gv));
-        v1 *= sigmoid_f(__high2float(gv));
+        const __nv_bfloat162 gp = *reinterpret_cast<const __nv_bfloat162*>(&gv[j]);
+        v0 *= sigmoid_f(__low2float(gp));
+        v1 *= sigmoid_f(__high2float(gp));
       }
-      *reinterpret_cast<uint32_t*>(out + off) = pack_bf16x2(v0, v1);
+      *reinterpret_cast<uint32_t*>(out + row + 8 * j) = pack_bf16x2(v0, v1);
     }
   }
 }
 
+// The TMA map of a paged cache [rows = pages x bs][hkv][D] (the per-layer caches stay put, so
+// a map is encoded once per cache and kept; a key is the whole of what the map encodes).
+struct CacheMapKey {
+  const void* base;
+  int64_t rows;
+  int hkv, d, box_rows;
+  bool same(const CacheMapKey& o) const {
+    return base == o.base && rows == o.rows && hkv == o.hkv && d == o.d && box_rows == o.box_rows;
+  }
+};
+
+const CUtensorMap& cache_map(const bf16* cache, int64_t rows, int hkv, int d, int box_rows) {
+  thread_local std::vector<std::pair<CacheMapKey, CUtensorMap>> maps;
+  const CacheMapKey key{cache, rows, hkv, d, box_rows};
+  for (const auto& [k, m] : maps) {
+    if (k.same(key)) return m;
+  }
+  if (maps.size() >= 256) maps.clear();
+  const uint64_t dims[3] = {uint64_t(d), uint64_t(hkv), uint64_t(rows)};
+  const uint64_t strides[2] = {uint64_t(d) * 2, uint64_t(hkv) * d * 2};
+  const uint32_t box[3] = {64, 1, uint32_t(box_rows)};
+  maps.emplace_back(key, tensor_map_bf16(cache, 3, dims, strides, box, true));
+  return maps.back().second;
+}
+
 template <int D>
-void launch(const bf16* q, const bf16* kc, const bf16* vc, const DeviceBatch& db, const int32_t* tiles,
-            unsigned n_tiles, int hq, int hkv, int bs, int hpb, float scale_log2, const bf16* gate, bf16* out) {
+void launch(const bf16* q, const bf16* kc, const bf16* vc, int64_t cache_rows, const DeviceBatch& db,
+            const int32_t* tiles, unsigned n_tiles, int hq, int hkv, int bs, int hpb, float scale_log2,
+            const bf16* gate, bf16* out) {
   using L = WgmmaSmem<D>;
   static const bool kAttr = [] {
     allow_shared_memory(reinterpret_cast<const void*>(attn_prefill_wgmma_kernel<D>), L::kBytes, "paged_attention");
     return true;
   }();
   (void)kAttr;
+  // Whole pages by TMA when a tile is whole pages and a page's box lands on the swizzle's 1024-byte
+  // pattern (bs a multiple of 8); otherwise every row by cp.async.
+  const bool tma = bs % 8 == 0 && L::kKeys % bs == 0;
+  const int box_rows = tma ? bs : 8;
+  const CUtensorMap kmap = cache_map(kc, cache_rows, hkv, D, box_rows);
+  const CUtensorMap vmap = cache_map(vc, cache_rows, hkv, D, box_rows);
   const unsigned grid = n_tiles * unsigned(hq / hpb);
-  launch_pdl(attn_prefill_wgmma_kernel<D>, grid, kThreads, L::kBytes, q, kc, vc, db, tiles, hq, hkv, bs, hpb,
-             scale_log2, gate, out);
+  launch_pdl(attn_prefill_wgmma_kernel<D>, grid, kThreads, L::kBytes, q, kc, vc, kmap, vmap, tma, db, tiles, hq,
+             hkv, bs, hpb, scale_log2, gate, out);
   check_launch("attn_prefill_wgmma");
 }
 
 }  // namespace
 
-void attn_prefill_wgmma(int d, const bf16* q, const bf16* k_cache, const bf16* v_cache, const DeviceBatch& db,
-                        const int32_t* tiles, unsigned n_tiles, int hq, int hkv, int bs, int hpb, float scale_log2,
-                        const bf16* gate, bf16* out) {
+void attn_prefill_wgmma(int d, const bf16* q, const bf16* k_cache, const bf16* v_cache, int64_t cache_rows,
+                        const DeviceBatch& db, const int32_t* tiles, unsigned n_tiles, int hq, int hkv, int bs,
+                        int hpb, float scale_log2, const bf16* gate, bf16* out) {
   if (d == 256) {
-    launch<256>(q, k_cache, v_cache, db, tiles, n_tiles, hq, hkv, bs, hpb, scale_log2, gate, out);
+    launch<256>(q, k_cache, v_cache, cache_rows, db, tiles, n_tiles, hq, hkv, bs, hpb, scale_log2, gate, out);
   } else {
     STRATA_CHECK(d == 128, "attn_prefill_wgmma: head dim ", d, " (128 or 256)");
-    launch<128>(q, k_cache, v_cache, db, tiles, n_tiles, hq, hkv, bs, hpb, scale_log2, gate, out);
+    launch<128>(q, k_cache, v_cache, cache_rows, db, tiles, n_tiles, hq, hkv, bs, hpb, scale_log2, gate, out);
   }
 }
 
