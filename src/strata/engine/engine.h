@@ -181,6 +181,7 @@ class Engine {
   };
 
   void init();
+  void warm_up();
   bool overlap_possible() const;
   std::optional<StepInFlight> launch_step();
   void complete_step();                  // reads inflight_'s draws and applies them
