@@ -139,13 +139,27 @@ void check_conv1d(int64_t c, int64_t kw, const std::vector<int32_t>& q_lens, con
   ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
   const int64_t t = batch.num_tokens(), seqs = int64_t(q_lens.size());
   Tensor x = rand_bf16_values({t, c}, rng), w = rand_bf16_values({c, kw}, rng, 0.5f);
-  Tensor state = rand_bf16_values({seqs, kw - 1, c}, rng), gstate = to_gpu(state);
+  Tensor state = rand_bf16_values({seqs, kw - 1, c}, rng), gstate = to_gpu(state), gstate2 = to_gpu(state);
   Tensor ref = Tensor::empty({t, c}, DType::kF32), got = Tensor::empty({t, c}, DType::kBF16, Device::kCuda);
   ops::causal_conv1d(x, w, state, batch, ref);
   ops::causal_conv1d(to_gpu(x), to_gpu(w), gstate, batch, got);
   const std::string at = std::to_string(t) + " tokens, " + std::to_string(c) + " channels, width " + std::to_string(kw);
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
   EXPECT_LE(rel_err(to_host_f32(gstate), state), 1e-6) << at;
+  // causal_conv1d_split into three column blocks (q, k, v in Gated DeltaNet): each block
+  // against the same columns of the reference, and the state as before.
+  const std::vector<int64_t> widths = {c / 4, c / 4, c - 2 * (c / 4)};
+  std::vector<Tensor> parts, refs;
+  for (int64_t wd : widths) {
+    parts.push_back(Tensor::empty({t, wd}, DType::kBF16, Device::kCuda));
+    refs.push_back(Tensor::empty({t, wd}, DType::kF32));
+  }
+  ops::split_columns(ref, refs);
+  ops::causal_conv1d_split(to_gpu(x), to_gpu(w), gstate2, batch, parts);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_LE(rel_err(to_host_f32(parts[i]), refs[i]), kBf16Tol) << "split block " << i << ", " << at;
+  }
+  EXPECT_LE(rel_err(to_host_f32(gstate2), state), 1e-6) << "split, " << at;
 }
 
 TEST(CudaMixer, CausalConv1d) {
@@ -153,6 +167,7 @@ TEST(CudaMixer, CausalConv1d) {
   check_conv1d(40, 4, {7, 1, 2}, {0, 5, 9});  // token runs that cross sequences, vector path
   check_conv1d(36, 4, {7, 1, 2}, {0, 5, 9});  // channels not a multiple of 8: the scalar path
   check_conv1d(40, 3, {7, 1, 2}, {0, 5, 9});  // another width: the scalar path
+  check_conv1d(64, 4, {7, 1, 2, 40}, {0, 5, 9, 3});  // split blocks of 16, 16, 32: the vector path writes them
   // The Qwen3.5 conv dim, a 2048-token span, one after a cached prefix, a single token.
   check_conv1d(8192, 4, {2048, 301, 1}, {0, 700, 5});
 }

@@ -106,6 +106,28 @@ TEST(OpsConv, CausalConvContinuesFromState) {
   }
 }
 
+// causal_conv1d_split is causal_conv1d then split_columns, bit for bit, state included.
+TEST(OpsConv, CausalConvSplitEqualsConvThenSplit) {
+  std::mt19937 rng(5);
+  const int64_t c = 12, kw = 4;
+  int blocks = 0;
+  ForwardBatch batch = make_batch({6, 3}, {0, 4}, 16, &blocks);
+  Tensor x = random_tensor({9, c}, rng), w = random_tensor({c, kw}, rng), st = random_tensor({2, kw - 1, c}, rng);
+  Tensor st2 = st.to(Device::kCpu);
+  Tensor all = Tensor::empty({9, c}, DType::kF32);
+  ops::causal_conv1d(x, w, st, batch, all);
+  Tensor a = Tensor::empty({9, 4}, DType::kF32), b = Tensor::empty({9, 3}, DType::kF32),
+         d = Tensor::empty({9, 5}, DType::kF32);
+  ops::causal_conv1d_split(x, w, st2, batch, {a, b, d});
+  Tensor a_ref = Tensor::empty({9, 4}, DType::kF32), b_ref = Tensor::empty({9, 3}, DType::kF32),
+         d_ref = Tensor::empty({9, 5}, DType::kF32);
+  ops::split_columns(all, {a_ref, b_ref, d_ref});
+  EXPECT_EQ(max_diff(a, a_ref), 0.0);
+  EXPECT_EQ(max_diff(b, b_ref), 0.0);
+  EXPECT_EQ(max_diff(d, d_ref), 0.0);
+  EXPECT_EQ(max_diff(st2, st), 0.0);
+}
+
 TEST(OpsAttention, PagedMatchesDenseCausalGqa) {
   std::mt19937 rng(4);
   const int64_t hq = 4, hkv = 2, d = 8, block = 4;

@@ -617,10 +617,9 @@ class Qwen35Model final : public Model {
       reduce(y);
       return;
     }
-    Tensor mixed = act({t, conv_dim});
-    ops::causal_conv1d(qkv, l.conv_w, cache.slots[1], batch, mixed);
     Tensor q = act({t, hk, dk}), k = act({t, hk, dk}), v = act({t, hv, dv});
-    ops::split_columns(mixed, {q.reshape({t, hk * dk}), k.reshape({t, hk * dk}), v.reshape({t, hv * dv})});
+    ops::causal_conv1d_split(qkv, l.conv_w, cache.slots[1], batch,
+                             {q.reshape({t, hk * dk}), k.reshape({t, hk * dk}), v.reshape({t, hv * dv})});
     Tensor g = Tensor::empty({t, hv}, DType::kF32, device_), beta = Tensor::empty({t, hv}, DType::kF32, device_);
     ops::gdn_gates(a, b, l.a_log, l.dt_bias, g, beta);
     Tensor core = act({t, hv, dv});

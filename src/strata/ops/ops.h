@@ -83,6 +83,10 @@ void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, co
 // (updated to the last K - 1 inputs). out [T, C].
 void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state,
                    const ForwardBatch& batch, const Tensor& out);
+// causal_conv1d with its output split by columns into outs (as split_columns), one op: on
+// CUDA the conv writes each output itself (Gated DeltaNet's q, k and v).
+void causal_conv1d_split(const Tensor& x, const Tensor& w, const Tensor& conv_state,
+                         const ForwardBatch& batch, const std::vector<Tensor>& outs);
 
 // The GDN gates from the projections a, b [T, Hv]: g = -exp(A_log) * softplus(a + dt_bias)
 // (the log decay) and beta = sigmoid(b).

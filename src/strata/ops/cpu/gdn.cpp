@@ -177,6 +177,14 @@ void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, c
   }
 }
 
+void causal_conv1d_split(const Tensor& x, const Tensor& w, const Tensor& conv_state, const ForwardBatch& batch,
+                         const std::vector<Tensor>& outs) {
+  STRATA_CUDA_DISPATCH(x, causal_conv1d_split(x, w, conv_state, batch, outs));
+  Tensor all = Tensor::empty({x.dim(0), x.dim(1)}, DType::kF32);
+  causal_conv1d(x, w, conv_state, batch, all);
+  split_columns(all, outs);
+}
+
 void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
                const Tensor& g, const Tensor& beta) {
   STRATA_CUDA_DISPATCH(a, gdn_gates(a, b, a_log, dt_bias, g, beta));

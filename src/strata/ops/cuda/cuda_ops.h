@@ -61,6 +61,8 @@ void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, co
 // ---- Gated DeltaNet (gdn.cu, gdn_chunked.cu) ----
 void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state,
                    const ForwardBatch& batch, const Tensor& out);
+void causal_conv1d_split(const Tensor& x, const Tensor& w, const Tensor& conv_state,
+                         const ForwardBatch& batch, const std::vector<Tensor>& outs);
 void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
                const Tensor& g, const Tensor& beta);
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,

@@ -51,14 +51,28 @@ __global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, 
 // before the span's start).
 constexpr int kConvRun = 16, kConvThreads = 128;
 
+// The outputs of the run kernel: channels [start[i], start[i + 1]) go to ptr[i], rows of
+// start[i + 1] - start[i] (causal_conv1d_split; one output of all C channels for causal_conv1d).
+constexpr int kMaxConvOuts = 4;
+struct ConvOuts {
+  bf16* ptr[kMaxConvOuts];
+  int64_t start[kMaxConvOuts + 1];
+  int n;
+};
+
 template <int KW>
 __global__ void __launch_bounds__(kConvThreads) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
-                                                         const void* cs, bool cs32, DeviceBatch b, bf16* out,
+                                                         const void* cs, bool cs32, DeviceBatch b, ConvOuts outs,
                                                          int64_t c_dim, int tokens) {
   constexpr int kHist = KW - 1;
   pdl_begin();
   const int64_t c = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
   if (c >= c_dim) return;
+  int seg = 0;
+  while (c >= outs.start[seg + 1]) ++seg;
+  // Token t's 8 outputs at out + t * out_stride (every output's width is a multiple of 8).
+  bf16* const out = outs.ptr[seg] + (c - outs.start[seg]);
+  const int64_t out_stride = outs.start[seg + 1] - outs.start[seg];
   // A channel's KW = 4 taps are one 16-byte (fp32) or 8-byte (bf16) vector: scalar loads here
   // (lanes 128 bytes apart) kept the kernel at a third of the memory bandwidth.
   static_assert(KW == 4, "the taps load as one vector a channel");
@@ -129,7 +143,7 @@ __global__ void __launch_bounds__(kConvThreads) conv1d_run_kernel(const bf16* __
     for (int r = 0; r < kConvRun; ++r) {
       float cur[8];
       unpack8(raw[r], cur);
-      conv(cur, win, out + int64_t(t0 + r) * c_dim + c);
+      conv(cur, win, out + int64_t(t0 + r) * out_stride);
       push(win, cur);
     }
     return;
@@ -143,7 +157,7 @@ __global__ void __launch_bounds__(kConvThreads) conv1d_run_kernel(const bf16* __
     }
     float cur[8];
     unpack8(__ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * c_dim + c)), cur);
-    conv(cur, win, out + int64_t(t) * c_dim + c);
+    conv(cur, win, out + int64_t(t) * out_stride);
     push(win, cur);
   }
 }
@@ -496,35 +510,69 @@ void launch_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const T
 
 }  // namespace
 
-void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, const ForwardBatch& batch,
-                   const Tensor& out) {
-  OpTimer timer_("causal_conv1d");
-  expect_float(x, "causal_conv1d", "x");
-  expect_float(w, "causal_conv1d", "weight");
-  expect_float(conv_state, "causal_conv1d", "conv_state");
-  expect_float(out, "causal_conv1d", "out");
+namespace {
+
+// causal_conv1d into `outs`, column blocks of C (one output: all of it).
+void run_causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, const ForwardBatch& batch,
+                       const std::vector<Tensor>& outs, const char* op) {
+  expect_float(x, op, "x");
+  expect_float(w, op, "weight");
+  expect_float(conv_state, op, "conv_state");
   const int64_t t = x.dim(0), c = x.dim(1), kw = w.dim(1);
-  STRATA_CHECK(w.shape() == Shape({c, kw}) && out.shape() == Shape({t, c}) && kw >= 1 &&
-                   conv_state.ndim() == 3 && conv_state.dim(1) == kw - 1 && conv_state.dim(2) == c,
-               "causal_conv1d: x ", x.describe(), ", weight ", w.describe(), ", conv state ",
-               conv_state.describe(), ", out ", out.describe());
+  STRATA_CHECK(w.shape() == Shape({c, kw}) && kw >= 1 && conv_state.ndim() == 3 && conv_state.dim(1) == kw - 1 &&
+                   conv_state.dim(2) == c,
+               op, ": x ", x.describe(), ", weight ", w.describe(), ", conv state ", conv_state.describe());
+  STRATA_CHECK(!outs.empty() && outs.size() <= size_t(kMaxConvOuts), op, ": ", outs.size(), " outputs (1 to ",
+               kMaxConvOuts, ")");
+  ConvOuts o{};
+  o.n = int(outs.size());
+  bool vec = kw == 4 && c % 8 == 0 && !is_f32(x) && aligned16(x.raw()) && aligned16(w.raw());
+  int64_t col = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    expect_float(outs[i], op, "out");
+    STRATA_CHECK(outs[i].ndim() >= 1 && rows_of(outs[i]) == t, op, ": out ", outs[i].describe(), " for x ",
+                 x.describe());
+    o.ptr[i] = static_cast<bf16*>(outs[i].raw());
+    o.start[i] = col;
+    col += outs[i].dim(-1);
+    vec = vec && !is_f32(outs[i]) && aligned16(outs[i].raw()) && outs[i].dim(-1) % 8 == 0;
+  }
+  o.start[o.n] = col;
+  STRATA_CHECK(col == c, op, ": the outputs cover ", col, " of x's ", c, " channels");
   if (t == 0) return;
   const DeviceBatch& db = device_batch(batch);
   const unsigned cb = blocks_for(c, 256);
-  if (kw == 4 && c % 8 == 0 && !is_f32(x) && !is_f32(out) && aligned16(x.raw()) && aligned16(out.raw()) &&
-      aligned16(w.raw())) {
+  if (vec) {
     launch_pdl(conv1d_run_kernel<4>, dim3(unsigned((t + kConvRun - 1) / kConvRun), blocks_for(c / 8, kConvThreads)),
                kConvThreads, 0,
-               static_cast<const bf16*>(x.raw()), w.raw(), is_f32(w), conv_state.raw(), is_f32(conv_state), db,
-               static_cast<bf16*>(out.raw()), c, int(t));
+               static_cast<const bf16*>(x.raw()), w.raw(), is_f32(w), conv_state.raw(), is_f32(conv_state), db, o, c,
+               int(t));
+    check_launch("conv1d");
   } else {
+    Tensor all = outs.size() == 1 ? outs[0] : scratch({t, c}, outs[0].dtype());
     launch_pdl(conv1d_kernel, dim3(unsigned(t), cb), 256, 0, x.raw(), is_f32(x), w.raw(), is_f32(w),
-               conv_state.raw(), is_f32(conv_state), db, out.raw(), is_f32(out), c, int(kw));
+               conv_state.raw(), is_f32(conv_state), db, all.raw(), is_f32(all), c, int(kw));
+    check_launch("conv1d");
+    if (outs.size() > 1) split_columns(all, outs);
   }
-  check_launch("conv1d");
-  launch_pdl(conv_state_kernel, dim3(unsigned(db.num_seqs), cb), 256, 0, 
+  launch_pdl(conv_state_kernel, dim3(unsigned(db.num_seqs), cb), 256, 0,
       x.raw(), is_f32(x), conv_state.raw(), is_f32(conv_state), db, c, int(kw));
   check_launch("conv_state");
+}
+
+}  // namespace
+
+void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state, const ForwardBatch& batch,
+                   const Tensor& out) {
+  OpTimer timer_("causal_conv1d");
+  STRATA_CHECK(out.shape() == x.shape(), "causal_conv1d: out ", out.describe(), " for x ", x.describe());
+  run_causal_conv1d(x, w, conv_state, batch, {out}, "causal_conv1d");
+}
+
+void causal_conv1d_split(const Tensor& x, const Tensor& w, const Tensor& conv_state, const ForwardBatch& batch,
+                         const std::vector<Tensor>& outs) {
+  OpTimer timer_("causal_conv1d");
+  run_causal_conv1d(x, w, conv_state, batch, outs, "causal_conv1d_split");
 }
 
 void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias, const Tensor& g,
