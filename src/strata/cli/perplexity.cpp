@@ -54,13 +54,14 @@ int run(int argc, char** argv) {
   const std::string dir = model_dir_or_default(model_dir);
 
   const std::string text = read_text_file(file);
-  const std::vector<int32_t> ids = Tokenizer::load(dir).encode(text, false);
-  STRATA_CHECK(int64_t(ids.size()) >= o.ctx_size, "--file: '", file, "' is ", ids.size(),
-               " tokens, fewer than one window of --ctx-size ", o.ctx_size, " (a longer text or a smaller --ctx-size)");
+  const Tokenizer tokenizer = Tokenizer::load(dir);
   auto model = load_model(dir, dev);
   const int64_t max_len = model->info().max_position_embeddings;
   STRATA_CHECK(max_len <= 0 || o.ctx_size <= max_len, "--ctx-size: ", o.ctx_size,
                " is more than the model's max_position_embeddings (", max_len, ")");
+  const std::vector<int32_t> ids = tokenizer.encode(text, false);
+  STRATA_CHECK(int64_t(ids.size()) >= o.ctx_size, "--file: '", file, "' is ", ids.size(),
+               " tokens, fewer than one window of --ctx-size ", o.ctx_size, " (a longer text or a smaller --ctx-size)");
 
   const int64_t windows = o.max_windows > 0 ? std::min<int64_t>(o.max_windows, int64_t(ids.size()) / o.ctx_size)
                                             : int64_t(ids.size()) / o.ctx_size;
