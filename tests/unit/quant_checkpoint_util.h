@@ -34,7 +34,8 @@ inline Tensor as_f32(const Tensor& t) {
   return out;
 }
 
-// The projections the published checkpoints quantise (GDN's small in_proj_a / in_proj_b stay bf16).
+// The projections the published checkpoints quantise (GDN's small in_proj_a / in_proj_b stay bf16;
+// io/quantise_checkpoint.h).
 inline bool quantised_name(const std::string& name) { return quantised_by_recipe(name); }
 
 class QuantisedCheckpoint : public ::testing::Test {

@@ -80,8 +80,10 @@ CheckpointQuant parse_checkpoint_quant(const std::string& name, const std::strin
 }
 
 bool quantised_by_recipe(const std::string& name) {
-  return name.ends_with("_proj.weight") && name.find("in_proj_a") == std::string::npos &&
-         name.find("in_proj_b") == std::string::npos;
+  if (!name.ends_with(".weight")) return false;
+  const std::string module = name.substr(0, name.size() - 7);
+  const std::string last = module.substr(module.rfind('.') + 1);  // q_proj, in_proj_qkv, out_proj, ...
+  return last.find("proj") != std::string::npos && last != "in_proj_a" && last != "in_proj_b" && last != "in_proj_ba";
 }
 
 QuantiseSummary quantise_checkpoint(const std::string& src, const std::string& dst, CheckpointQuant format) {

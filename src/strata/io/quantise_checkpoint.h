@@ -7,9 +7,10 @@
 //          `<module>.weight_scale` (16 elements a scale) and F32 `<module>.weight_scale_2`;
 //          quantization_config {quant_method modelopt, quant_algo NVFP4, group_size 16, ignore}.
 //          No `input_scale` (there is no activation calibration; strata's loader does not need it).
-// Quantised: the linear projections (`*_proj.weight`: attention, Gated DeltaNet, shared and routed
-// experts, in the MTP layer too), as the published checkpoints do. Left in bf16, as there: the
-// embeddings (and a tied lm_head), GDN's in_proj_a / in_proj_b, the routers (mlp.gate), the
+// Quantised: the linear projections (a module named *proj*: q/k/v/o_proj, GDN's in_proj_qkv,
+// in_proj_z (Qwen3-Next: in_proj_qkvz) and out_proj, shared and routed experts' gate/up/down_proj,
+// in the MTP layer too), as the published checkpoints do. Left in bf16, as there: the
+// embeddings (and a tied lm_head), GDN's in_proj_a / in_proj_b (in_proj_ba), the routers (mlp.gate), the
 // shared-expert gate, mtp.fc, norms, conv1d, A_log and dt_bias; every 2-D one of those is listed
 // as not converted. Fused experts (`mlp.experts.gate_up_proj` [E, 2I, H], `down_proj` [E, H, I])
 // are written one tensor per expert (`mlp.experts.<e>.{gate,up,down}_proj.weight`), as the
