@@ -1,6 +1,6 @@
 // strata perplexity, run as a user would, on the default model: the NLL it prints is the one
 // computed here from `strata logits` of each window (an independent log-softmax), for the
-// llama.cpp scoring (second half of each window), --score-all and --chunks; bad input is an error
+// llama.cpp scoring (second half of each window), --score-all, --chunks and --nll-file; bad input is an error
 // naming the flag or file.
 #include <gtest/gtest.h>
 
@@ -37,26 +37,35 @@ double value_after(const std::string& out, const std::string& key) {
   return at == std::string::npos ? NAN : std::strtod(out.c_str() + at + key.size(), nullptr);
 }
 
-// Sum of -log softmax(logits[i])[ids[i + 1]] over window positions first .. ctx - 2, each window
-// of `ctx` tokens run alone through `strata logits`.
+// The logits of each whole window of `ctx` tokens, each run alone through `strata logits`.
+std::vector<Tensor> window_logits(const std::vector<int32_t>& ids, int64_t ctx) {
+  std::vector<Tensor> out;
+  const std::string path = ::testing::TempDir() + "strata_ppl_window.npy";
+  for (int64_t w = 0; w < int64_t(ids.size()) / ctx; ++w) {
+    const std::vector<int32_t> window(ids.begin() + w * ctx, ids.begin() + (w + 1) * ctx);
+    const CliRun r = run_cli("logits --model " + kModel + " --ids " + join_ids(window) + " --out " + path);
+    EXPECT_EQ(r.status, 0) << r.out;
+    out.push_back(read_npy(path));
+  }
+  return out;
+}
+
+// Sum of -log softmax(logits[i])[ids[i + 1]] over window positions first .. ctx - 2 of the first
+// `windows` windows.
 struct Expected {
   double nll = 0;
   int64_t tokens = 0;
 };
-Expected expected_nll(const std::vector<int32_t>& ids, int64_t ctx, int64_t first, int64_t windows) {
+Expected expected_nll(const std::vector<int32_t>& ids, const std::vector<Tensor>& logits, int64_t ctx, int64_t first,
+                      int64_t windows) {
   Expected e;
-  const std::string out = ::testing::TempDir() + "strata_ppl_window.npy";
   for (int64_t w = 0; w < windows; ++w) {
-    const std::vector<int32_t> window(ids.begin() + w * ctx, ids.begin() + (w + 1) * ctx);
-    const CliRun r = run_cli("logits --model " + kModel + " --ids " + join_ids(window) + " --out " + out);
-    EXPECT_EQ(r.status, 0) << r.out;
-    const Tensor logits = read_npy(out);
-    const int64_t vocab = logits.dim(1);
+    const int64_t vocab = logits[size_t(w)].dim(1);
     for (int64_t i = first; i + 1 < ctx; ++i) {
-      const float* row = logits.data<float>() + i * vocab;
+      const float* row = logits[size_t(w)].data<float>() + i * vocab;
       long double z = 0;
       for (int64_t v = 0; v < vocab; ++v) z += std::exp((long double)row[v]);
-      e.nll += double(std::log(z) - (long double)row[window[size_t(i + 1)]]);
+      e.nll += double(std::log(z) - (long double)row[ids[size_t(w * ctx + i + 1)]]);
       ++e.tokens;
     }
   }
@@ -73,10 +82,11 @@ TEST(PerplexityCli, NllIsTheLogSoftmaxOfEachWindowsLogits) {
     int64_t first, windows;
   };
   const int64_t all = int64_t(ids.size()) / ctx;
+  const std::vector<Tensor> logits = window_logits(ids, ctx);
   for (const Case& c : {Case{"", ctx / 2, all}, Case{" --score-all", 0, all}, Case{" --chunks 2", ctx / 2, 2}}) {
     const CliRun r = run_cli("perplexity --model " + kModel + " --file " + file + " --ctx-size 16" + c.flags);
     ASSERT_EQ(r.status, 0) << r.out;
-    const Expected e = expected_nll(ids, ctx, c.first, c.windows);
+    const Expected e = expected_nll(ids, logits, ctx, c.first, c.windows);
     EXPECT_EQ(value_after(r.out, "tokens scored: "), double(e.tokens)) << c.flags << "\n" << r.out;
     EXPECT_EQ(e.tokens, c.windows * (ctx - 1 - c.first));
     const double mean = e.nll / double(e.tokens);
@@ -84,6 +94,21 @@ TEST(PerplexityCli, NllIsTheLogSoftmaxOfEachWindowsLogits) {
     EXPECT_NEAR(value_after(r.out, "PPL = "), std::exp(mean), 1e-4 * std::exp(mean)) << r.out;
     EXPECT_GT(value_after(r.out, "+/- "), 0) << r.out;
   }
+  // --nll-file: a line per scored token (index, id, NLL) summing to the total.
+  const std::string nlls = ::testing::TempDir() + "strata_ppl_nll.txt";
+  const CliRun r = run_cli("perplexity --model " + kModel + " --file " + file + " --ctx-size 16 --nll-file " + nlls);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream in(nlls);
+  int64_t index, id, lines = 0;
+  double nll, sum = 0;
+  while (in >> index >> id >> nll) {
+    EXPECT_EQ(index % ctx, ctx / 2 + 1 + lines % (ctx - 1 - ctx / 2)) << lines;
+    EXPECT_EQ(id, ids[size_t(index)]);
+    sum += nll;
+    ++lines;
+  }
+  EXPECT_EQ(double(lines), value_after(r.out, "tokens scored: "));
+  EXPECT_NEAR(sum / double(lines), value_after(r.out, "mean NLL: "), 1e-7);
 }
 
 TEST(PerplexityCli, BadInputIsNamed) {
@@ -99,6 +124,7 @@ TEST(PerplexityCli, BadInputIsNamed) {
                         Case{base + text + " --ctx-size 100000", "max_position_embeddings (8192)"},
                         Case{base + text + " --chunks -1", "--chunks"},
                         Case{base + text + " --ctx-size many", "--ctx-size"},
+                        Case{base + text + " --nll-file /nonexistent/dir/nll.txt", "--nll-file: cannot write"},
                         Case{"perplexity --model " + kModel, "--file"}}) {
     const CliRun r = run_cli(c.args);
     EXPECT_NE(r.status, 0) << c.args;

@@ -95,7 +95,7 @@ TEST_F(Fp8Checkpoint, Fp8WeightListedAsNotConvertedIsNamed) {
 
 TEST_F(Fp8Checkpoint, Fp8WeightWithoutQuantizationConfigIsNamed) {
   config_.erase("quantization_config");
-  expect_load_error({"F8_E4M3", "_proj.weight"});
+  expect_load_error({"F8_E4M3", "linear_attn.in_proj_qkv.weight"});
 }
 
 TEST_F(Fp8Checkpoint, BadQuantizationFieldsAreNamed) {

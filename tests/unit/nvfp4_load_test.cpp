@@ -124,7 +124,7 @@ TEST_F(Nvfp4Checkpoint, BadQuantizationFieldsAreNamed) {
 // Without a quantization config a packed weight is an error naming it.
 TEST_F(Nvfp4Checkpoint, PackedWeightWithoutQuantizationConfigIsNamed) {
   config_.erase("quantization_config");
-  expect_load_error({"_proj.weight"});
+  expect_load_error({"linear_attn.in_proj_qkv.weight"});
 }
 
 // By hand: byte 0x2f holds -6 (low nibble 0xf) then 1 (0x2); e4m3 0x38 is 1, 0x40 is 2; the

@@ -31,6 +31,16 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
+void write_nll_file(std::ofstream& out, const std::string& path, const std::vector<int32_t>& ids,
+                    const PerplexityResult& r) {
+  char line[96];
+  for (const auto& t : r.scored) {
+    std::snprintf(line, sizeof line, "%lld %d %.9f\n", (long long)t.index, ids[size_t(t.index)], t.nll);
+    out << line;
+  }
+  STRATA_CHECK(out.good(), "--nll-file: write to '", path, "' failed");
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"Perplexity of a model on a text file: non-overlapping windows of --ctx-size tokens, each run on "
                "its own; the second half of each window is scored (llama.cpp's llama-perplexity), or every "
@@ -47,6 +57,10 @@ int run(int argc, char** argv) {
   app.add_flag("--score-all", o.score_all, "score every token of a window after its first, not only the second half");
   app.add_option("--device", device, "cpu | cuda (default cpu)");
   app.add_flag("--quiet", quiet, "no running perplexity per window on stderr");
+  std::string nll_file;
+  app.add_option("--nll-file", nll_file,
+                 "also write each scored token's NLL here, a line each: index in the file's tokens, token id, "
+                 "NLL (runs of two weight formats compare token by token)");
   CLI11_PARSE(app, argc, argv);
   STRATA_CHECK(o.ctx_size >= 4, "--ctx-size: must be at least 4, got ", o.ctx_size);
   STRATA_CHECK(o.max_windows >= 0, "--chunks: must be positive (or 0: all), got ", o.max_windows);
@@ -54,6 +68,11 @@ int run(int argc, char** argv) {
   const std::string dir = model_dir_or_default(model_dir);
 
   const std::string text = read_text_file(file);
+  std::ofstream nll_out;
+  if (!nll_file.empty()) {
+    nll_out.open(nll_file);
+    STRATA_CHECK(nll_out.is_open(), "--nll-file: cannot write '", nll_file, "'");
+  }
   const Tokenizer tokenizer = Tokenizer::load(dir);
   auto model = load_model(dir, dev);
   const int64_t max_len = model->info().max_position_embeddings;
@@ -75,6 +94,7 @@ int run(int argc, char** argv) {
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet) std::fprintf(stderr, "\n");
+  if (nll_out.is_open()) write_nll_file(nll_out, nll_file, ids, r);
   std::printf("tokens scored: %lld\n", (long long)r.tokens_scored);
   std::printf("mean NLL: %.9f +/- %.9f nats/token\n", r.mean_nll(), r.mean_nll_stderr());
   std::printf("PPL = %.4f +/- %.5f\n", r.perplexity(), r.perplexity_stderr());

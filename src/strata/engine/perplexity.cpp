@@ -37,6 +37,7 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, const
     const Tensor logits = sequence_logits(model, window, "full");
     for (int64_t i = first; i + 1 < o.ctx_size; ++i) {
       const double nll = -token_logprob(logits.data<float>() + i * vocab, vocab, window[size_t(i + 1)]);
+      r.scored.push_back({w * o.ctx_size + i + 1, nll});
       r.nll_sum += nll;
       r.nll_sq_sum += nll * nll;
       ++r.tokens_scored;

@@ -24,6 +24,11 @@ struct PerplexityOptions {
 struct PerplexityResult {
   int64_t windows = 0, tokens_scored = 0;
   double nll_sum = 0, nll_sq_sum = 0;  // over the scored tokens, in nats
+  struct Scored {
+    int64_t index;  // of the token in the sequence
+    double nll;
+  };
+  std::vector<Scored> scored;  // every scored token, in order
 
   double mean_nll() const { return nll_sum / double(tokens_scored); }
   double perplexity() const { return std::exp(mean_nll()); }

@@ -106,7 +106,8 @@ QuantiseSummary quantise_checkpoint(const std::string& src, const std::string& d
     const Shape& shape = t.shape();
     const bool fused_gate_up = name.ends_with(".mlp.experts.gate_up_proj"),
                fused_down = name.ends_with(".mlp.experts.down_proj");
-    if ((fused_gate_up || fused_down) && shape.size() == 3) {
+    const bool fits = format != CheckpointQuant::kNvfp4 || shape.back() % kNvfp4Group == 0;
+    if ((fused_gate_up || fused_down) && shape.size() == 3 && fits) {
       const std::string base = name.substr(0, name.size() - (fused_gate_up ? 12 : 9));  // "...experts."
       const Tensor w32 = as_f32(t);
       const int64_t experts = shape[0], rows = shape[1];
@@ -123,7 +124,7 @@ QuantiseSummary quantise_checkpoint(const std::string& src, const std::string& d
       }
       continue;
     }
-    if (shape.size() == 2 && quantised_by_recipe(name)) {
+    if (shape.size() == 2 && quantised_by_recipe(name) && fits) {
       append_quantised(out, name, as_f32(t), format);
       ++s.quantised;
       continue;
@@ -131,6 +132,8 @@ QuantiseSummary quantise_checkpoint(const std::string& src, const std::string& d
     if (shape.size() == 2 && name.ends_with(".weight") && name.find("embed_tokens") == std::string::npos &&
         name != "lm_head.weight") {
       not_converted.push_back(name.substr(0, name.size() - 7));
+    } else if (fused_gate_up || fused_down) {  // rows NVFP4 cannot group: all the experts stay bf16
+      not_converted.push_back(name.substr(0, name.rfind('.')));
     }
     out.emplace_back(name, t);
     ++s.kept;

@@ -14,7 +14,8 @@
 // shared-expert gate, mtp.fc, norms, conv1d, A_log and dt_bias; every 2-D one of those is listed
 // as not converted. Fused experts (`mlp.experts.gate_up_proj` [E, 2I, H], `down_proj` [E, H, I])
 // are written one tensor per expert (`mlp.experts.<e>.{gate,up,down}_proj.weight`), as the
-// published checkpoints store them.
+// published checkpoints store them. NVFP4 leaves (and lists) a weight whose rows are not a
+// multiple of 16 elements in bf16.
 #pragma once
 
 #include <cstdint>
