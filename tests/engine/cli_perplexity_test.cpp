@@ -112,17 +112,19 @@ TEST(PerplexityCli, NllIsTheLogSoftmaxOfEachWindowsLogits) {
 }
 
 TEST(PerplexityCli, BadInputIsNamed) {
-  const std::string text = write_temp("short.txt", kText), empty = write_temp("empty.txt", "");
+  const std::string text = write_temp("short.txt", kText), empty = write_temp("empty.txt", ""),
+                    binary = write_temp("binary.txt", std::string("abc \xff\xfe def"));
   const std::string base = "perplexity --model " + kModel + " --file ";
   struct Case {
     std::string args, expect;
   };
   for (const Case& c : {Case{base + text + ".missing", "--file: '" + text + ".missing'"},
                         Case{base + empty, "is empty"},
+                        Case{base + binary, "--file: '" + binary + "': tokenizer: input is not valid UTF-8"},
                         Case{base + text + " --ctx-size 4096", "fewer than one window of --ctx-size 4096"},
                         Case{base + text + " --ctx-size 2", "--ctx-size: must be at least 4"},
                         Case{base + text + " --ctx-size 100000", "max_position_embeddings (8192)"},
-                        Case{base + text + " --chunks -1", "--chunks"},
+                        Case{base + text + " --chunks x", "--chunks"},
                         Case{base + text + " --ctx-size many", "--ctx-size"},
                         Case{base + text + " --nll-file /nonexistent/dir/nll.txt", "--nll-file: cannot write"},
                         Case{"perplexity --model " + kModel, "--file"}}) {

@@ -53,7 +53,7 @@ int run(int argc, char** argv) {
   app.add_option("--file,-f", file, "the text to score (UTF-8; tokenized whole, without special tokens added)")
       ->required();
   app.add_option("--ctx-size,-c", o.ctx_size, "tokens a window (default 512)");
-  app.add_option("--chunks", o.max_windows, "score at most this many windows (default: all)");
+  app.add_option("--chunks", o.max_windows, "score at most this many windows (default, 0 or -1: all)");
   app.add_flag("--score-all", o.score_all, "score every token of a window after its first, not only the second half");
   app.add_option("--device", device, "cpu | cuda (default cpu)");
   app.add_flag("--quiet", quiet, "no running perplexity per window on stderr");
@@ -63,7 +63,7 @@ int run(int argc, char** argv) {
                  "NLL (runs of two weight formats compare token by token)");
   CLI11_PARSE(app, argc, argv);
   STRATA_CHECK(o.ctx_size >= 4, "--ctx-size: must be at least 4, got ", o.ctx_size);
-  STRATA_CHECK(o.max_windows >= 0, "--chunks: must be positive (or 0: all), got ", o.max_windows);
+  o.max_windows = std::max<int64_t>(o.max_windows, 0);  // llama.cpp's -1: all
   const Device dev = parse_device(device);
   const std::string dir = model_dir_or_default(model_dir);
 
@@ -78,7 +78,12 @@ int run(int argc, char** argv) {
   const int64_t max_len = model->info().max_position_embeddings;
   STRATA_CHECK(max_len <= 0 || o.ctx_size <= max_len, "--ctx-size: ", o.ctx_size,
                " is more than the model's max_position_embeddings (", max_len, ")");
-  const std::vector<int32_t> ids = tokenizer.encode(text, false);
+  std::vector<int32_t> ids;
+  try {
+    ids = tokenizer.encode(text, false);
+  } catch (const Error& e) {
+    fail("--file: '", file, "': ", e.what());
+  }
   STRATA_CHECK(int64_t(ids.size()) >= o.ctx_size, "--file: '", file, "' is ", ids.size(),
                " tokens, fewer than one window of --ctx-size ", o.ctx_size, " (a longer text or a smaller --ctx-size)");
 
