@@ -14,6 +14,7 @@
 #include "strata/engine/single_sequence.h"
 #include "strata/io/quant_config.h"
 #include "strata/io/quant.h"
+#include "strata/io/quantise.h"
 #include "strata/io/safetensors.h"
 #include "strata/models/model.h"
 #include "quant_checkpoint_util.h"
@@ -23,41 +24,10 @@ namespace fs = std::filesystem;
 namespace strata {
 namespace {
 
-// The nearest finite e4m3 code to x (|x| <= 448), ties to the even code; by search over the
-// 127 magnitudes (a test helper: slow, exact).
-uint8_t to_e4m3(float x) {
-  const float a = std::fabs(x);
-  int best = 0;
-  for (int c = 1; c < 0x7f; ++c) {
-    const float d = std::fabs(f8e4m3_to_f32(uint8_t(c)) - a), e = std::fabs(f8e4m3_to_f32(uint8_t(best)) - a);
-    if (d < e || (d == e && (c & 1) == 0)) best = c;
-  }
-  return uint8_t(best | (x < 0 ? 0x80 : 0));
-}
-
-// The published recipe: per 128 x 128 block scale = amax / 448, code = e4m3(w / scale),
-// weight_scale_inv = scale. Returns {F8_E4M3 [N, K], F32 [ceil(N/128), ceil(K/128)]}.
+// The published recipe (io/quantise.h): {F8_E4M3 [N, K], F32 [ceil(N/128), ceil(K/128)]}.
 std::pair<Tensor, Tensor> quantise(const Tensor& w32) {
-  const int64_t n = w32.dim(0), k = w32.dim(1), bn = (n + 127) / 128, bk = (k + 127) / 128;
-  Tensor q = Tensor::empty({n, k}, DType::kF8E4M3), s = Tensor::empty({bn, bk}, DType::kF32);
-  const float* w = w32.data<float>();
-  auto* code = static_cast<uint8_t*>(q.raw());
-  for (int64_t bi = 0; bi < bn; ++bi) {
-    for (int64_t bj = 0; bj < bk; ++bj) {
-      float amax = 0;
-      for (int64_t i = bi * 128; i < std::min(n, bi * 128 + 128); ++i) {
-        for (int64_t j = bj * 128; j < std::min(k, bj * 128 + 128); ++j) amax = std::max(amax, std::fabs(w[i * k + j]));
-      }
-      const float scale = amax > 0 ? amax / 448.f : 1.f;
-      s.data<float>()[bi * bk + bj] = scale;
-      for (int64_t i = bi * 128; i < std::min(n, bi * 128 + 128); ++i) {
-        for (int64_t j = bj * 128; j < std::min(k, bj * 128 + 128); ++j) {
-          code[i * k + j] = to_e4m3(std::clamp(w[i * k + j] / scale, -448.f, 448.f));
-        }
-      }
-    }
-  }
-  return {q, s};
+  Fp8BlockWeight q = quantise_fp8_block(w32, 128, 128, "test weight");
+  return {q.weight, q.scale_inv};
 }
 
 // qwen3_5_tiny with its projections quantised: quant/ (F8 weights + scales) and plain/ (the
@@ -125,7 +95,7 @@ TEST_F(Fp8Checkpoint, Fp8WeightListedAsNotConvertedIsNamed) {
 
 TEST_F(Fp8Checkpoint, Fp8WeightWithoutQuantizationConfigIsNamed) {
   config_.erase("quantization_config");
-  expect_load_error({"F8_E4M3", "_proj.weight"});
+  expect_load_error({"F8_E4M3", "linear_attn.in_proj_qkv.weight"});
 }
 
 TEST_F(Fp8Checkpoint, BadQuantizationFieldsAreNamed) {

@@ -15,6 +15,7 @@
 #include "strata/core/error.h"
 #include "strata/engine/single_sequence.h"
 #include "strata/io/quant.h"
+#include "strata/io/quantise.h"
 #include "strata/io/quant_config.h"
 #include "strata/io/safetensors.h"
 #include "strata/models/model.h"
@@ -25,59 +26,8 @@ namespace fs = std::filesystem;
 namespace strata {
 namespace {
 
-// The nearest finite e4m3 code to x >= 0 (at most 448), ties to the even code; by search (slow,
-// exact).
-uint8_t to_e4m3(float x) {
-  int best = 0;
-  for (int c = 1; c < 0x7f; ++c) {
-    const float d = std::fabs(f8e4m3_to_f32(uint8_t(c)) - x), e = std::fabs(f8e4m3_to_f32(uint8_t(best)) - x);
-    if (d < e || (d == e && (c & 1) == 0)) best = c;
-  }
-  return uint8_t(best);
-}
-
-// The nearest e2m1 code to x (|x| <= 6 after clamping), ties to the even code.
-uint8_t to_e2m1(float x) {
-  const float a = std::min(std::fabs(x), 6.f);
-  int best = 0;
-  for (int c = 1; c < 8; ++c) {
-    const float d = std::fabs(f4e2m1_to_f32(uint8_t(c)) - a), e = std::fabs(f4e2m1_to_f32(uint8_t(best)) - a);
-    if (d < e || (d == e && (c & 1) == 0)) best = c;
-  }
-  return uint8_t(best | (x < 0 && best ? 8 : 0));
-}
-
-struct Nvfp4 {
-  Tensor packed, scale, global;  // U8 [N, K/2], F8_E4M3 [N, K/16], F32 []
-};
-
-// ModelOpt's recipe: global = amax / (6 * 448); a block's scale = e4m3(block amax / (6 * global));
-// a code = e2m1(w / (scale * global)).
-Nvfp4 quantise(const Tensor& w32) {
-  const int64_t n = w32.dim(0), k = w32.dim(1), groups = k / kNvfp4Group;
-  const float* w = w32.data<float>();
-  float amax = 0;
-  for (int64_t i = 0; i < n * k; ++i) amax = std::max(amax, std::fabs(w[i]));
-  const float g = amax > 0 ? amax / (6.f * 448.f) : 1.f;
-  Nvfp4 q{Tensor::zeros({n, k / 2}, DType::kU8), Tensor::empty({n, groups}, DType::kF8E4M3),
-          Tensor::empty({}, DType::kF32)};
-  q.global.data<float>()[0] = g;
-  auto* code = static_cast<uint8_t*>(q.packed.raw());
-  auto* sc = static_cast<uint8_t*>(q.scale.raw());
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t b = 0; b < groups; ++b) {
-      float bmax = 0;
-      for (int64_t j = b * kNvfp4Group; j < (b + 1) * kNvfp4Group; ++j) bmax = std::max(bmax, std::fabs(w[i * k + j]));
-      sc[i * groups + b] = to_e4m3(std::min(bmax / (6.f * g), 448.f));
-      const float s = f8e4m3_to_f32(sc[i * groups + b]) * g;
-      for (int64_t j = b * kNvfp4Group; j < (b + 1) * kNvfp4Group; ++j) {
-        const uint8_t c = s > 0 ? to_e2m1(w[i * k + j] / s) : 0;
-        code[i * (k / 2) + j / 2] |= uint8_t(j % 2 ? c << 4 : c);
-      }
-    }
-  }
-  return q;
-}
+// ModelOpt's recipe (io/quantise.h).
+Nvfp4Weight quantise(const Tensor& w32) { return quantise_nvfp4(w32, "test weight"); }
 
 // qwen3_5_tiny with its projections quantised: quant/ (ModelOpt's tensors) and plain/ (the
 // dequantised weights as F32: the model the NVFP4 file means).
@@ -86,7 +36,7 @@ class Nvfp4Checkpoint : public QuantisedCheckpoint {
   void SetUp() override {
     make("nvfp4", [](const TensorInfo& t) { return t.shape[1] % kNvfp4Group == 0; },
          [](const std::string& name, const Tensor& w) {
-           const Nvfp4 q = quantise(w);
+           const Nvfp4Weight q = quantise(w);
            Tensor input_scale = Tensor::empty({}, DType::kF32);
            input_scale.data<float>()[0] = 0.01f;
            const std::string module = name.substr(0, name.size() - 6);  // without "weight"
@@ -174,7 +124,7 @@ TEST_F(Nvfp4Checkpoint, BadQuantizationFieldsAreNamed) {
 // Without a quantization config a packed weight is an error naming it.
 TEST_F(Nvfp4Checkpoint, PackedWeightWithoutQuantizationConfigIsNamed) {
   config_.erase("quantization_config");
-  expect_load_error({"_proj.weight"});
+  expect_load_error({"linear_attn.in_proj_qkv.weight"});
 }
 
 // By hand: byte 0x2f holds -6 (low nibble 0xf) then 1 (0x2); e4m3 0x38 is 1, 0x40 is 2; the
@@ -209,7 +159,7 @@ TEST(Nvfp4Dequant, RoundTripsWithinHalfAStep) {
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < k; ++j) w.data<float>()[i * k + j] = u(gen) * (i % 2 ? 1000.f : 1.f);
   }
-  const Nvfp4 q = quantise(w);
+  const Nvfp4Weight q = quantise(w);
   const float g = q.global.data<float>()[0];
   const Tensor d = dequant_nvfp4(q.packed, q.scale, g, "w");
   for (int64_t i = 0; i < n; ++i) {

@@ -19,6 +19,7 @@
 
 #include "strata/core/error.h"
 #include "strata/engine/single_sequence.h"
+#include "strata/io/quantise_checkpoint.h"
 #include "strata/io/safetensors.h"
 #include "strata/models/model.h"
 
@@ -33,11 +34,9 @@ inline Tensor as_f32(const Tensor& t) {
   return out;
 }
 
-// The projections the published checkpoints quantise (GDN's small in_proj_a / in_proj_b stay bf16).
-inline bool quantised_name(const std::string& name) {
-  return name.ends_with("_proj.weight") && name.find("in_proj_a") == std::string::npos &&
-         name.find("in_proj_b") == std::string::npos;
-}
+// The projections the published checkpoints quantise (GDN's small in_proj_a / in_proj_b stay bf16;
+// io/quantise_checkpoint.h).
+inline bool quantised_name(const std::string& name) { return quantised_by_recipe(name); }
 
 class QuantisedCheckpoint : public ::testing::Test {
  protected:

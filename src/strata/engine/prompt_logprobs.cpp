@@ -6,14 +6,22 @@
 
 namespace strata {
 
-void append_prompt_logprob(const float* row, int64_t vocab, int32_t target, int top,
-                           std::vector<float>& logprobs,
-                           std::vector<std::vector<TokenLogprob>>& top_logprobs) {
+double log_partition(const float* row, int64_t vocab) {
   float max = row[0];
   for (int64_t v = 1; v < vocab; ++v) max = std::max(max, row[v]);
   double sum = 0;
   for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - max);
-  const double log_z = double(max) + std::log(sum);
+  return double(max) + std::log(sum);
+}
+
+double token_logprob(const float* row, int64_t vocab, int32_t target) {
+  return double(row[target]) - log_partition(row, vocab);
+}
+
+void append_prompt_logprob(const float* row, int64_t vocab, int32_t target, int top,
+                           std::vector<float>& logprobs,
+                           std::vector<std::vector<TokenLogprob>>& top_logprobs) {
+  const double log_z = log_partition(row, vocab);
   logprobs.push_back(float(double(row[target]) - log_z));
   std::vector<TokenLogprob> best;
   if (top > 0) {

@@ -10,6 +10,11 @@
 
 namespace strata {
 
+// log sum exp(row) of one logits row [vocab], in double (shifted by the row's max), and
+// log softmax(row)[target] = row[target] - that.
+double log_partition(const float* row, int64_t vocab);
+double token_logprob(const float* row, int64_t vocab, int32_t target);
+
 // One logits row [vocab]: appends the logprob of `target` to `logprobs` and the `top` most
 // likely tokens (logprob descending, then token id ascending) to `top_logprobs`.
 void append_prompt_logprob(const float* row, int64_t vocab, int32_t target, int top,
