@@ -93,18 +93,10 @@ void expect_within_rounding(const Checkpoint& q, const std::string& name, const 
   }
 }
 
-Tensor f32_of(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::kF32);
-  to_f32(t.dtype(), t.raw(), out.data<float>(), size_t(t.numel()));
-  return out;
-}
-
 // Rows [r0, r0 + rows) of expert e of fused experts [E, R, C].
 Tensor expert_rows(const Tensor& fused32, int64_t e, int64_t r0, int64_t rows) {
-  const int64_t r = fused32.dim(1), c = fused32.dim(2);
-  Tensor out = Tensor::empty({rows, c}, DType::kF32);
-  std::copy_n(fused32.data<float>() + (e * r + r0) * c, rows * c, out.data<float>());
-  return out;
+  const int64_t r = fused32.dim(1);
+  return fused32.reshape({fused32.dim(0) * r, fused32.dim(2)}).rows(e * r + r0, e * r + r0 + rows);
 }
 
 TEST_F(QuantiseCheckpoint, WritesEveryWeightWithinItsFormatsRounding) {
@@ -125,19 +117,19 @@ TEST_F(QuantiseCheckpoint, WritesEveryWeightWithinItsFormatsRounding) {
         EXPECT_FALSE(q.has(name));
         const int64_t inter = t.dim(1) / 2;
         for (int64_t e = 0; e < t.dim(0); ++e) {
-          expect_within_rounding(q, cat(base, e, ".gate_proj.weight"), expert_rows(f32_of(t), e, 0, inter), fp8);
-          expect_within_rounding(q, cat(base, e, ".up_proj.weight"), expert_rows(f32_of(t), e, inter, inter), fp8);
+          expect_within_rounding(q, cat(base, e, ".gate_proj.weight"), expert_rows(t.to_f32(), e, 0, inter), fp8);
+          expect_within_rounding(q, cat(base, e, ".up_proj.weight"), expert_rows(t.to_f32(), e, inter, inter), fp8);
           quantised += 2;
         }
       } else if (name.ends_with("mlp.experts.down_proj") && q.has(name.substr(0, name.size() - 9) + "0.down_proj.weight")) {
         for (int64_t e = 0; e < t.dim(0); ++e) {
           expect_within_rounding(q, cat(name.substr(0, name.size() - 9), e, ".down_proj.weight"),
-                                 expert_rows(f32_of(t), e, 0, t.dim(1)), fp8);
+                                 expert_rows(t.to_f32(), e, 0, t.dim(1)), fp8);
           ++quantised;
         }
       } else if (q.info(name).dtype == dtype) {
         EXPECT_TRUE(quantised_by_recipe(name)) << name;
-        expect_within_rounding(q, name, f32_of(t), fp8);
+        expect_within_rounding(q, name, t.to_f32(), fp8);
         ++quantised;
       } else {  // as stored
         ASSERT_EQ(q.info(name).dtype, t.dtype()) << name;

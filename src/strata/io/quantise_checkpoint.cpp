@@ -29,18 +29,10 @@ const char* const kCopiedFiles[] = {"tokenizer.json",          "tokenizer_config
                                     "chat_template.jinja",     "chat_template.json",    "special_tokens_map.json",
                                     "preprocessor_config.json"};
 
-Tensor as_f32(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::kF32);
-  to_f32(t.dtype(), t.raw(), out.data<float>(), size_t(t.numel()));
-  return out;
-}
-
 // Rows [r0, r0 + rows) of expert e of fused experts [E, R, C] as F32 [rows, C].
 Tensor expert_rows(const Tensor& fused32, int64_t e, int64_t r0, int64_t rows) {
-  const int64_t r = fused32.dim(1), c = fused32.dim(2);
-  Tensor out = Tensor::empty({rows, c}, DType::kF32);
-  std::copy_n(fused32.data<float>() + (e * r + r0) * c, rows * c, out.data<float>());
-  return out;
+  const int64_t r = fused32.dim(1);
+  return fused32.reshape({fused32.dim(0) * r, fused32.dim(2)}).rows(e * r + r0, e * r + r0 + rows);
 }
 
 void append_quantised(Named& out, const std::string& name, const Tensor& w32, CheckpointQuant format) {
@@ -109,7 +101,7 @@ QuantiseSummary quantise_checkpoint(const std::string& src, const std::string& d
     const bool fits = format != CheckpointQuant::kNvfp4 || shape.back() % kNvfp4Group == 0;
     if ((fused_gate_up || fused_down) && shape.size() == 3 && fits) {
       const std::string base = name.substr(0, name.size() - (fused_gate_up ? 12 : 9));  // "...experts."
-      const Tensor w32 = as_f32(t);
+      const Tensor w32 = t.to_f32();
       const int64_t experts = shape[0], rows = shape[1];
       for (int64_t e = 0; e < experts; ++e) {
         const std::string p = cat(base, e, ".");
@@ -125,7 +117,7 @@ QuantiseSummary quantise_checkpoint(const std::string& src, const std::string& d
       continue;
     }
     if (shape.size() == 2 && quantised_by_recipe(name) && fits) {
-      append_quantised(out, name, as_f32(t), format);
+      append_quantised(out, name, t.to_f32(), format);
       ++s.quantised;
       continue;
     }
