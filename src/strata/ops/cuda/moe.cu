@@ -96,6 +96,10 @@ __device__ __forceinline__ int route_token(const void* logits, bool l32, int64_t
   float total = 0.f;
   int chosen = 0;
   const int rounds = ids ? top_k : want + 1;
+  // Lane k keeps choice k (top_k <= 32) and the lanes store them together at the end: lane 0
+  // storing each choice and then reading them back to renormalise waited on every round trip.
+  float my_w = 0.f;
+  int my_id = 0;
   for (int k = 0; k < rounds; ++k) {
     float best = -1.f;
     int bi = e;
@@ -111,15 +115,23 @@ __device__ __forceinline__ int route_token(const void* logits, bool l32, int64_t
     for (int j = 0; j < PER; ++j) {
       if (lane + 32 * j == bi) p[j] = -2.f;
     }
-    if (ids && lane == 0) {
+    if (k < 32 && lane == k) my_w = best, my_id = bi;
+    if (ids && k >= 32 && lane == 0) {  // past 32 choices: stored one at a time
       ids[r * top_k + k] = bi;
       weights[r * top_k + k] = best;
     }
     if (k == want) chosen = bi;
     total += best;
   }
-  if (ids && norm && lane == 0) {
-    for (int k = 0; k < top_k; ++k) weights[r * top_k + k] /= total;
+  if (ids && lane < min(top_k, 32)) {
+    ids[r * top_k + lane] = my_id;
+    weights[r * top_k + lane] = norm ? my_w / total : my_w;
+  }
+  if (ids && norm && top_k > 32) {
+    __syncwarp();
+    if (lane == 0) {
+      for (int k = 32; k < top_k; ++k) weights[r * top_k + k] /= total;
+    }
   }
   return chosen;
 }
