@@ -12,10 +12,11 @@
 // them: K 0, then K i + 1 before V i. A page of one kv head is bs rows strided by the cache's
 // row ([page][row][kv head][D]): pages wholly below the block's last key come by TMA, one box of
 // 64 columns x bs rows a column block (a 3-D tensor map over [rows][kv head][D]; lane i of the
-// first producer warp issues page i's), the rest (the page holding the last key, and keys past it, zeros) row by row by cp.async
-// from all 128 threads. (Every row by cp.async, as before, made the producer issue half of the
-// kernel's instructions: 16 bytes an instruction.) Barriers per ring stage s (tile n uses
-// stage n % kStages for the (n / kStages)-th time, u; a phase's parity is u % 2):
+// first producer warp issues page i's); the rest (the page holding the last key, and keys past
+// it, zeros) row by row by cp.async from all 128 threads. (Every row by cp.async cost a quarter
+// of the kernel's instructions, 16 bytes an instruction: ncu 509 M against 384 M.) Barriers per
+// ring stage s (tile n uses stage n % kStages for the (n / kStages)-th time, u; a phase's parity
+// is u % 2):
 //   full[s]  count 129: every producer thread's cp.async.mbarrier.arrive.noinc, which fires when
 //            that thread's copies have landed, and thread 0's arrive.expect_tx of the TMA bytes;
 //            consumers wait on parity u % 2, then fence.proxy.async (cp.async writes are
@@ -165,8 +166,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- Producer warpgroup: fills the K and V rings in the order the consumers use them:
     // K 0, then K i + 1 before V i. Each stage: wait until both consumer warpgroups released it
     // (empty, parity of its previous use), then bring its kKeys rows: the pages that lie wholly
-    // below kv_end by TMA (thread 0: a box of 64 columns x bs rows a column block, landing in
-    // the 128-byte swizzle the consumers read; the bytes complete on the full barrier), the
+    // below kv_end by TMA (lane i of the first warp page i: a box of 64 columns x bs rows a
+    // column block, landing in the 128-byte swizzle the consumers read; the bytes complete on
+    // the full barrier, whose transaction count thread 0 sets first), the
     // rest row by row by cp.async, zeros past kv_end (a V row there must be finite: P is 0 there
     // and 0 x NaN is not). Every producer thread's cp.async.mbarrier.arrive.noinc fires when its
     // copies have landed; thread 0's expect_tx arrival is the barrier's 129th.
