@@ -19,6 +19,35 @@ namespace {
 
 constexpr int kGemvTokens = 16;
 
+// A warp's top-k choices of token r: lane k keeps choice k (keep_choice, for k < 32) and the
+// lanes store them together (store_choices); choices past 32 go one at a time from lane 0.
+// Lane 0 storing each choice and then reading them back to renormalise waited on every round
+// trip.
+struct WarpChoices {
+  float w = 0.f;
+  int id = 0;
+  __device__ void keep(int64_t r, int k, int top_k, float best, int bi, int32_t* ids, float* weights) {
+    const int lane = threadIdx.x & 31;
+    if (k < 32 && lane == k) w = best, id = bi;
+    if (ids && k >= 32 && lane == 0) {
+      ids[r * top_k + k] = bi;
+      weights[r * top_k + k] = best;
+    }
+  }
+  // total: the chosen probabilities' sum (the weights are divided by it when norm).
+  __device__ void store(int64_t r, int top_k, bool norm, float total, int32_t* ids, float* weights) const {
+    const int lane = threadIdx.x & 31;
+    if (!ids) return;
+    if (lane < min(top_k, 32)) {
+      ids[r * top_k + lane] = id;
+      weights[r * top_k + lane] = norm ? w / total : w;
+    }
+    if (norm && lane == 0) {
+      for (int k = 32; k < top_k; ++k) weights[r * top_k + k] /= total;
+    }
+  }
+};
+
 __global__ void route_kernel(const void* logits, bool l32, int64_t rows, int e, int top_k, bool norm,
                              int32_t* ids, float* weights) {
   pdl_begin();
@@ -42,6 +71,7 @@ __global__ void route_kernel(const void* logits, bool l32, int64_t rows, int e, 
   for (int i = lane; i < e; i += 32) p[i] /= sum;
   __syncwarp();
   float total = 0.f;
+  WarpChoices chosen;
   for (int j = 0; j < top_k; ++j) {
     float best = -1.f;
     int bi = e;
@@ -52,17 +82,12 @@ __global__ void route_kernel(const void* logits, bool l32, int64_t rows, int e, 
       }
     }
     warp_argmax(best, bi);
-    if (lane == 0) {
-      ids[r * top_k + j] = bi;
-      weights[r * top_k + j] = best;
-      p[bi] = -2.f;
-    }
+    chosen.keep(r, j, top_k, best, bi, ids, weights);
+    if (lane == 0) p[bi] = -2.f;
     total += best;
     __syncwarp();
   }
-  if (norm && lane == 0) {
-    for (int j = 0; j < top_k; ++j) weights[r * top_k + j] /= total;
-  }
+  chosen.store(r, top_k, norm, total, ids, weights);
 }
 
 // The same routing for token r with each lane's PER experts in registers (E <= 32 PER), so the
@@ -96,10 +121,7 @@ __device__ __forceinline__ int route_token(const void* logits, bool l32, int64_t
   float total = 0.f;
   int chosen = 0;
   const int rounds = ids ? top_k : want + 1;
-  // Lane k keeps choice k (top_k <= 32) and the lanes store them together at the end: lane 0
-  // storing each choice and then reading them back to renormalise waited on every round trip.
-  float my_w = 0.f;
-  int my_id = 0;
+  WarpChoices choices;
   for (int k = 0; k < rounds; ++k) {
     float best = -1.f;
     int bi = e;
@@ -115,24 +137,11 @@ __device__ __forceinline__ int route_token(const void* logits, bool l32, int64_t
     for (int j = 0; j < PER; ++j) {
       if (lane + 32 * j == bi) p[j] = -2.f;
     }
-    if (k < 32 && lane == k) my_w = best, my_id = bi;
-    if (ids && k >= 32 && lane == 0) {  // past 32 choices: stored one at a time
-      ids[r * top_k + k] = bi;
-      weights[r * top_k + k] = best;
-    }
+    choices.keep(r, k, top_k, best, bi, ids, weights);
     if (k == want) chosen = bi;
     total += best;
   }
-  if (ids && lane < min(top_k, 32)) {
-    ids[r * top_k + lane] = my_id;
-    weights[r * top_k + lane] = norm ? my_w / total : my_w;
-  }
-  if (ids && norm && top_k > 32) {
-    __syncwarp();
-    if (lane == 0) {
-      for (int k = 32; k < top_k; ++k) weights[r * top_k + k] /= total;
-    }
-  }
+  choices.store(r, top_k, norm, total, ids, weights);
   return chosen;
 }
 
