@@ -60,7 +60,8 @@ TEST(CudaDense, LinearSplitMixedDtypes) {
 
 // The residual add + norm fused into the GEMV after it: with and without the residual, F32 and
 // BF16 norm weights, split outputs, widths on both GEMV paths (R = 4 and 1), every row count of
-// the fused path, and the unfused fallbacks (too wide for shared memory; h_out aliasing h).
+// the fused path, the unfused fallbacks (too wide for shared memory; h_out aliasing h), and
+// prefill's row counts (the add and the norm in one pass, then the GEMMs).
 TEST(CudaDense, AddRmsNormLinearFusedMatchesTheComposition) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(31);
@@ -70,7 +71,9 @@ TEST(CudaDense, AddRmsNormLinearFusedMatchesTheComposition) {
   };
   for (const Case c : {Case{1, 64, true, true, false}, Case{3, 64, false, false, false}, Case{8, 2048, true, false, false},
                        Case{1, 2048, true, true, false}, Case{5, 2048, false, true, false}, Case{8, 4096, true, true, false},
-                       Case{2, 2048, true, true, true}}) {
+                       Case{2, 2048, true, true, true}, Case{64, 2048, true, false, false},
+                       Case{300, 2048, true, true, false}, Case{64, 2048, false, false, false},
+                       Case{64, 2048, true, false, true}, Case{40, 72, true, true, false}}) {
     const int64_t n0 = 300, n1 = 1, n2 = 77;
     Tensor h = rand_bf16_values({c.t, c.k}, rng), y = rand_bf16_values({c.t, c.k}, rng);
     Tensor nw = rand_bf16_values({c.k}, rng, 0.1f), w = rand_bf16_values({n0 + n1 + n2, c.k}, rng, 0.05f);
@@ -200,14 +203,15 @@ TEST(CudaDense, Rope) {
   };
   // Partial rotary as the fixtures: 8 of 32 (qwen3_next_tiny at 1e4, qwen3_5_tiny at 1e7), 8 of
   // 16 (qwen3_5_moe_tiny) and 4 of 16 (partial_rotary_factor 0.25).
+  // And rotations of 128 and 256 (two and four angles a lane in the warp kernel).
   for (const Case& c : {Case{256, 64, 1e4f}, Case{32, 8, 1e4f}, Case{32, 8, 1e7f},
-                        Case{16, 8, 1e7f}, Case{16, 4, 1e7f}}) {
+                        Case{16, 8, 1e7f}, Case{16, 4, 1e7f}, Case{128, 128, 1e6f}, Case{256, 256, 1e7f}}) {
     ops::RopeSpec spec;
     spec.rotary_dim = c.rotary_dim;
     for (int i = 0; i < c.rotary_dim / 2; ++i) {
       spec.inv_freq.push_back(1.f / std::pow(c.theta, float(2 * i) / float(c.rotary_dim)));
     }
-    const std::vector<int32_t> pos = {0, 1, 15, 16, 63, 64, 130, 199, 200, 777, 8191};
+    const std::vector<int32_t> pos = {0, 1, 15, 16, 63, 64, 130, 199, 200, 777, 8191, 262143};
     Tensor x = rand_bf16_values({int64_t(pos.size()), 4, c.head_dim}, rng);
     Tensor ref = x.to(Device::kCpu), got = to_gpu(x);
     ops::rope(ref, pos, spec);

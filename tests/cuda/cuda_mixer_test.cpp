@@ -359,19 +359,20 @@ TEST(CudaMixer, MoeRoutingAndExperts) {
   check_moe(2, 8, 2, 4096, 1024);  // several passes over the hidden and intermediate dims
   check_moe(16, 256, 8, 256, 64);  // the most tokens routed inside the gate/up pass
   check_moe(800, 8, 2, 96, 160);   // 128-row wgmma tiles with K of 32 mod 64 and partial column blocks
-  check_moe(200, 8, 2, 96, 160);   // 64-row wgmma tiles, the same edges
+  check_moe(200, 8, 2, 96, 160);   // the same edges, 50 rows an expert (idle consumer warpgroups)
   check_moe_shared(3, 16, 4, 256, 64, 64);     // fused
   check_moe_shared(2, 16, 4, 256, 64, 1024);   // fused, several passes over the shared expert
   check_moe_shared(40, 16, 4, 256, 64, 128);   // grouped, then the shared expert
 }
 
 // The Qwen3.5-35B-A3B expert shape (hidden 2048, intermediate 512, top 8): 128-row wgmma tiles
-// (16 experts, 128 rows each on average), 64-row wgmma tiles (256 experts, 64 rows each), and
-// 64-row mma.sync tiles over all 256 experts (5 rows each) with the shared expert.
+// over 16 experts (128 rows each on average) and over 256 (64 rows each, so many tiles with an
+// idle consumer warpgroup), with the shared expert added by the unpermute; and 64-row mma.sync
+// tiles over all 256 experts (5 rows each) with the shared expert.
 TEST(CudaMixer, MoeGroupedAtProductionShape) {
   STRATA_REQUIRE_GPU();
   check_moe(256, 16, 8, 2048, 512);
-  check_moe(2048, 256, 8, 2048, 512);  // 64-row wgmma tiles over 256 experts (a 2048-token prefill chunk)
+  check_moe_shared(2048, 256, 8, 2048, 512, 512);  // a 2048-token prefill chunk
   check_moe_shared(160, 256, 8, 2048, 512, 512);
 }
 

@@ -42,6 +42,9 @@ void silu_mul(const Tensor& gate_up, const Tensor& out);
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out);
 void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
                   const Tensor& out);
+// sum = h + y (sum may be h or y) and x = rms_norm(sum), in one pass.
+void add_rms_norm_into(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
+                       const Tensor& sum, const Tensor& x);
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& out);
 void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const Tensor& k_norm, float eps,
                   bool zero_centered, const std::vector<int32_t>& positions, const RopeSpec& spec, const Tensor& q,

@@ -126,8 +126,8 @@ __global__ void silu_mul_kernel(const void* gu, bool g32, void* out, bool o32, i
 // costs one round trip to memory and one block reduction.
 constexpr int kNormPerThread = 8;
 
-__global__ void rms_norm_kernel(void* x, bool x32, const void* resid, bool r32, const void* w, bool w32,
-                                const void* z, bool z32, void* out, bool o32, int64_t d, float eps,
+__global__ void rms_norm_kernel(const void* x, bool x32, const void* resid, bool r32, void* sum, const void* w,
+                                bool w32, const void* z, bool z32, void* out, bool o32, int64_t d, float eps,
                                 bool zero_centered) {
   pdl_begin();
   __shared__ float red[32];
@@ -150,7 +150,7 @@ __global__ void rms_norm_kernel(void* x, bool x32, const void* resid, bool r32, 
     for (int j = 0; j < kNormPerThread; ++j) {
       const int64_t c = threadIdx.x + int64_t(j) * blockDim.x;
       if (c < d && resid) {
-        stf(x, x32, base + c, v[j]);
+        stf(sum, x32, base + c, v[j]);
         if (!x32) v[j] = bf2f(f2bf(v[j]));  // the rounded sum, as the next layer sees it
       }
       ss += v[j] * v[j];
@@ -160,8 +160,8 @@ __global__ void rms_norm_kernel(void* x, bool x32, const void* resid, bool r32, 
       float u = ldf(x, x32, base + c);
       if (resid) {
         u += ldf(resid, r32, base + c);
-        stf(x, x32, base + c, u);
-        u = ldf(x, x32, base + c);
+        stf(sum, x32, base + c, u);
+        u = ldf(sum, x32, base + c);
       }
       ss += u * u;
     }
@@ -179,7 +179,7 @@ __global__ void rms_norm_kernel(void* x, bool x32, const void* resid, bool r32, 
     return;
   }
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const float u = ldf(x, x32, base + c) * inv;
+    const float u = ldf(resid ? sum : x, x32, base + c) * inv;
     float wc = ldf(w, w32, c);
     if (zero_centered) wc += 1.f;
     float o = u * wc;
@@ -193,8 +193,8 @@ __global__ void rms_norm_kernel(void* x, bool x32, const void* resid, bool r32, 
 // L = 0: a block a row; L = 4..32: rows of at most 8 L elements (GDN's per-head norms), each on L
 // lanes of a warp, a block of 256 threads taking 256 / L rows.
 template <bool W32, int L>
-__global__ void rms_norm_bf16x8_kernel(bf16* x, const bf16* resid, const void* w, const bf16* z, bf16* out,
-                                       int64_t d, int64_t rows, float eps, bool zero_centered) {
+__global__ void rms_norm_bf16x8_kernel(const bf16* x, const bf16* resid, bf16* sum, const void* w, const bf16* z,
+                                       bf16* out, int64_t d, int64_t rows, float eps, bool zero_centered) {
   pdl_trigger();
   __shared__ float red[32];
   const int64_t row = L ? int64_t(blockIdx.x) * (blockDim.x / L) + threadIdx.x / L : blockIdx.x;
@@ -223,9 +223,9 @@ __global__ void rms_norm_bf16x8_kernel(bf16* x, const bf16* resid, const void* w
       unpack8(*reinterpret_cast<const uint4*>(resid + base), r);
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] += r[e];
-      const uint4 sum = pack8(v);
-      *reinterpret_cast<uint4*>(x + base) = sum;
-      unpack8(sum, v);  // the rounded sum, as the next layer sees it
+      const uint4 rounded = pack8(v);
+      *reinterpret_cast<uint4*>(sum + base) = rounded;
+      unpack8(rounded, v);  // the rounded sum, as the next layer sees it
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
@@ -314,13 +314,16 @@ __global__ void qk_norm_rope_kernel(const bf16* qg, bf16* k, const void* qw, boo
 // The same for head dims d <= 256 with d % 8 == 0 and 16-byte aligned rows (every real model):
 // a warp per (token, head), 8 elements a lane moved as one 16-byte vector, the norm's sum by
 // warp shuffles, the normalised row through shared memory for rope's partner elements; 8 heads
-// a block. Its output equals qk_norm_rope_kernel's up to the order of the squares' sum.
+// a block. Lane l computes the rotation's angles l, l + 32, ... once (sincosf) into shared memory:
+// computed by each element's lane, the 64 of a 64-wide rotation cost 8 sincos pairs in a row on 8
+// lanes, which bound the kernel. Its output equals qk_norm_rope_kernel's up to the order of the
+// squares' sum.
 constexpr int kQkWarps = 8;
 __global__ void __launch_bounds__(kQkWarps * 32) qk_norm_rope_warp_kernel(
     const bf16* qg, bf16* k, const void* qw, bool qw32, const void* kw, bool kw32, float eps, bool zero_centered,
     const int32_t* positions, int64_t t_count, int hq, int hkv, int d, RopeParams p, bf16* q, bf16* gate) {
   pdl_begin();
-  __shared__ float rows[kQkWarps][256];
+  __shared__ float rows[kQkWarps][256], cos_sin[kQkWarps][2][128];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t item = int64_t(blockIdx.x) * kQkWarps + warp, heads = hq + hkv;
   if (item >= t_count * heads) return;  // whole warps only: no block-wide barrier below
@@ -337,6 +340,15 @@ __global__ void __launch_bounds__(kQkWarps * 32) qk_norm_rope_warp_kernel(
     unpack8(*reinterpret_cast<const uint4*>(src + c), v);
     if (is_q) *reinterpret_cast<uint4*>(gate + (t * hq + h) * d + c) = *reinterpret_cast<const uint4*>(src + d + c);
   }
+  float* cs = cos_sin[warp][0];
+  float* sn = cos_sin[warp][1];
+  const float pos = float(positions[t]);
+  for (int j = lane; j < p.half; j += 32) {
+    float s_j, c_j;
+    sincosf(pos * p.inv_freq[j], &s_j, &c_j);
+    cs[j] = c_j * p.scaling;
+    sn[j] = s_j * p.scaling;
+  }
   float sq = 0.f;
 #pragma unroll
   for (int e = 0; e < 8; ++e) sq += v[e] * v[e];
@@ -351,7 +363,6 @@ __global__ void __launch_bounds__(kQkWarps * 32) qk_norm_rope_warp_kernel(
   }
   __syncwarp();
   if (!live) return;
-  const float pos = float(positions[t]);
   float o[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
@@ -359,10 +370,8 @@ __global__ void __launch_bounds__(kQkWarps * 32) qk_norm_rope_warp_kernel(
     o[e] = row[i];
     if (i < 2 * p.half) {
       const int j = i % p.half;
-      const float angle = pos * p.inv_freq[j];
-      const float cs = cosf(angle) * p.scaling, sn = sinf(angle) * p.scaling;
       const float a = row[j], b = row[j + p.half];
-      o[e] = i < p.half ? a * cs - b * sn : b * cs + a * sn;
+      o[e] = i < p.half ? a * cs[j] - b * sn[j] : b * cs[j] + a * sn[j];
     }
   }
   *reinterpret_cast<uint4*>(dst + c) = pack8(o);
@@ -539,22 +548,26 @@ void silu_mul(const Tensor& gate_up, const Tensor& out) {
 
 namespace {
 
-// x (+= resid, written back) normalised into out, times (1 +) w, times silu(z) when given.
+// x (+ resid, written to sum: x itself unless given) normalised into out, times (1 +) w, times
+// silu(z) when given. A thread reads each element of x before it writes the element's sum, so sum
+// may be x.
 void launch_norm(const Tensor& x, const Tensor* resid, const Tensor& w, const Tensor* z, const Tensor& out,
-                 float eps, bool zero_centered) {
+                 float eps, bool zero_centered, const Tensor* sum = nullptr) {
+  if (!sum) sum = &x;
   const int64_t d = x.dim(-1), rows = rows_of(x);
   bool vec = d % 8 == 0 && d <= 8 * 1024 && !is_f32(x) && !is_f32(out) && aligned16(x.raw()) &&
              aligned16(out.raw()) && aligned16(w.raw());
-  for (const Tensor* t : {resid, z}) vec = vec && (!t || (!is_f32(*t) && aligned16(t->raw())));
+  for (const Tensor* t : {resid, z, sum}) vec = vec && (!t || (!is_f32(*t) && aligned16(t->raw())));
   if (vec) {
     const unsigned threads = unsigned(std::max<int64_t>(32, (d / 8 + 31) / 32 * 32));
-    auto* xp = static_cast<bf16*>(x.raw());
+    const auto* xp = static_cast<const bf16*>(x.raw());
     const auto* rp = resid ? static_cast<const bf16*>(resid->raw()) : nullptr;
+    auto* sp = static_cast<bf16*>(sum->raw());
     const auto* zp = z ? static_cast<const bf16*>(z->raw()) : nullptr;
     auto* op = static_cast<bf16*>(out.raw());
     const bool w32 = is_f32(w);
     auto go = [&](auto kernel, unsigned blocks, unsigned block) {
-      launch_pdl(kernel, blocks, block, 0, xp, rp, w.raw(), zp, op, d, rows, eps, zero_centered);
+      launch_pdl(kernel, blocks, block, 0, xp, rp, sp, w.raw(), zp, op, d, rows, eps, zero_centered);
     };
     if (d <= 8 * 32) {  // a row on L lanes (L a power of two), 256 / L rows a block
       const int lanes = d <= 32 ? 4 : d <= 64 ? 8 : d <= 128 ? 16 : 32;
@@ -569,9 +582,11 @@ void launch_norm(const Tensor& x, const Tensor* resid, const Tensor& w, const Te
     return w32 ? go(rms_norm_bf16x8_kernel<true, 0>, unsigned(rows), threads)
                : go(rms_norm_bf16x8_kernel<false, 0>, unsigned(rows), threads);
   }
+  STRATA_CHECK(is_f32(*sum) == is_f32(x), "rms_norm: the sum ", sum->describe(), " and x ", x.describe(),
+               " differ in dtype");
   launch_pdl(rms_norm_kernel, unsigned(rows), norm_threads(d), 0, x.raw(), is_f32(x), resid ? resid->raw() : nullptr,
-             resid && is_f32(*resid), w.raw(), is_f32(w), z ? z->raw() : nullptr, z && is_f32(*z), out.raw(),
-             is_f32(out), d, eps, zero_centered);
+             resid && is_f32(*resid), sum->raw(), w.raw(), is_f32(w), z ? z->raw() : nullptr, z && is_f32(*z),
+             out.raw(), is_f32(out), d, eps, zero_centered);
 }
 
 }  // namespace
@@ -602,6 +617,19 @@ void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, 
   if (!rows) return;
   launch_norm(h, &y, w, nullptr, out, eps, zero_centered);
   check_launch("add_rms_norm");
+}
+
+void add_rms_norm_into(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
+                       const Tensor& sum, const Tensor& x) {
+  const char* op = "add_rms_norm";
+  for (const Tensor* t : {&h, &y, &w, &sum, &x}) expect_float(*t, op, "h, y, weight, sum and x");
+  const int64_t d = h.dim(-1), rows = rows_of(h);
+  STRATA_CHECK(w.numel() == d && y.shape() == h.shape() && sum.shape() == h.shape() && x.shape() == h.shape(),
+               op, ": h ", h.describe(), ", y ", y.describe(), ", weight ", w.describe(), ", sum ", sum.describe(),
+               ", x ", x.describe());
+  if (!rows) return;
+  launch_norm(h, &y, w, nullptr, x, eps, zero_centered, &sum);
+  check_launch(op);
 }
 
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& out) {

@@ -61,18 +61,25 @@ struct ConvOuts {
 };
 
 template <int KW>
-__global__ void __launch_bounds__(kConvThreads) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
+__global__ void __launch_bounds__(kConvThreads, 3) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
                                                          const void* cs, bool cs32, DeviceBatch b, ConvOuts outs,
                                                          int64_t c_dim, int tokens) {
   constexpr int kHist = KW - 1;
   pdl_begin();
   const int64_t c = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
   if (c >= c_dim) return;
-  int seg = 0;
-  while (c >= outs.start[seg + 1]) ++seg;
-  // Token t's 8 outputs at out + t * out_stride (every output's width is a multiple of 8).
-  bf16* const out = outs.ptr[seg] + (c - outs.start[seg]);
-  const int64_t out_stride = outs.start[seg + 1] - outs.start[seg];
+  // Token t's 8 outputs at out + t * out_stride (every output's width is a multiple of 8). The
+  // outputs are picked by constant indices: a loop to the first one past c indexed the parameters
+  // at run time, which copied them to a stack frame.
+  bf16* out = outs.ptr[0] + c;
+  int64_t out_stride = outs.start[1];
+#pragma unroll
+  for (int i = 1; i < kMaxConvOuts; ++i) {
+    if (i < outs.n && c >= outs.start[i]) {
+      out = outs.ptr[i] + (c - outs.start[i]);
+      out_stride = outs.start[i + 1] - outs.start[i];
+    }
+  }
   // A channel's KW = 4 taps are one 16-byte (fp32) or 8-byte (bf16) vector: scalar loads here
   // (lanes 128 bytes apart) kept the kernel at a third of the memory bandwidth.
   static_assert(KW == 4, "the taps load as one vector a channel");

@@ -235,6 +235,7 @@ struct SharedArgs {
   const void* gate;     // [T, 1]
   bool gate32;
   int64_t inter;
+  const bf16* y = nullptr;  // [T, H]: the grouped path's shared expert output, before its gate
 };
 
 __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, const bf16* down, const int32_t* ids,
@@ -383,11 +384,14 @@ __global__ void permute_kernel(const int32_t* ids, int64_t pairs, int top_k, con
   }
 }
 
-// out[t] = sum_j w[t, j] y[pos(t, j)], 8 columns a thread (h_dim is a multiple of 32, so of 8).
+// out[t] = sum_j w[t, j] y[pos(t, j)] (+ sigmoid(shared_gate[t]) shared_y[t], the shared expert's
+// output, when given), rounded once; 8 columns a thread (h_dim is a multiple of 32, so of 8).
 __global__ void unpermute_kernel(const bf16* y, const int32_t* pair_pos, const float* weights, int top_k,
-                                 int64_t h_dim, bf16* out) {
+                                 int64_t h_dim, const bf16* shared_y, const void* shared_gate, bool gate32,
+                                 bf16* out) {
   pdl_begin();
   const int t = blockIdx.x;
+  const float sg = shared_y ? sigmoid_f(ldf(shared_gate, gate32, t)) : 0.f;
   for (int64_t h = int64_t(threadIdx.x) * 8; h < h_dim; h += int64_t(blockDim.x) * 8) {
     float total[8] = {};
     for (int j = 0; j < top_k; ++j) {
@@ -397,6 +401,12 @@ __global__ void unpermute_kernel(const bf16* y, const int32_t* pair_pos, const f
       const float wj = weights[pair];
 #pragma unroll
       for (int e = 0; e < 8; ++e) total[e] += wj * v[e];
+    }
+    if (shared_y) {
+      float v[8];
+      unpack8(*reinterpret_cast<const uint4*>(shared_y + int64_t(t) * h_dim + h), v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) total[e] += sg * v[e];
     }
     *reinterpret_cast<uint4*>(out + int64_t(t) * h_dim + h) = pack8(total);
   }
@@ -439,10 +449,15 @@ namespace {
 // True when moe_route_experts can route inside the gate/up GEMV (the register top-k's range).
 bool routes_in_gate_up(int64_t tokens, int64_t experts) { return tokens <= kGemvTokens && experts <= 256; }
 
-// moe_experts; with `shared` (its down non-null), moe_experts_shared's fused GEMV path; with
-// route.logits, the routing into ids and weights too (routes_in_gate_up holds). Returns false
-// when the shared expert is still to be added (the grouped path).
-bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+// True when t tokens take the grouped GEMMs (the GEMVs otherwise).
+bool takes_grouped(int64_t t, int64_t h, int64_t inter, int64_t experts) {
+  return t > kGemvTokens && moe_gemm_supported(h, inter) && experts <= 1024;
+}
+
+// moe_experts; with `shared` (its down non-null), moe_experts_shared: in the GEMVs' path fused
+// into them, in the grouped path by its output shared.y, added with the routed experts'. With
+// route.logits, the routing into ids and weights too (routes_in_gate_up holds).
+void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                  const Tensor& weights, const SharedArgs& shared, const RouteArgs& route, const Tensor& out) {
   const char* op = "moe_experts";
   expect_dtype(x, DType::kBF16, op, "x");
@@ -458,13 +473,14 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                ", ids ", ids.describe(), ", out ", out.describe());
   STRATA_CHECK(h % 8 == 0 && inter % 8 == 0, "moe_experts: hidden ", h, " and intermediate ", inter,
                " sizes must be multiples of 8 on CUDA");
-  if (!t) return true;
+  if (!t) return;
   const auto* xp = static_cast<const bf16*>(x.raw());
   const auto* gp = static_cast<const bf16*>(gate_up.raw());
   const auto* dp = static_cast<const bf16*>(down.raw());
   const int64_t pairs = t * k;
-  const bool grouped = t > kGemvTokens && moe_gemm_supported(h, inter) && ne <= 1024;
+  const bool grouped = takes_grouped(t, h, inter, ne);
   STRATA_CHECK(!route.logits || !grouped, "moe_experts: routing inside the grouped path");
+  STRATA_CHECK(!grouped || !shared.down || shared.y, "moe_experts: the grouped path without the shared expert's output");
   if (!grouped) {
     Tensor act = scratch({pairs, inter}, DType::kBF16);
     const dim3 grid(unsigned(pairs), blocks_for(inter, kGateUpWarps));
@@ -482,7 +498,7 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
         static_cast<const bf16*>(act.raw()), dp, ids.data<int32_t>(), weights.data<float>(), int(k), h, inter,
         shared, static_cast<bf16*>(out.raw()));
     check_launch("moe_down_combine");
-    return true;
+    return;
   }
   const MoeTiling tiling = moe_tiling(pairs, ne);
   const int bm = tiling.rows;
@@ -510,10 +526,9 @@ bool run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dp, tiles, tiling, unsigned(max_tiles), ne, inter, h, false,
                    static_cast<bf16*>(y.raw()));
   launch_pdl(unpermute_kernel, unsigned(t), 256, 0, static_cast<const bf16*>(y.raw()), pair_pos,
-                                                      weights.data<float>(), int(k), h,
-                                                      static_cast<bf16*>(out.raw()));
+                                                      weights.data<float>(), int(k), h, shared.y, shared.gate,
+                                                      shared.gate32, static_cast<bf16*>(out.raw()));
   check_launch("moe_unpermute");
-  return shared.down == nullptr;
 }
 
 }  // namespace
@@ -548,14 +563,13 @@ SharedArgs shared_args(const Tensor& x, const Tensor& shared_gate_up, const Tens
                     shared_gate.raw(), is_f32(shared_gate), si};
 }
 
-// The shared expert added after the grouped path, by the unfused ops.
-void add_shared_expert(const Tensor& shared_gate_up, const Tensor& shared_down, const Tensor& shared_gate,
-                       const Tensor& out) {
-  const int64_t t = out.dim(0), h = out.dim(1), si = shared_down.dim(1);
+// The shared expert's output before its gate, for the grouped path: down(silu(g) u).
+Tensor shared_expert_output(const Tensor& shared_gate_up, const Tensor& shared_down) {
+  const int64_t t = shared_gate_up.dim(0), h = shared_down.dim(0), si = shared_down.dim(1);
   Tensor act = scratch({t, si}, DType::kBF16), y = scratch({t, h}, DType::kBF16);
   silu_mul(shared_gate_up, act);
   linear(act, shared_down, y);
-  add_sigmoid_gated(out, y, shared_gate);
+  return y;
 }
 
 }  // namespace
@@ -565,9 +579,13 @@ void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& do
                         const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard) {
   OpTimer timer_("moe_experts_shared", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
   check_unsharded(shard, gate_up, "moe_experts_shared");
-  const SharedArgs shared = shared_args(x, shared_gate_up, shared_down, shared_gate);
-  if (run_experts(x, gate_up, down, ids, weights, shared, RouteArgs{}, out)) return;
-  add_shared_expert(shared_gate_up, shared_down, shared_gate, out);
+  SharedArgs shared = shared_args(x, shared_gate_up, shared_down, shared_gate);
+  Tensor shared_y;
+  if (gate_up.ndim() == 3 && takes_grouped(x.dim(0), x.dim(1), gate_up.dim(1) / 2, gate_up.dim(0))) {
+    shared_y = shared_expert_output(shared_gate_up, shared_down);
+    shared.y = static_cast<const bf16*>(shared_y.raw());
+  }
+  run_experts(x, gate_up, down, ids, weights, shared, RouteArgs{}, out);
 }
 
 void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids, const Tensor& weights,

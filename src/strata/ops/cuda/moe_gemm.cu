@@ -171,14 +171,15 @@ void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles&
 }  // namespace
 
 MoeTiling moe_tiling(int64_t pairs, int64_t experts) {
-  return {pairs >= 96 * experts ? 128 : 64, pairs >= 32 * experts};
+  const bool wgmma = pairs >= 32 * experts;
+  return {wgmma ? 128 : 64, wgmma};
 }
 
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
                       const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
                       bf16* out) {
   if (tiling.wgmma) {
-    moe_grouped_gemm_wgmma(a, gather, w, tiles, tiling.rows, max_tiles, experts, k, n, gate_up, out);
+    moe_grouped_gemm_wgmma(a, gather, w, tiles, max_tiles, experts, k, n, gate_up, out);
   } else {
     gate_up ? launch<true>(a, gather, w, tiles, max_tiles, k, n, out)
             : launch<false>(a, gather, w, tiles, max_tiles, k, n, out);

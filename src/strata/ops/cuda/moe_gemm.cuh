@@ -23,10 +23,10 @@ inline bool moe_gemm_supported(int64_t hidden, int64_t inter) {
   return hidden % 32 == 0 && inter % 32 == 0;
 }
 
-// How the grouped GEMM tiles this many (token, expert) pairs over this many experts: 128-row
-// tiles once the average expert has enough rows to fill most of one, else 64; on wgmma
-// (moe_gemm_wgmma.cu) once it has at least 32 rows, else on mma.sync (decode: a few rows an
-// expert, where the weights' bandwidth bounds the time, not the multiplies).
+// How the grouped GEMM tiles this many (token, expert) pairs over this many experts: on wgmma
+// (moe_gemm_wgmma.cu), 128-row tiles, once the average expert has at least 32 rows, else on
+// mma.sync, 64-row tiles (decode: a few rows an expert, where the weights' bandwidth bounds the
+// time, not the multiplies).
 struct MoeTiling {
   int rows;
   bool wgmma;
@@ -40,9 +40,8 @@ MoeTiling moe_tiling(int64_t pairs, int64_t experts);
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
                       const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
                       bf16* out);
-// The wgmma kernel, tiles of bm (64 or 128) rows: (n / 128 (gate_up) or n / 256) x max_tiles
-// blocks.
-void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, int bm,
+// The wgmma kernel, tiles of 128 rows: persistent, at most one block an SM.
+void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
                             unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, bf16* out);
 
 }  // namespace strata::ops::cuda
