@@ -46,13 +46,10 @@ __global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, 
 
 // The prefill form for bf16 x and out and width KW: each thread owns 8 channels (one 16-byte
 // vector) over a run of kConvRun tokens, with the window in registers, so every input is read
-// once from DRAM (the window's KW - 1 inputs before the run again, mostly from L2). A run inside
-// one sequence loads all its inputs at once; a run that crosses into another sequence goes token
-// by token and refills the window there (from the conv state or zeros before the span's start).
-// The kernel waits on its loads (ncu at 2048 tokens: 34% of DRAM peak): 8-token runs in 128
-// registers keep 16 warps an SM against 16-token runs' 12 (168 registers), 4% faster at 2048
-// tokens, 2% at 8192.
-constexpr int kConvRun = 8, kConvThreads = 128;
+// once. A run inside one sequence loads all its inputs at once; a run that crosses into another
+// sequence goes token by token and refills the window there (from the conv state or zeros
+// before the span's start).
+constexpr int kConvRun = 16, kConvThreads = 128;
 
 // The outputs of the run kernel: channels [start[i], start[i + 1]) go to ptr[i], rows of
 // start[i + 1] - start[i] (causal_conv1d_split; one output of all C channels for causal_conv1d).
@@ -64,7 +61,7 @@ struct ConvOuts {
 };
 
 template <int KW>
-__global__ void __launch_bounds__(kConvThreads, 4) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
+__global__ void __launch_bounds__(kConvThreads, 3) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
                                                          const void* cs, bool cs32, DeviceBatch b, ConvOuts outs,
                                                          int64_t c_dim, int tokens) {
   constexpr int kHist = KW - 1;
