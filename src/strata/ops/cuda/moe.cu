@@ -235,7 +235,6 @@ struct SharedArgs {
   const void* gate;     // [T, 1]
   bool gate32;
   int64_t inter;
-  const bf16* y = nullptr;  // [T, H]: the grouped path's shared expert output, before its gate
 };
 
 __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, const bf16* down, const int32_t* ids,
@@ -449,16 +448,22 @@ namespace {
 // True when moe_route_experts can route inside the gate/up GEMV (the register top-k's range).
 bool routes_in_gate_up(int64_t tokens, int64_t experts) { return tokens <= kGemvTokens && experts <= 256; }
 
-// True when t tokens take the grouped GEMMs (the GEMVs otherwise).
-bool takes_grouped(int64_t t, int64_t h, int64_t inter, int64_t experts) {
-  return t > kGemvTokens && moe_gemm_supported(h, inter) && experts <= 1024;
+// The shared expert's output before its gate, for the grouped path: down(silu(g) u).
+Tensor shared_expert_output(const Tensor& shared_gate_up, const Tensor& shared_down) {
+  const int64_t t = shared_gate_up.dim(0), h = shared_down.dim(0), si = shared_down.dim(1);
+  Tensor act = scratch({t, si}, DType::kBF16), y = scratch({t, h}, DType::kBF16);
+  silu_mul(shared_gate_up, act);
+  linear(act, shared_down, y);
+  return y;
 }
 
-// moe_experts; with `shared` (its down non-null), moe_experts_shared: in the GEMVs' path fused
-// into them, in the grouped path by its output shared.y, added with the routed experts'. With
-// route.logits, the routing into ids and weights too (routes_in_gate_up holds).
+// moe_experts; with `shared` (its down non-null; shared_gate_up and shared_down its tensors),
+// moe_experts_shared: in the GEMVs' path fused into them, in the grouped path by its output,
+// which the unpermute adds to the routed experts'. With route.logits, the routing into ids and
+// weights too (routes_in_gate_up holds).
 void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
-                 const Tensor& weights, const SharedArgs& shared, const RouteArgs& route, const Tensor& out) {
+                 const Tensor& weights, const SharedArgs& shared, const Tensor& shared_gate_up,
+                 const Tensor& shared_down, const RouteArgs& route, const Tensor& out) {
   const char* op = "moe_experts";
   expect_dtype(x, DType::kBF16, op, "x");
   expect_dtype(gate_up, DType::kBF16, op, "gate_up");
@@ -478,9 +483,8 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   const auto* gp = static_cast<const bf16*>(gate_up.raw());
   const auto* dp = static_cast<const bf16*>(down.raw());
   const int64_t pairs = t * k;
-  const bool grouped = takes_grouped(t, h, inter, ne);
+  const bool grouped = t > kGemvTokens && moe_gemm_supported(h, inter) && ne <= 1024;
   STRATA_CHECK(!route.logits || !grouped, "moe_experts: routing inside the grouped path");
-  STRATA_CHECK(!grouped || !shared.down || shared.y, "moe_experts: the grouped path without the shared expert's output");
   if (!grouped) {
     Tensor act = scratch({pairs, inter}, DType::kBF16);
     const dim3 grid(unsigned(pairs), blocks_for(inter, kGateUpWarps));
@@ -525,9 +529,13 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   moe_grouped_gemm(xp, perm_token, gp, tiles, tiling, unsigned(max_tiles), ne, h, inter, true, static_cast<bf16*>(act.raw()));
   moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dp, tiles, tiling, unsigned(max_tiles), ne, inter, h, false,
                    static_cast<bf16*>(y.raw()));
+  // The shared expert's output, added by the unpermute (one pass over out, one rounding).
+  Tensor shared_y;
+  if (shared.down) shared_y = shared_expert_output(shared_gate_up, shared_down);
   launch_pdl(unpermute_kernel, unsigned(t), 256, 0, static_cast<const bf16*>(y.raw()), pair_pos,
-                                                      weights.data<float>(), int(k), h, shared.y, shared.gate,
-                                                      shared.gate32, static_cast<bf16*>(out.raw()));
+                                                      weights.data<float>(), int(k), h,
+                                                      shared.down ? static_cast<const bf16*>(shared_y.raw()) : nullptr,
+                                                      shared.gate, shared.gate32, static_cast<bf16*>(out.raw()));
   check_launch("moe_unpermute");
 }
 
@@ -543,7 +551,7 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                  const Tensor& weights, const Tensor& out, const ExpertShard& shard) {
   OpTimer timer_("moe_experts", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
   check_unsharded(shard, gate_up, "moe_experts");
-  run_experts(x, gate_up, down, ids, weights, SharedArgs{}, RouteArgs{}, out);
+  run_experts(x, gate_up, down, ids, weights, SharedArgs{}, Tensor(), Tensor(), RouteArgs{}, out);
 }
 
 namespace {
@@ -563,15 +571,6 @@ SharedArgs shared_args(const Tensor& x, const Tensor& shared_gate_up, const Tens
                     shared_gate.raw(), is_f32(shared_gate), si};
 }
 
-// The shared expert's output before its gate, for the grouped path: down(silu(g) u).
-Tensor shared_expert_output(const Tensor& shared_gate_up, const Tensor& shared_down) {
-  const int64_t t = shared_gate_up.dim(0), h = shared_down.dim(0), si = shared_down.dim(1);
-  Tensor act = scratch({t, si}, DType::kBF16), y = scratch({t, h}, DType::kBF16);
-  silu_mul(shared_gate_up, act);
-  linear(act, shared_down, y);
-  return y;
-}
-
 }  // namespace
 
 void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
@@ -579,13 +578,8 @@ void moe_experts_shared(const Tensor& x, const Tensor& gate_up, const Tensor& do
                         const Tensor& shared_gate, const Tensor& out, const ExpertShard& shard) {
   OpTimer timer_("moe_experts_shared", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
   check_unsharded(shard, gate_up, "moe_experts_shared");
-  SharedArgs shared = shared_args(x, shared_gate_up, shared_down, shared_gate);
-  Tensor shared_y;
-  if (gate_up.ndim() == 3 && takes_grouped(x.dim(0), x.dim(1), gate_up.dim(1) / 2, gate_up.dim(0))) {
-    shared_y = shared_expert_output(shared_gate_up, shared_down);
-    shared.y = static_cast<const bf16*>(shared_y.raw());
-  }
-  run_experts(x, gate_up, down, ids, weights, shared, RouteArgs{}, out);
+  const SharedArgs shared = shared_args(x, shared_gate_up, shared_down, shared_gate);
+  run_experts(x, gate_up, down, ids, weights, shared, shared_gate_up, shared_down, RouteArgs{}, out);
 }
 
 void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Tensor& ids, const Tensor& weights,
@@ -609,7 +603,7 @@ void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Te
   const RouteArgs route{logits.raw(), is_f32(logits), norm_topk, int(logits.dim(1)), ids.data<int32_t>(),
                         weights.data<float>()};
   STRATA_CHECK(logits.dim(0) == x.dim(0), "moe_route_experts: logits ", logits.describe(), " for x ", x.describe());
-  run_experts(x, gate_up, down, ids, weights, shared, route, out);
+  run_experts(x, gate_up, down, ids, weights, shared, shared_gate_up, shared_down, route, out);
 }
 
 }  // namespace strata::ops::cuda

@@ -196,20 +196,19 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
       if (r >= rows) continue;
       bf16* orow = out + int64_t(row0 + r) * n;
 #pragma unroll
-      for (int h = 0; h < kAcc; ++h) {
-        const int bh = h;  // which 128 of the block's weight rows
+      for (int h = 0; h < kAcc; ++h) {  // accumulator h: the block's weight rows 128 h + (0..127)
         const float* d = acc[h];
 #pragma unroll
         for (int j = 0; j < (kGateUp ? 8 : 16); ++j) {
           const int q = 4 * j + 2 * half;
           if (kGateUp) {  // gate in n-tiles 0..7, up in 8..15
-            const int64_t col = int64_t(nb) * 128 + bh * 64 + 8 * j + 2 * t;
+            const int64_t col = int64_t(nb) * 128 + h * 64 + 8 * j + 2 * t;
             if (col < n) {
               *reinterpret_cast<__nv_bfloat162*>(orow + col) =
                   __floats2bfloat162_rn(silu_f(d[q]) * d[q + 32], silu_f(d[q + 1]) * d[q + 33]);
             }
           } else {
-            const int64_t col = int64_t(nb) * kBn + bh * 128 + 8 * j + 2 * t;
+            const int64_t col = int64_t(nb) * kBn + h * 128 + 8 * j + 2 * t;
             if (col < n) *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(d[q], d[q + 1]);
           }
         }
