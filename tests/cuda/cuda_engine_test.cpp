@@ -17,9 +17,11 @@ struct EngineRun {
   EngineStats stats;
 };
 
-EngineRun run_engine(const std::string& fixture, const std::shared_ptr<Model>& model, bool enforce_eager) {
+EngineRun run_engine(const std::string& fixture, const std::shared_ptr<Model>& model, bool enforce_eager,
+                     KvCacheDtype kv = KvCacheDtype::kAuto) {
   EngineConfig c = test_config(fixture);
   c.enforce_eager = enforce_eager;
+  c.kv_cache_dtype = kv;
   c.max_num_batched_tokens = 64;  // the 70-token prompt prefills in chunks
   Engine engine(model, c, GenerationDefaults::load(engine_fixture_dir(fixture)));
   std::mt19937_64 rng(7);
@@ -34,8 +36,11 @@ EngineRun run_engine(const std::string& fixture, const std::shared_ptr<Model>& m
   return r;
 }
 
-std::shared_ptr<Model> cuda_model(const std::string& fixture) {
-  return std::shared_ptr<Model>(load_model(engine_fixture_dir(fixture), Device::kCuda));
+std::shared_ptr<Model> cuda_model(const std::string& fixture, KvCacheDtype kv = KvCacheDtype::kAuto) {
+  LoadOptions o;
+  o.device = Device::kCuda;
+  o.kv_cache_dtype = kv;
+  return std::shared_ptr<Model>(load_model(engine_fixture_dir(fixture), o));
 }
 
 void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b, const std::string& at) {
@@ -68,14 +73,12 @@ int compare_with_cpu(const std::vector<RequestOutput>& gpu, const std::vector<Re
   return compared;
 }
 
-class CudaEngine : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(CudaEngine, GraphDecodeEqualsEagerAndTheCpuEngine) {
-  STRATA_REQUIRE_GPU();
-  const std::string fixture = GetParam();
-  const std::shared_ptr<Model> model = cuda_model(fixture);
-  const EngineRun graphs = run_engine(fixture, model, false);
-  const EngineRun eager = run_engine(fixture, model, true);
+// The same requests with CUDA-graph decode and eagerly give the same tokens and logprobs, and
+// the CPU engine's tokens at the clear-margin steps; with the KV cache `kv` on both devices.
+void check_graphs_eager_cpu(const std::string& fixture, KvCacheDtype kv) {
+  const std::shared_ptr<Model> model = cuda_model(fixture, kv);
+  const EngineRun graphs = run_engine(fixture, model, false, kv);
+  const EngineRun eager = run_engine(fixture, model, true, kv);
   const bool graphed = model->info().cuda_graphs;
   if (graphed) {
     EXPECT_GT(graphs.stats.graph_steps, 0) << fixture << ": no decode step ran as a graph";
@@ -86,7 +89,7 @@ TEST_P(CudaEngine, GraphDecodeEqualsEagerAndTheCpuEngine) {
   EXPECT_GT(graphs.stats.prefix_hits, 0) << fixture << ": the second round should hit the prefix cache";
   expect_same(graphs.first, eager.first, fixture + " graphs vs eager");
   expect_same(graphs.second, eager.second, fixture + " graphs vs eager, second round");
-  const EngineRun cpu = run_engine(fixture, fixture_model(fixture), true);
+  const EngineRun cpu = run_engine(fixture, fixture_model(fixture, DType::kF32, kv), true, kv);
   // 2 x the goldens' per-position bf16 error bound: 0.1 x the scale of HF's logits.
   const float margin = float(2 * 0.1 * reference_scale(load_fixture(fixture).logits));
   const int compared = compare_with_cpu(graphs.first, cpu.first, margin, fixture) +
@@ -96,6 +99,20 @@ TEST_P(CudaEngine, GraphDecodeEqualsEagerAndTheCpuEngine) {
               "margin above %.3g compared with the CPU\n",
               fixture.c_str(), (long long)graphs.stats.graph_steps, (long long)graphs.stats.steps,
               (long long)graphs.stats.prefix_hits, compared, margin);
+}
+
+class CudaEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEngine, GraphDecodeEqualsEagerAndTheCpuEngine) {
+  STRATA_REQUIRE_GPU();
+  check_graphs_eager_cpu(GetParam(), KvCacheDtype::kAuto);
+}
+
+// The FP8 KV cache (--kv-cache-dtype fp8): its write kernel and FP8 decode captured in the graphs,
+// the prefill over decoded pages, prefix hits reading FP8 pages.
+TEST(CudaEngineFp8Kv, GraphDecodeEqualsEagerAndTheCpuEngine) {
+  STRATA_REQUIRE_GPU();
+  for (const char* fixture : {"qwen3_5_moe_tiny", "qwen3_next_tiny"}) check_graphs_eager_cpu(fixture, KvCacheDtype::kFp8E4M3);
 }
 
 // Overlapped scheduling on the device: the tokens of step N-1 reach step N's batch through the

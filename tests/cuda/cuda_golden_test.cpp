@@ -40,29 +40,6 @@ constexpr double kRmsTolerance = 0.12, kMedianTolerance = 0.1, kMaxTolerance = 3
 // (qwen3_5_moe: 2 x 0.87 = 0.54 of its std), and it does not widen when the GPU's error grows.
 constexpr double kGreedyMargin = 0.6;
 
-struct ErrorProfile {
-  double max = 0, rms = 0, median_position_max = 0;
-};
-
-ErrorProfile error_profile(const Tensor& got, const Tensor& ref) {
-  const int64_t rows = ref.dim(0), cols = ref.dim(1);
-  ErrorProfile p;
-  std::vector<double> per_pos(size_t(rows), 0.0);
-  double sq = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const double d = std::fabs(double(got.data<float>()[r * cols + c]) - ref.data<float>()[r * cols + c]);
-      per_pos[size_t(r)] = std::max(per_pos[size_t(r)], d);
-      sq += d * d;
-    }
-  }
-  p.rms = std::sqrt(sq / double(rows * cols));
-  p.max = *std::max_element(per_pos.begin(), per_pos.end());
-  std::nth_element(per_pos.begin(), per_pos.begin() + rows / 2, per_pos.end());
-  p.median_position_max = per_pos[size_t(rows / 2)];
-  return p;
-}
-
 // The greedy and graph tests' scale: what bf16 typically leaves at one position.
 double bf16_tolerance(const Fixture& f) { return kMedianTolerance * reference_scale(f.logits); }
 

@@ -52,11 +52,12 @@ void check_attention(int64_t d, int64_t hkv, const std::vector<int32_t>& q_lens,
     Tensor ref = Tensor::empty({t, hq, d}, DType::kF32), got = Tensor::empty({t, hq, d}, DType::kBF16, Device::kCuda);
     const float scale = 1.f / std::sqrt(float(d));
     if (gated) {
-      ops::paged_attention_gated(q, k, v, kc, vc, batch, scale, gate, ref);
-      ops::paged_attention_gated(to_gpu(q), to_gpu(k), to_gpu(v), gkc, gvc, batch, scale, to_gpu(gate), got);
+      ops::paged_attention_gated(q, k, v, {kc, vc, {}, {}}, batch, scale, gate, ref);
+      ops::paged_attention_gated(to_gpu(q), to_gpu(k), to_gpu(v), {gkc, gvc, {}, {}}, batch, scale, to_gpu(gate),
+                                 got);
     } else {
-      ops::paged_attention(q, k, v, kc, vc, batch, scale, ref);
-      ops::paged_attention(to_gpu(q), to_gpu(k), to_gpu(v), gkc, gvc, batch, scale, got);
+      ops::paged_attention(q, k, v, {kc, vc, {}, {}}, batch, scale, ref);
+      ops::paged_attention(to_gpu(q), to_gpu(k), to_gpu(v), {gkc, gvc, {}, {}}, batch, scale, got);
     }
     const Tensor got_h = to_host_f32(got);
     EXPECT_LE(rel_err(got_h, ref), kBf16Tol) << at;

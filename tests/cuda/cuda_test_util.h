@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "strata/core/error.h"
 #include "strata/core/tensor.h"
@@ -78,6 +79,31 @@ inline double reference_scale(const Tensor& ref) {
   double sq = 0;
   for (int64_t i = 0; i < ref.numel(); ++i) sq += double(ref.data<float>()[i]) * ref.data<float>()[i];
   return std::max(1.0, std::sqrt(sq / double(ref.numel())));
+}
+
+// A model's logits [T, vocab] against a reference: the largest error, the rms error, and the
+// median over positions of each position's largest error.
+struct ErrorProfile {
+  double max = 0, rms = 0, median_position_max = 0;
+};
+
+inline ErrorProfile error_profile(const Tensor& got, const Tensor& ref) {
+  const int64_t rows = ref.dim(0), cols = ref.dim(1);
+  ErrorProfile p;
+  std::vector<double> per_pos(size_t(rows), 0.0);
+  double sq = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const double d = std::fabs(double(got.data<float>()[r * cols + c]) - ref.data<float>()[r * cols + c]);
+      per_pos[size_t(r)] = std::max(per_pos[size_t(r)], d);
+      sq += d * d;
+    }
+  }
+  p.rms = std::sqrt(sq / double(rows * cols));
+  p.max = *std::max_element(per_pos.begin(), per_pos.end());
+  std::nth_element(per_pos.begin(), per_pos.begin() + rows / 2, per_pos.end());
+  p.median_position_max = per_pos[size_t(rows / 2)];
+  return p;
 }
 
 }  // namespace strata::testing

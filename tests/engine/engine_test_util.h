@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -45,13 +47,15 @@ inline const Tokenizer& default_tokenizer() {
   return tok;
 }
 
-// Each fixture model is loaded once per test binary (and recurrent-state dtype).
-inline std::shared_ptr<Model> fixture_model(const std::string& name, DType ssm_dtype = DType::kF32) {
-  static std::map<std::pair<std::string, DType>, std::shared_ptr<Model>> loaded;
-  auto& m = loaded[{name, ssm_dtype}];
+// Each fixture model is loaded once per test binary (and recurrent-state and KV dtype).
+inline std::shared_ptr<Model> fixture_model(const std::string& name, DType ssm_dtype = DType::kF32,
+                                            KvCacheDtype kv = KvCacheDtype::kAuto) {
+  static std::map<std::tuple<std::string, DType, KvCacheDtype>, std::shared_ptr<Model>> loaded;
+  auto& m = loaded[{name, ssm_dtype, kv}];
   if (!m) {
     LoadOptions o;
     o.ssm_state_dtype = ssm_dtype;
+    o.kv_cache_dtype = kv;
     m = std::shared_ptr<Model>(load_model(engine_fixture_dir(name), o));
   }
   return m;
@@ -85,7 +89,7 @@ inline EngineConfig test_config(const std::string& name) {
 }
 
 inline std::unique_ptr<Engine> make_engine(const std::string& name, const EngineConfig& c) {
-  return std::make_unique<Engine>(fixture_model(name, c.ssm_state_dtype), c,
+  return std::make_unique<Engine>(fixture_model(name, c.ssm_state_dtype, c.kv_cache_dtype), c,
                                   GenerationDefaults::load(engine_fixture_dir(name)));
 }
 
@@ -157,6 +161,43 @@ inline void expect_same_outputs(const RequestOutput& a, const RequestOutput& b, 
     EXPECT_EQ(a.outputs[j].logprobs, b.outputs[j].logprobs) << what << " completion " << j;
     EXPECT_EQ(a.outputs[j].finish_reason, b.outputs[j].finish_reason) << what;
   }
+}
+
+// The default model's three greedy-test prompts (plain English the model was trained on).
+inline std::vector<std::vector<int32_t>> default_greedy_prompts() {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* text : {"The kernel", "To install a package on Debian, run apt-get install followed by the name of the "
+                           "package. The", "Debian is a free operating system. It uses the Linux kernel and provides "
+                           "thousands of packages that"}) {
+    prompts.push_back(default_tokenizer().encode(text));
+  }
+  return prompts;
+}
+
+// Greedy tokens of `got` against `want` (run with top-2 logprobs), each request up to the first
+// position where want's top two log-probabilities are within `tie` (where a rounding may flip
+// the choice): they must be equal. Returns the tokens compared.
+inline int expect_greedy_agrees_where_clear(const std::vector<RequestOutput>& want, const std::vector<RequestOutput>& got,
+                                            double tie = 0.05) {
+  int agreed = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const CompletionOutput& w = want[i].outputs[0];
+    const CompletionOutput& g = got[i].outputs[0];
+    for (size_t t = 0; t < w.token_ids.size(); ++t) {
+      const auto& top = w.top_logprobs[t];
+      const double margin = top.size() >= 2 ? top[0].logprob - top[1].logprob : 1e9;
+      if (margin < tie) break;  // a near tie: no claim from here on
+      if (t >= g.token_ids.size()) {
+        ADD_FAILURE() << "prompt " << i << ": " << g.token_ids.size() << " tokens";
+        break;
+      }
+      EXPECT_EQ(w.token_ids[t], g.token_ids[t]) << "prompt " << i << ", token " << t << " (margin " << margin << ")";
+      if (w.token_ids[t] != g.token_ids[t]) break;
+      ++agreed;
+    }
+  }
+  std::printf("  greedy: %d tokens compared (clear margin) over %zu prompts\n", agreed, want.size());
+  return agreed;
 }
 
 }  // namespace strata::testing

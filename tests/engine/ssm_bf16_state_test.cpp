@@ -98,32 +98,11 @@ std::vector<std::vector<int32_t>> default_prompts() {
 // Greedy tokens agree with the fp32-state run up to the first position where the fp32 run's
 // top two log-probabilities are close (where a rounding may flip the choice).
 TEST(SsmBf16State, DefaultModelGreedyAgreesWhereTheMarginIsClear) {
-  const Tokenizer tok = Tokenizer::load(default_model_dir());
-  std::vector<std::vector<int32_t>> prompts;
-  for (const char* text : {"The kernel", "To install a package on Debian, run apt-get install followed by the name of the "
-                           "package. The", "Debian is a free operating system. It uses the Linux kernel and provides "
-                           "thousands of packages that"}) {
-    prompts.push_back(tok.encode(text));
-  }
+  const auto prompts = default_greedy_prompts();
   const SamplingParams p = greedy_params(24, 2);
   const auto want = run_default(default_model_config(0, DType::kF32), prompts, p);
   const auto got = run_default(default_model_config(0, DType::kBF16), prompts, p);
-  int agreed = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const CompletionOutput& w = want[i].outputs[0];
-    const CompletionOutput& g = got[i].outputs[0];
-    for (size_t t = 0; t < w.token_ids.size(); ++t) {
-      const auto& top = w.top_logprobs[t];
-      const double margin = top.size() >= 2 ? top[0].logprob - top[1].logprob : 1e9;
-      if (margin < 0.05) break;  // a near tie: no claim from here on
-      ASSERT_LT(t, g.token_ids.size());
-      EXPECT_EQ(w.token_ids[t], g.token_ids[t]) << "prompt " << i << ", token " << t << " (margin " << margin << ")";
-      if (w.token_ids[t] != g.token_ids[t]) break;
-      ++agreed;
-    }
-  }
-  std::printf("  greedy: %d tokens compared (clear margin) over %zu prompts, all equal\n", agreed, prompts.size());
-  EXPECT_GE(agreed, 24) << "too few clear-margin tokens: the test compares little";
+  EXPECT_GE(expect_greedy_agrees_where_clear(want, got), 24) << "too few clear-margin tokens: the test compares little";
 }
 
 TEST(SsmBf16State, PrefixCachingStaysExact) {

@@ -141,10 +141,10 @@ TEST(OpsAttention, PagedMatchesDenseCausalGqa) {
   first.seqs[0].block_table = batch.seqs[0].block_table;
   Tensor k0 = random_tensor({6, hkv, d}, rng), v0 = random_tensor({6, hkv, d}, rng), q0 = random_tensor({6, hq, d}, rng);
   Tensor o0 = Tensor::empty({6, hq, d}, DType::kF32);
-  ops::paged_attention(q0, k0, v0, kc, vc, first, 0.5f, o0);
+  ops::paged_attention(q0, k0, v0, {kc, vc, {}, {}}, first, 0.5f, o0);
   Tensor q = random_tensor({t, hq, d}, rng), k = random_tensor({t, hkv, d}, rng), v = random_tensor({t, hkv, d}, rng);
   Tensor out = Tensor::empty({t, hq, d}, DType::kF32);
-  ops::paged_attention(q, k, v, kc, vc, batch, 0.5f, out);
+  ops::paged_attention(q, k, v, {kc, vc, {}, {}}, batch, 0.5f, out);
   // Dense reference per sequence.
   auto key_at = [&](int s, int64_t pos, int64_t h, bool value) -> const float* {
     if (s == 0 && pos < 6) return (value ? v0 : k0).data<float>() + (pos * hkv + h) * d;

@@ -18,6 +18,7 @@
 
 #include "strata/cli/bench_roofline.h"
 #include "strata/cli/common.h"
+#include "strata/cli/engine_options.h"
 #include "strata/core/error.h"
 #include "strata/io/config.h"
 #include "strata/models/model.h"
@@ -88,9 +89,10 @@ double active_experts(const Dims& d, double tokens) {
 // One forward of `tokens` new tokens in `seqs` sequences, each with `ctx` cached tokens before
 // the step; `logit_rows` rows through the LM head. Fewest bytes: every weight read once (only
 // the experts hit), caches read and written once; activations are not counted.
-// state_bytes: bytes per recurrent-state element (4 for F32, 2 for BF16).
+// state_bytes: bytes per recurrent-state element (4 for F32, 2 for BF16); kv_bytes: per KV
+// element (2 for BF16, (D + 1) / D for FP8 pages with their scale bytes).
 Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int64_t logit_rows,
-                  double state_bytes = 4) {
+                  double state_bytes = 4, double kv_bytes = 2) {
   const double h = double(d.hidden), bf = 2, f32 = 4;
   const double conv_dim = double(2 * d.hk * d.dk + d.hv * d.dv);
   const double gdn_params = (conv_dim + d.hv * d.dv + 2 * d.hv) * h + h * d.hv * d.dv;
@@ -108,7 +110,7 @@ Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int6
   c.flops += 2 * t * (d.n_moe * (moe_dense + double(d.top_k) * expert_params) + d.n_dense * mlp_params);
   c.flops += 2 * double(logit_rows) * double(d.vocab) * h;
   // Attention: KV read once and written once; QK^T and PV over the visible keys.
-  const double kv_token = 2.0 * d.kv_heads * d.head_dim * bf;
+  const double kv_token = 2.0 * d.kv_heads * d.head_dim * kv_bytes;
   const double per_seq = t / double(seqs);
   c.cache_bytes += d.n_full * double(seqs) * (double(ctx) + per_seq) * kv_token;  // read
   c.cache_bytes += d.n_full * t * kv_token;                                         // write
@@ -285,11 +287,15 @@ CacheSpec with_ssm_dtype(CacheSpec spec, DType ssm) {
   return spec;
 }
 
-std::string ssm_label(DType ssm) { return ssm == DType::kF32 ? "" : cat(", ", dtype_name(ssm), " state"); }
+// The row labels' note of what differs from the defaults: the state's dtype, FP8 KV pages.
+std::string ssm_label(DType ssm, double kv_bytes) {
+  return cat(ssm == DType::kF32 ? "" : cat(", ", dtype_name(ssm), " state"), kv_bytes < 2 ? ", fp8 KV" : "");
+}
 
 // One timed prefill of `len` tokens in a fresh cache (after a warm-up forward).
 Row prefill_row(Model& model, const Dims& dims, int32_t len, int block_size, std::mt19937& rng, int64_t vocab,
-                DType ssm, bool with_breakdown, std::vector<std::pair<std::string, std::string>>* breakdowns) {
+                DType ssm, double kv_bytes, bool with_breakdown,
+                std::vector<std::pair<std::string, std::string>>* breakdowns) {
   const int pages = (len + block_size - 1) / block_size;
   Caches caches = Caches::allocate(with_ssm_dtype(model.info().cache, ssm), pages, block_size, 1, Device::kCuda);
   ForwardBatch batch = make_batch(1, len, 0, block_size, pages, rng, vocab);
@@ -308,14 +314,14 @@ Row prefill_row(Model& model, const Dims& dims, int32_t len, int block_size, std
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   if (with_breakdown) {
-    breakdowns->push_back({cat("prefill ", len, " tokens", ssm_label(ssm), " (", std::to_string(ms).substr(0, 7), " ms)"),
+    breakdowns->push_back({cat("prefill ", len, " tokens", ssm_label(ssm, kv_bytes), " (", std::to_string(ms).substr(0, 7), " ms)"),
                            breakdown_table(profile_forward(model, batch, caches), 1)});
     std::fprintf(stderr, "per-op GPU time, %s:\n%s", breakdowns->back().first.c_str(),
                  breakdowns->back().second.c_str());
   }
   std::fprintf(stderr, "prefill %d: %.2f ms, %.0f tokens/s\n", len, ms, len * 1e3 / ms);
-  return {cat("prefill ", len, " tokens", ssm_label(ssm)), len, ms,
-          forward_cost(dims, 1, len, 0, 1, double(dtype_size(ssm)))};
+  return {cat("prefill ", len, " tokens", ssm_label(ssm, kv_bytes)), len, ms,
+          forward_cost(dims, 1, len, 0, 1, double(dtype_size(ssm)), kv_bytes)};
 }
 
 int run(int argc, char** argv) {
@@ -323,6 +329,7 @@ int run(int argc, char** argv) {
                "strata bench --roofline"};
   std::string model_dir, load_format = "auto", batches_text = "1,8,64,256", prefill_text = "2048,8192", out;
   std::vector<std::string> ssm_names{"float32"};
+  std::string kv_name = "auto";
   int context = 1024, steps = 32;
   bool breakdown = true;
   bool roofline = true;
@@ -338,6 +345,7 @@ int run(int argc, char** argv) {
                  "recurrent-state dtypes to time, comma-separated: float32 (default), bfloat16 or both "
                  "(each decode batch and prefill runs once per dtype, one model load)")
       ->delimiter(',');
+  add_kv_cache_dtype_option(app, kv_name);
   app.add_flag("!--no-breakdown", breakdown, "skip the per-op time breakdown");
   CLI11_PARSE(app, argc, argv);
   const std::vector<int32_t> batches = parse_ids(batches_text, "--batches");
@@ -358,7 +366,11 @@ int run(int argc, char** argv) {
 
   const Dims dims = read_dims(model_dir);
   const auto t_load = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> model = load_model(model_dir, LoadOptions{Device::kCuda, parse_load_format(load_format), {}});
+  LoadOptions load{Device::kCuda, parse_load_format(load_format), {}};
+  load.kv_cache_dtype = parse_kv_cache_dtype(kv_name);
+  const bool kv_fp8 = load.kv_cache_dtype == KvCacheDtype::kFp8E4M3;
+  const double kv_bytes = kv_fp8 ? double(dims.head_dim + 1) / double(dims.head_dim) : 2.0;
+  std::unique_ptr<Model> model = load_model(model_dir, load);
   cu::synchronize();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   std::snprintf(buf, sizeof buf, "model: %s, %.1f GB of weights on the GPU, loaded in %.1f s\n",
@@ -406,32 +418,32 @@ int run(int argc, char** argv) {
     for (int i = 0; i < steps; ++i) step(true);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
     const int mid_ctx = context + 3 + steps / 2;
-    rows.push_back({cat("decode batch ", b, ssm_label(ssm), " (graphs)"), b, ms,
-                    forward_cost(dims, b, b, mid_ctx, b, state_bytes)});
+    rows.push_back({cat("decode batch ", b, ssm_label(ssm, kv_bytes), " (graphs)"), b, ms,
+                    forward_cost(dims, b, b, mid_ctx, b, state_bytes, kv_bytes)});
     if (b == batches.front()) {
       const int eager_steps = 4;
       const auto e0 = std::chrono::steady_clock::now();
       for (int i = 0; i < eager_steps; ++i) step(false);
       const double ems = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - e0).count() / eager_steps;
-      rows.push_back({cat("decode batch ", b, ssm_label(ssm), " (eager, no graphs)"), b, ems,
-                      forward_cost(dims, b, b, mid_ctx, b, state_bytes)});
+      rows.push_back({cat("decode batch ", b, ssm_label(ssm, kv_bytes), " (eager, no graphs)"), b, ems,
+                      forward_cost(dims, b, b, mid_ctx, b, state_bytes, kv_bytes)});
     }
     if (breakdown && (b == 1 || b == batches.back())) {
-      breakdowns.push_back({cat("decode batch ", b, ssm_label(ssm), ", context ~", batch.seqs[0].ctx_len, " (graph step ",
+      breakdowns.push_back({cat("decode batch ", b, ssm_label(ssm, kv_bytes), ", context ~", batch.seqs[0].ctx_len, " (graph step ",
                                 std::to_string(ms * 1e3).substr(0, 7), " us)"),
                             breakdown_table(profile_forward(*model, batch, caches), 1)});
       // Printed as soon as measured: a later run that fails must not lose it.
       std::fprintf(stderr, "per-op GPU time, %s:\n%s", breakdowns.back().first.c_str(),
                    breakdowns.back().second.c_str());
     }
-    std::fprintf(stderr, "decode batch %d%s: %.3f ms/step, %.0f tokens/s (%d graphs)\n", b, ssm_label(ssm).c_str(),
+    std::fprintf(stderr, "decode batch %d%s: %.3f ms/step, %.0f tokens/s (%d graphs)\n", b, ssm_label(ssm, kv_bytes).c_str(),
                  ms, b * 1e3 / ms, graphs.captured());
   }
 
   for (DType ssm : ssm_dtypes) for (int32_t len : prompts) {
     STRATA_CHECK(len > 0, "--prefill: lengths must be positive");
     try {
-      rows.push_back(prefill_row(*model, dims, len, block_size, rng, vocab, ssm, breakdown,
+      rows.push_back(prefill_row(*model, dims, len, block_size, rng, vocab, ssm, kv_bytes, breakdown,
                                  &breakdowns));
     } catch (const Error& e) {
       // One size that does not fit must not lose the others' results.

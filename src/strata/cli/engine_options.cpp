@@ -47,6 +47,7 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
                  "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' (default: off); add "
                  "'\"draft_length\": \"dynamic\"' to choose each sequence's draft length in [0, K]");
   add_ssm_dtype_option(app, o.mamba_ssm_dtype);
+  add_kv_cache_dtype_option(app, o.kv_cache_dtype);
   add_parallel_options(app, o.tensor_parallel_size, o.enable_expert_parallel);
 }
 
@@ -54,6 +55,13 @@ void add_ssm_dtype_option(CLI::App& app, std::string& dtype) {
   app.add_option("--mamba-ssm-dtype,--mamba-ssm-cache-dtype", dtype,
                  "dtype of the recurrent (Gated DeltaNet) state: float32 (default) | bfloat16 (half the "
                  "state bytes; computed in fp32, rounded when stored)");
+}
+
+void add_kv_cache_dtype_option(CLI::App& app, std::string& dtype) {
+  app.add_option("--kv-cache-dtype", dtype,
+                 "storage of the attention layers' KV cache: auto (default: the activations' dtype) | fp8 "
+                 "(= fp8_e4m3: e4m3 with a power-of-two scale a token and kv head, about half the bytes; the "
+                 "Qwen3.5 family so far)");
 }
 
 void add_model_argument(CLI::App& app, EngineOptions& o) {
@@ -94,6 +102,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.device = parse_device(o.device);
   c.load_format = parse_load_format(o.load_format);
   c.ssm_state_dtype = parse_ssm_state_dtype(o.mamba_ssm_dtype);
+  c.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   if (!o.kv_cache_memory.empty()) c.kv_cache_memory = parse_byte_size(o.kv_cache_memory, "--kv-cache-memory");
   STRATA_CHECK(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1,
                "--gpu-memory-utilization must be in (0, 1], got ", o.gpu_memory_utilization);

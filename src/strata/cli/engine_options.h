@@ -15,6 +15,7 @@ struct EngineOptions {
   std::string model_dir, device = "cpu", load_format = "auto", kv_cache_memory, logprobs_mode = "processed";
   std::string speculative_config;  // --speculative-config JSON (vLLM's flag)
   std::string mamba_ssm_dtype = "float32";  // --mamba-ssm-dtype (SGLang) / --mamba-ssm-cache-dtype (vLLM)
+  std::string kv_cache_dtype = "auto";      // --kv-cache-dtype (vLLM's flag)
   int block_size = 16, max_num_seqs = 256, max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
   double gpu_memory_utilization = 0.9;
@@ -33,6 +34,8 @@ void add_load_format_option(CLI::App& app, std::string& load_format);
 // --mamba-ssm-dtype float32 | bfloat16, also spelt --mamba-ssm-cache-dtype (also on `strata bench
 // --roofline`): parse_ssm_state_dtype reads it.
 void add_ssm_dtype_option(CLI::App& app, std::string& dtype);
+// --kv-cache-dtype auto | fp8 | fp8_e4m3 (also on `strata info`): parse_kv_cache_dtype reads it.
+void add_kv_cache_dtype_option(CLI::App& app, std::string& dtype);
 
 // --tensor-parallel-size and --enable-expert-parallel (also on `strata logits`).
 void add_parallel_options(CLI::App& app, int& tensor_parallel_size, bool& enable_expert_parallel);
@@ -43,7 +46,7 @@ void check_parallel_options(int tensor_parallel_size, bool enable_expert_paralle
 // --model --device --load-format --kv-cache-memory --gpu-memory-utilization --block-size --max-num-seqs
 // --max-num-batched-tokens --max-model-len --enable-prefix-caching / --no-enable-prefix-caching
 // --prefix-state-interval --prefix-state-slots --logprobs-mode --enforce-eager
-// --async-scheduling / --no-async-scheduling --speculative-config --mamba-ssm-dtype
+// --async-scheduling / --no-async-scheduling --speculative-config --mamba-ssm-dtype --kv-cache-dtype
 // --tensor-parallel-size --enable-expert-parallel
 void add_engine_options(CLI::App& app, EngineOptions& o);
 // The model folder as a positional argument too (`strata serve MODEL`, as `vllm serve` takes

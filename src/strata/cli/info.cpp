@@ -136,16 +136,18 @@ int run(int argc, char** argv) {
   CLI::App app{"Print the memory plan of a checkpoint folder: weights and cache bytes per token", "strata info"};
   std::string model_dir;
   bool load = false;
-  std::string ssm_dtype = "float32";
+  std::string ssm_dtype = "float32", kv_dtype = "auto";
   int block_size = EngineConfig{}.block_size;  // the page the engine uses without --block-size
   app.add_option("--model", model_dir, "checkpoint folder (default: the bundled model)");
   app.add_flag("--load", load, "load the model to read its cache layout (families other than deepseek_v4)");
   app.add_option("--block-size", block_size,
                  cat("tokens per cache page for the page-size line (default ", block_size, ", as the engine's)"));
   add_ssm_dtype_option(app, ssm_dtype);
+  add_kv_cache_dtype_option(app, kv_dtype);
   CLI11_PARSE(app, argc, argv);
   LoadOptions options;
   options.ssm_state_dtype = parse_ssm_state_dtype(ssm_dtype);
+  options.kv_cache_dtype = parse_kv_cache_dtype(kv_dtype);
   model_dir = model_dir_or_default(model_dir);
   STRATA_CHECK(block_size > 0, "--block-size must be positive");
   Checkpoint ckpt = Checkpoint::open(model_dir);

@@ -14,6 +14,7 @@
 
 #include "strata/cli/command.h"
 #include "strata/cli/common.h"
+#include "strata/cli/engine_options.h"
 #include "strata/core/error.h"
 #include "strata/engine/perplexity.h"
 #include "strata/models/model.h"
@@ -46,7 +47,7 @@ int run(int argc, char** argv) {
                "its own; the second half of each window is scored (llama.cpp's llama-perplexity), or every "
                "token after the first with --score-all",
                "strata perplexity"};
-  std::string model_dir, file, device = "cpu";
+  std::string model_dir, file, device = "cpu", ssm_dtype = "float32", kv_dtype = "auto";
   PerplexityOptions o;
   bool quiet = false;
   app.add_option("--model,-m", model_dir, "checkpoint folder with tokenizer.json (default: the bundled model)");
@@ -57,6 +58,8 @@ int run(int argc, char** argv) {
   app.add_flag("--score-all", o.score_all, "score every token of a window after its first, not only the second half");
   app.add_option("--device", device, "cpu | cuda (default cpu)");
   app.add_flag("--quiet", quiet, "no running perplexity per window on stderr");
+  add_ssm_dtype_option(app, ssm_dtype);
+  add_kv_cache_dtype_option(app, kv_dtype);
   std::string nll_file;
   app.add_option("--nll-file", nll_file,
                  "also write each scored token's NLL here, a line each: index in the file's tokens, token id, "
@@ -74,7 +77,11 @@ int run(int argc, char** argv) {
     STRATA_CHECK(nll_out.is_open(), "--nll-file: cannot write '", nll_file, "'");
   }
   const Tokenizer tokenizer = Tokenizer::load(dir);
-  auto model = load_model(dir, dev);
+  LoadOptions load;
+  load.device = dev;
+  load.ssm_state_dtype = parse_ssm_state_dtype(ssm_dtype);
+  load.kv_cache_dtype = parse_kv_cache_dtype(kv_dtype);
+  auto model = load_model(dir, load);
   const int64_t max_len = model->info().max_position_embeddings;
   STRATA_CHECK(max_len <= 0 || o.ctx_size <= max_len, "--ctx-size: ", o.ctx_size,
                " is more than the model's max_position_embeddings (", max_len, ")");

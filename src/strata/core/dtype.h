@@ -78,6 +78,26 @@ inline float f8e4m3_to_f32(uint8_t b) {
   return sign * std::ldexp(float(8 + man), exp - 10);
 }
 
+// The nearest e4m3fn code to x, ties to the even code, saturating at +-448 (infinities too), NaN
+// to 0x7f with x's sign: __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) on the GPU.
+inline uint8_t f32_to_f8e4m3(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return uint8_t(sign | 0x7f);
+  float a;
+  std::memcpy(&a, &u, 4);
+  if (a < 0.015625f) {  // below 2^-6: subnormal codes m * 2^-9 (m = 8 is the smallest normal, 0x08)
+    return uint8_t(sign | uint8_t(std::nearbyint(a * 512.f)));
+  }
+  if (a >= 448.f) return uint8_t(sign | 0x7e);
+  const uint32_t keep = (u >> 20) & 7u, rem = u & 0xfffffu;
+  uint32_t code = ((((u >> 23) - 127u + 7u) << 3) | keep) + (rem > 0x80000u || (rem == 0x80000u && (keep & 1u)));
+  if (code > 0x7e) code = 0x7e;
+  return uint8_t(sign | code);
+}
+
 inline float f8e5m2_to_f32(uint8_t b) { return f16_to_f32(uint16_t(b) << 8); }
 
 // One e2m1 nibble (MXFP4 / NVFP4 element): values 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives.

@@ -17,6 +17,7 @@ namespace {
 LoadOptions load_options(const EngineConfig& config) {
   LoadOptions o{config.device, config.load_format, {}};
   o.ssm_state_dtype = config.ssm_state_dtype;
+  o.kv_cache_dtype = config.kv_cache_dtype;
   if (config.speculative.enabled()) {
     STRATA_CHECK(config.tensor_parallel_size == 1, "--speculative-config: speculative decoding does not run with "
                  "--tensor-parallel-size > 1 yet");
@@ -79,6 +80,11 @@ void Engine::init() {
       STRATA_CHECK(slot.name != "ssm" || slot.dtype == config_.ssm_state_dtype, "--mamba-ssm-dtype ",
                    dtype_name(config_.ssm_state_dtype), ": the model's recurrent state slots are ",
                    dtype_name(slot.dtype), " (load it with LoadOptions::ssm_state_dtype to match)");
+    }
+    for (const PagedCacheSpec& p : layer.paged) {
+      STRATA_CHECK(p.name != "k" || (p.dtype == DType::kF8E4M3) == (config_.kv_cache_dtype == KvCacheDtype::kFp8E4M3),
+                   "--kv-cache-dtype ", kv_cache_dtype_name(config_.kv_cache_dtype), ": the model's KV pages are ",
+                   dtype_name(p.dtype), " (load it with LoadOptions::kv_cache_dtype to match)");
     }
   }
   MemoryRequest mr;

@@ -62,6 +62,9 @@ struct EngineConfig {
   // The recurrent (Gated DeltaNet) state slots' dtype, LoadOptions::ssm_state_dtype
   // (--mamba-ssm-dtype): kF32 or kBF16. A model given to the engine ready-loaded must match it.
   DType ssm_state_dtype = DType::kF32;
+  // The attention layers' KV pages, LoadOptions::kv_cache_dtype (--kv-cache-dtype). A model given
+  // to the engine ready-loaded must match it.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   int32_t block_size = 16;    // tokens per KV page
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;

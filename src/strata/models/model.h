@@ -131,6 +131,10 @@ std::unique_ptr<Model> load_model(const std::string& dir, Device device = Device
 // nowhere: a folder holding only config.json gets seeded uniform random weights of the real
 // shapes, made on the device (benchmarks at real sizes without checkpoints).
 enum class LoadFormat { kSafetensors, kDummy };
+// The attention layers' paged KV cache (--kv-cache-dtype): kAuto, the activations' dtype
+// (float32 on the CPU, bfloat16 on CUDA); kFp8E4M3, e4m3 codes and a power-of-two scale a
+// (token, kv head) vector, about half bfloat16's bytes (ops/kv_fp8.h).
+enum class KvCacheDtype { kAuto, kFp8E4M3 };
 struct LoadOptions {
   Device device = Device::kCpu;
   LoadFormat format = LoadFormat::kSafetensors;
@@ -143,11 +147,18 @@ struct LoadOptions {
   // kBF16 to halve their bytes (every op loads the state to fp32, computes in fp32 and rounds
   // once, to nearest even, when it stores it). Families without a recurrent state ignore it.
   DType ssm_state_dtype = DType::kF32;
+  // The KV cache's storage (--kv-cache-dtype). kFp8E4M3: the Qwen3.5 family only so far; the
+  // other families refuse it by name.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
 };
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
 // "auto" or "safetensors" -> kSafetensors, "dummy" -> kDummy; an Error naming --load-format else.
 LoadFormat parse_load_format(const std::string& name);
 // "float32" -> kF32, "bfloat16" -> kBF16; an Error naming --mamba-ssm-dtype else.
 DType parse_ssm_state_dtype(const std::string& name);
+// "auto" -> kAuto, "fp8" or "fp8_e4m3" -> kFp8E4M3 (vLLM's names); an Error naming
+// --kv-cache-dtype else.
+KvCacheDtype parse_kv_cache_dtype(const std::string& name);
+const char* kv_cache_dtype_name(KvCacheDtype dtype);
 
 }  // namespace strata

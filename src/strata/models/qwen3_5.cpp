@@ -189,8 +189,9 @@ class Qwen35Model final : public Model {
   };
 
  public:
-  Qwen35Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par, bool mtp, DType ssm_dtype)
-      : device_(device), par_(par), ssm_dtype_(ssm_dtype) {
+  Qwen35Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par, bool mtp, DType ssm_dtype,
+              KvCacheDtype kv)
+      : device_(device), par_(par), ssm_dtype_(ssm_dtype), kv_fp8_(kv == KvCacheDtype::kFp8E4M3) {
     const std::string origin = ckpt.dir() + "/config.json";
     full_ = parse_config(ckpt.config(), origin);
     cfg_ = local_config(full_, par_, origin);
@@ -366,8 +367,13 @@ class Qwen35Model final : public Model {
       s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, ssm_dtype_});
       s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
     } else {
-      s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
-      s.paged.push_back({"v", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+      const DType kv = kv_fp8_ ? DType::kF8E4M3 : act_dtype();
+      s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, kv});
+      s.paged.push_back({"v", {cfg_.kv_heads, cfg_.head_dim}, kv});
+      if (kv_fp8_) {
+        s.paged.push_back({"k_scale", {cfg_.kv_heads}, DType::kUE8M0});
+        s.paged.push_back({"v_scale", {cfg_.kv_heads}, DType::kUE8M0});
+      }
     }
     return s;
   }
@@ -412,7 +418,8 @@ class Qwen35Model final : public Model {
     mtp_.bytes = w.bytes_loaded();
   }
 
-  // Activations, KV and conv caches: F32 on the CPU, BF16 on CUDA (the GDN state: ssm_dtype_).
+  // Activations, KV and conv caches: F32 on the CPU, BF16 on CUDA (the GDN state: ssm_dtype_; the KV
+  // pages: FP8 with kv_fp8_).
   DType act_dtype() const { return device_ == Device::kCuda ? DType::kBF16 : DType::kF32; }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
 
@@ -593,8 +600,12 @@ class Qwen35Model final : public Model {
     ops::qk_norm_rope(qg.reshape({t, hq, 2 * d}), k, l.q_norm, l.k_norm, float(cfg_.eps), true, batch.positions,
                       cfg_.rope, q, gate);
     Tensor o = act({t, hq * d});
-    ops::paged_attention_gated(q, k, v, cache.paged[0], cache.paged[1], batch, 1.f / std::sqrt(float(d)), gate,
-                               o.reshape({t, hq, d}));
+    ops::PagedKv kv{cache.paged[0], cache.paged[1], {}, {}};
+    if (kv_fp8_) {
+      kv.k_scale = cache.paged[2];
+      kv.v_scale = cache.paged[3];
+    }
+    ops::paged_attention_gated(q, k, v, kv, batch, 1.f / std::sqrt(float(d)), gate, o.reshape({t, hq, d}));
     ops::linear(o, l.o_proj, y);
     reduce(y);
   }
@@ -644,6 +655,7 @@ class Qwen35Model final : public Model {
   Device device_;
   dist::Parallel par_;
   DType ssm_dtype_;  // the GDN state slots: F32 (default) or BF16 (--mamba-ssm-dtype)
+  bool kv_fp8_;      // the attention layers' KV pages: FP8 with scales (--kv-cache-dtype fp8)
   Qwen35Config full_, cfg_;  // the checkpoint's config; this rank's share of it
   ModelInfo info_;
   Tensor embed_, final_norm_, lm_head_;
@@ -658,8 +670,8 @@ class Qwen35Model final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> load_qwen3_5(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel,
-                                    bool mtp, DType ssm_dtype) {
-  return std::make_unique<Qwen35Model>(ckpt, device, parallel, mtp, ssm_dtype);
+                                    bool mtp, DType ssm_dtype, KvCacheDtype kv) {
+  return std::make_unique<Qwen35Model>(ckpt, device, parallel, mtp, ssm_dtype, kv);
 }
 
 }  // namespace strata

@@ -21,7 +21,7 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> kFamilies = {
       {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"},
-       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel, o.mtp, o.ssm_state_dtype); }},
+       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel, o.mtp, o.ssm_state_dtype, o.kv_cache_dtype); }},
       {{"qwen4_exp", "qwen4_exp_text"},
        [](const Checkpoint& c, const LoadOptions& o) { return load_qwen4_exp(c, o.device, o.parallel, o.ssm_state_dtype); }},
       {{"deepseek_v4"},
@@ -48,6 +48,16 @@ DType parse_ssm_state_dtype(const std::string& name) {
   fail("--mamba-ssm-dtype: expected float32 or bfloat16, got '", name, "'");
 }
 
+KvCacheDtype parse_kv_cache_dtype(const std::string& name) {
+  if (name == "auto") return KvCacheDtype::kAuto;
+  if (name == "fp8" || name == "fp8_e4m3") return KvCacheDtype::kFp8E4M3;
+  fail("--kv-cache-dtype: expected auto, fp8 or fp8_e4m3, got '", name, "'");
+}
+
+const char* kv_cache_dtype_name(KvCacheDtype dtype) {
+  return dtype == KvCacheDtype::kFp8E4M3 ? "fp8_e4m3" : "auto";
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
   STRATA_CHECK(options.ssm_state_dtype == DType::kF32 || options.ssm_state_dtype == DType::kBF16,
                "--mamba-ssm-dtype: the recurrent state is float32 or bfloat16, got ",
@@ -63,6 +73,9 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
       if (t != type) continue;
       STRATA_CHECK(!options.mtp || f.model_types[0] == "qwen3_next", dir, ": a multi-token-prediction head for ",
                    type, " is not supported yet (only the Qwen3.5 family)");
+      STRATA_CHECK(options.kv_cache_dtype == KvCacheDtype::kAuto || f.model_types[0] == "qwen3_next", dir,
+                   ": --kv-cache-dtype ", kv_cache_dtype_name(options.kv_cache_dtype), " is not supported for ",
+                   type, " yet (only the Qwen3.5 family: qwen3_next, qwen3_5, qwen3_5_moe); use auto");
       return f.load(ckpt, options);
     }
   }

@@ -64,17 +64,26 @@ void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const
 
 // ---- attention ----
 
-// Writes the new k, v [T, Hkv, D] into the paged caches [num_blocks, block_size, Hkv, D] at each
-// token's position, then computes causal GQA attention of q [T, Hq, D] over the sequence's
-// ctx_len + i + 1 visible tokens. out is [T, Hq, D].
-void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                     const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out);
+// One attention layer's paged KV cache: k and v [num_blocks, block_size, Hkv, D] in the
+// activations' dtype; or, with --kv-cache-dtype fp8, k and v F8E4M3 and k_scale and v_scale
+// [num_blocks, block_size, Hkv] UE8M0, one power-of-two scale a (token, kv head) vector
+// (ops/kv_fp8.h).
+struct PagedKv {
+  Tensor k, v, k_scale, v_scale;
+  bool fp8() const { return k.dtype() == DType::kF8E4M3; }
+};
+
+// Writes the new k, v [T, Hkv, D] into the paged cache at each token's position, then computes
+// causal GQA attention of q [T, Hq, D] over the sequence's ctx_len + i + 1 visible tokens, as
+// the cache holds them (an FP8 cache: its tokens' keys and values as encoded, the new ones too).
+// out is [T, Hq, D].
+void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
+                     const ForwardBatch& batch, float scale, const Tensor& out);
 // paged_attention, then out *= sigmoid(gate) elementwise (gate has out's elements): the gated
 // attention output of the Qwen3.5 family in one op, so that a CUDA decode step applies the gate
 // where it writes the output.
-void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                           const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& gate,
-                           const Tensor& out);
+void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
+                           const ForwardBatch& batch, float scale, const Tensor& gate, const Tensor& out);
 
 // ---- linear attention (Gated DeltaNet) ----
 

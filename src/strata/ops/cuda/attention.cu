@@ -9,6 +9,10 @@
 //    WMMA through shared memory.
 // paged_attention_gated's sigmoid gate is applied where decode and the head dim 128 / 256
 // prefill write their output (after the small head dims' prefill, by mul_sigmoid).
+// An FP8 cache (--kv-cache-dtype fp8, kv_fp8.cuh): the new keys and values are encoded into their
+// pages first (decode too), then decode reads the codes and scales; prefill decodes the pages
+// its sequences see into bfloat16 scratch pages (exact: e4m3 times a power of two fits bf16) and
+// runs the kernels above over them, so every token sees the keys and values as stored.
 #include <mma.h>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 
 #include "strata/ops/cuda/attention_wgmma.h"
 #include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/kv_fp8.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
 
@@ -25,18 +30,69 @@ namespace {
 constexpr int kMaxSplits = 64;
 constexpr int kMinSplitTokens = 32;
 
+// The cache row (page * bs + position in the page) of batch row t; -1 for padding rows, which
+// never touch the cache.
+__device__ __forceinline__ int64_t cache_row_of(const DeviceBatch& b, int t, int bs) {
+  const int s = b.token_seq[t];
+  const int pos = b.ctx_len[s] + (t - b.q_start[s]);
+  const int page = b.block_table[int64_t(s) * *b.bt_stride + pos / bs];
+  return page < 0 ? -1 : int64_t(page) * bs + pos % bs;
+}
+
 __global__ void kv_write_kernel(const bf16* k, const bf16* v, bf16* kc, bf16* vc, DeviceBatch b, int64_t row,
                                 int bs) {
   pdl_begin();
   const int t = blockIdx.x;
-  const int s = b.token_seq[t];
-  const int pos = b.ctx_len[s] + (t - b.q_start[s]);
-  const int page = b.block_table[int64_t(s) * *b.bt_stride + pos / bs];
-  if (page < 0) return;  // padding rows never touch the cache
-  const int64_t dst = (int64_t(page) * bs + pos % bs) * row, src = int64_t(t) * row;
+  const int64_t slot = cache_row_of(b, t, bs);
+  if (slot < 0) return;
+  const int64_t dst = slot * row, src = int64_t(t) * row;
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
     kc[dst + i] = k[src + i];
     vc[dst + i] = v[src + i];
+  }
+}
+
+// One block a token, a warp a (kv head, k or v) vector: its amax, scale byte and codes.
+__global__ void kv_write_fp8_kernel(const bf16* k, const bf16* v, uint8_t* kc, uint8_t* vc, uint8_t* ks,
+                                    uint8_t* vs, DeviceBatch b, int hkv, int d, int bs) {
+  pdl_begin();
+  const int t = blockIdx.x;
+  const int64_t slot = cache_row_of(b, t, bs);
+  if (slot < 0) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int job = warp; job < 2 * hkv; job += warps) {
+    const int h = job >> 1;
+    const bool is_v = job & 1;
+    const bf16* x = (is_v ? v : k) + (int64_t(t) * hkv + h) * d;
+    float amax = 0.f;
+    for (int i = lane; i < d; i += 32) amax = fmaxf(amax, fabsf(bf2f(x[i])));
+    amax = warp_max(amax);
+    const uint8_t sb = kv_fp8_scale_byte(amax);
+    const float inv = ldexpf(1.f, 127 - int(sb));
+    uint8_t* codes = (is_v ? vc : kc) + (slot * hkv + h) * d;
+    for (int i = lane; i < d; i += 32) codes[i] = kv_fp8_code(bf2f(x[i]) * inv);
+    if (lane == 0) (is_v ? vs : ks)[slot * hkv + h] = sb;
+  }
+}
+
+// A prefill's view of an FP8 cache: scratch page p (rows p * bs ..) gets the decoded keys and
+// values of pool page src_page[p]. One block a row.
+__global__ void kv_decode_pages_kernel(const uint8_t* kc, const uint8_t* vc, const uint8_t* ks, const uint8_t* vs,
+                                       const int32_t* src_page, int bs, int hkv, int d, bf16* ko, bf16* vo) {
+  pdl_begin();
+  const int64_t row = blockIdx.x;
+  const int page = src_page[row / bs];
+  if (page < 0) return;
+  const int64_t src = int64_t(page) * bs + row % bs;
+  const int n = hkv * d;  // a multiple of 8: eight codes a thread, one 8-byte load
+  for (int i = threadIdx.x * 8; i < n; i += blockDim.x * 8) {
+    const int64_t e = src * hkv + i / d;
+    const int64_t c = src * n + i;
+    float f[8];
+    kv_fp8_unpack8(*reinterpret_cast<const uint2*>(kc + c), kv_fp8_scale(ks[e]), f);
+    *reinterpret_cast<uint4*>(ko + row * n + i) = pack8(f);
+    kv_fp8_unpack8(*reinterpret_cast<const uint2*>(vc + c), kv_fp8_scale(vs[e]), f);
+    *reinterpret_cast<uint4*>(vo + row * n + i) = pack8(f);
   }
 }
 
@@ -60,18 +116,24 @@ __device__ __forceinline__ void merge_softmax(float& m, float& l, float* acc, fl
   m = m_new;
 }
 
-// Decode's new keys and values [T, Hkv, D], and the caches they are stored into.
+// Decode's new keys and values [T, Hkv, D], and the caches they are stored into (bf16 pages), or
+// (FP8 pages) the caches with their scales, the new entries already stored.
 struct NewKv {
   const bf16* k;
   const bf16* v;
-  bf16* k_cache;
-  bf16* v_cache;
+  void* k_cache;
+  void* v_cache;
+  uint8_t* k_scale;  // FP8 pages only
+  uint8_t* v_scale;
 };
 
-template <int D>
+// kFp8: the pages hold e4m3 codes and a scale byte a vector (a lane's kDecodeVec codes are one
+// 16-byte load), and every key, the new one too, is read from them.
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
-    const bf16* __restrict__ q, const bf16* __restrict__ kc, const bf16* __restrict__ vc, NewKv nk, DeviceBatch b,
-    int hq, int hkv, int bs, float scale, int splits, const bf16* gate, float* part_o, float* part_ml, bf16* out) {
+    const bf16* __restrict__ q, const void* __restrict__ kc_raw, const void* __restrict__ vc_raw, NewKv nk,
+    DeviceBatch b, int hq, int hkv, int bs, float scale, int splits, const bf16* gate, float* part_o,
+    float* part_ml, bf16* out) {
   pdl_begin();
   constexpr int G = D / kDecodeVec, TPW = 32 / G;
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
@@ -86,13 +148,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   const int t0 = padding ? 0 : split * chunk, t1 = padding ? 0 : min(seq_len, t0 + chunk);
   // The new token (position `last`): its key and value come from nk (never from the cache), and
   // the one block whose split holds it stores them into the cache.
-  const int last = seq_len - 1;
+  const bf16* kc = static_cast<const bf16*>(kc_raw);
+  const bf16* vc = static_cast<const bf16*>(vc_raw);
+  const uint8_t* kc8 = static_cast<const uint8_t*>(kc_raw);
+  const uint8_t* vc8 = static_cast<const uint8_t*>(vc_raw);
+  const int last = kFp8 ? -1 : seq_len - 1;  // FP8: the new token is read from its page too
   const int64_t new_off = (int64_t(t) * hkv + kvh) * D;
-  if (!padding && split == last / chunk && bt[last / bs] >= 0) {
+  if (!kFp8 && !padding && split == last / chunk && bt[last / bs] >= 0) {
     const int64_t dst = ((int64_t(bt[last / bs]) * bs + last % bs) * hkv + kvh) * D;
     for (int i = threadIdx.x; i < D / 8; i += blockDim.x) {
-      reinterpret_cast<uint4*>(nk.k_cache + dst)[i] = reinterpret_cast<const uint4*>(nk.k + new_off)[i];
-      reinterpret_cast<uint4*>(nk.v_cache + dst)[i] = reinterpret_cast<const uint4*>(nk.v + new_off)[i];
+      reinterpret_cast<uint4*>(static_cast<bf16*>(nk.k_cache) + dst)[i] = reinterpret_cast<const uint4*>(nk.k + new_off)[i];
+      reinterpret_cast<uint4*>(static_cast<bf16*>(nk.v_cache) + dst)[i] = reinterpret_cast<const uint4*>(nk.v + new_off)[i];
     }
   }
   for (int hh = warp; hh < group; hh += kDecodeWarps) {
@@ -115,9 +181,24 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
         page[u] = tok < t1 ? bt[tok / bs] : -1;
       }
       uint4 kv[kUnroll][4];
+      float ksc[kUnroll], vsc[kUnroll];  // FP8: the vectors' scales
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int tok = base + u * TPW + grp;
+        if constexpr (kFp8) {
+          ksc[u] = vsc[u] = 0.f;
+          kv[u][1] = kv[u][3] = make_uint4(0, 0, 0, 0);
+          if (page[u] >= 0) {
+            const int64_t e = (int64_t(page[u]) * bs + tok % bs) * hkv + kvh;
+            kv[u][0] = __ldg(reinterpret_cast<const uint4*>(kc8 + e * D + lig * kDecodeVec));
+            kv[u][2] = __ldg(reinterpret_cast<const uint4*>(vc8 + e * D + lig * kDecodeVec));
+            ksc[u] = kv_fp8_scale(__ldg(nk.k_scale + e));
+            vsc[u] = kv_fp8_scale(__ldg(nk.v_scale + e));
+          } else {
+            kv[u][0] = kv[u][2] = make_uint4(0, 0, 0, 0);
+          }
+          continue;
+        }
         if (page[u] >= 0) {
           const int64_t off = ((int64_t(page[u]) * bs + tok % bs) * hkv + kvh) * D + lig * kDecodeVec;
           const bf16* kp = tok == last ? nk.k + new_off + lig * kDecodeVec : kc + off;
@@ -135,8 +216,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         float kf[kDecodeVec];
-        unpack8(kv[u][0], kf);
-        unpack8(kv[u][1], kf + 8);
+        if constexpr (kFp8) {
+          kv_fp8_unpack16(kv[u][0], ksc[u], kf);
+        } else {
+          unpack8(kv[u][0], kf);
+          unpack8(kv[u][1], kf + 8);
+        }
         float d = 0.f;
 #pragma unroll
         for (int e = 0; e < kDecodeVec; ++e) d = fmaf(qf[e], kf[e], d);
@@ -154,8 +239,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
         const float p = sc[u] == -INFINITY ? 0.f : __expf(sc[u] - mx);
         l += p;
         float vf[kDecodeVec];
-        unpack8(kv[u][2], vf);
-        unpack8(kv[u][3], vf + 8);
+        if constexpr (kFp8) {
+          kv_fp8_unpack16(kv[u][2], vsc[u], vf);
+        } else {
+          unpack8(kv[u][2], vf);
+          unpack8(kv[u][3], vf + 8);
+        }
 #pragma unroll
         for (int e = 0; e < kDecodeVec; ++e) acc[e] = fmaf(p, vf[e], acc[e]);
       }
@@ -432,19 +521,67 @@ void launch_prefill_wmma(const bf16* qp, const bf16* kp, const bf16* vp, const D
   check_launch("attn_prefill");
 }
 
-// Decode with the new keys and values stored inside, or (prefill) after kv_write_kernel; the gate
-// (null: none) applied by decode's and the wgmma prefill's output writes, else after
-// the attention.
+// A prefill over an FP8 cache: the pages its sequences see, decoded into bfloat16 scratch pages
+// numbered sequence after sequence, and a block table over them (in `keep`).
+struct DecodedPages {
+  Tensor k, v, keep;
+  DeviceBatch db;
+  int64_t rows = 0;
+};
+
+DecodedPages decode_visible_pages(const NewKv& nk, const DeviceBatch& db, const ForwardBatch& batch, int hkv, int d,
+                                  int bs) {
+  int stride = 1;
+  for (const SeqInBatch& sq : batch.seqs) stride = std::max(stride, (sq.ctx_len + sq.q_len + bs - 1) / bs);
+  std::vector<int32_t> table(1 + batch.seqs.size() * size_t(stride), -1);  // [stride, block table]
+  table[0] = stride;
+  std::vector<int32_t> src;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const SeqInBatch& sq = batch.seqs[s];
+    const int pages = (sq.ctx_len + sq.q_len + bs - 1) / bs;
+    for (int j = 0; j < pages; ++j) {
+      table[1 + s * size_t(stride) + size_t(j)] = int32_t(src.size());
+      src.push_back(size_t(j) < sq.block_table.size() ? sq.block_table[size_t(j)] : -1);
+    }
+  }
+  DecodedPages out;
+  out.rows = std::max<int64_t>(1, int64_t(src.size())) * bs;
+  out.k = scratch({out.rows, hkv, d}, DType::kBF16);
+  out.v = scratch({out.rows, hkv, d}, DType::kBF16);
+  Tensor keep_src;
+  const int32_t* d_src = device_ints(src, &keep_src);
+  const int32_t* d_table = device_ints(table, &out.keep);
+  if (!src.empty()) {
+    launch_pdl(kv_decode_pages_kernel, unsigned(src.size() * size_t(bs)), 128, 0,
+               static_cast<const uint8_t*>(nk.k_cache), static_cast<const uint8_t*>(nk.v_cache),
+               static_cast<const uint8_t*>(nk.k_scale), static_cast<const uint8_t*>(nk.v_scale), d_src, bs, hkv, d,
+               static_cast<bf16*>(out.k.raw()), static_cast<bf16*>(out.v.raw()));
+    check_launch("kv_decode_pages");
+  }
+  out.db = db;
+  out.db.bt_stride = d_table;
+  out.db.block_table = d_table + 1;
+  return out;
+}
+
+// Decode with the new keys and values stored inside (bf16 pages), or after kv_write_fp8_kernel
+// (FP8 pages); prefill after kv_write_kernel or kv_write_fp8_kernel, over the pages or (FP8)
+// their decoded copies. The gate (null: none) applied by decode's and the wgmma prefill's output
+// writes, else after the attention.
 template <int D>
-void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const DeviceBatch& db,
-                      const ForwardBatch& batch, const NewKv& nk, int hq, int hkv, int bs, float scale,
-                      const Tensor* gate, const Tensor& out) {
+void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& db, const ForwardBatch& batch,
+                      const NewKv& nk, int hq, int hkv, int bs, float scale, const Tensor* gate, const Tensor& out) {
   const auto* qp = static_cast<const bf16*>(q.raw());
   const bf16* gp = gate ? static_cast<const bf16*>(gate->raw()) : nullptr;
-  const auto* kp = static_cast<const bf16*>(kc.raw());
-  const auto* vp = static_cast<const bf16*>(vc.raw());
   auto* op = static_cast<bf16*>(out.raw());
   const int nseq = db.num_seqs;
+  const bool fp8 = cache.fp8();
+  if (fp8) {
+    launch_pdl(kv_write_fp8_kernel, unsigned(batch.token_ids.size()), 128, 0, nk.k, nk.v,
+               static_cast<uint8_t*>(nk.k_cache), static_cast<uint8_t*>(nk.v_cache), nk.k_scale, nk.v_scale, db, hkv,
+               D, bs);
+    check_launch("kv_write_fp8");
+  }
   if (db.all_single_token) {
     const int base = nseq * hkv;
     // Enough splits to give every SM two blocks, but no fewer than kMinSplitTokens keys per split
@@ -459,8 +596,10 @@ void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const
       part_ml = scratch({int64_t(nseq) * hq * splits * 2}, DType::kF32);
     }
     const dim3 grid(splits, hkv, nseq);
-    launch_pdl(attn_decode_kernel<D>, grid, kDecodeWarps * 32, 0, qp, kp, vp, nk, db, hq, hkv, bs, scale, splits,
-               gp, splits > 1 ? part_o.data<float>() : nullptr, splits > 1 ? part_ml.data<float>() : nullptr, op);
+    auto* kernel = fp8 ? attn_decode_kernel<D, true> : attn_decode_kernel<D, false>;
+    launch_pdl(kernel, grid, kDecodeWarps * 32, 0, qp, cache.k.raw(), cache.v.raw(), nk, db, hq, hkv, bs, scale,
+               splits, gp, splits > 1 ? part_o.data<float>() : nullptr, splits > 1 ? part_ml.data<float>() : nullptr,
+               op);
     check_launch("attn_decode");
     if (splits > 1) {
       launch_pdl(attn_combine_kernel, unsigned(nseq * hq), std::clamp(D, 32, 256), 0,   // a whole first warp
@@ -469,22 +608,36 @@ void launch_attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const
     }
     return;
   }
-  launch_pdl(kv_write_kernel, unsigned(batch.token_ids.size()), 128, 0, nk.k, nk.v, nk.k_cache, nk.v_cache, db,
-             int64_t(hkv) * D, bs);
-  check_launch("kv_write");
-  if constexpr (D == 128 || D == 256) {
-    launch_prefill_wgmma<D>(qp, kp, vp, kc.dim(0) * bs, db, batch, hq, hkv, bs, scale, gp, op);
+  DecodedPages decoded;
+  const bf16 *kp = static_cast<const bf16*>(cache.k.raw()), *vp = static_cast<const bf16*>(cache.v.raw());
+  const DeviceBatch* pdb = &db;
+  int64_t cache_rows = cache.k.dim(0) * bs;
+  if (fp8) {
+    decoded = decode_visible_pages(nk, db, batch, hkv, D, bs);
+    kp = static_cast<const bf16*>(decoded.k.raw());
+    vp = static_cast<const bf16*>(decoded.v.raw());
+    pdb = &decoded.db;
+    cache_rows = decoded.rows;
   } else {
-    launch_prefill_wmma<D>(qp, kp, vp, db, batch, hq, hkv, bs, scale, op);
+    launch_pdl(kv_write_kernel, unsigned(batch.token_ids.size()), 128, 0, nk.k, nk.v,
+               static_cast<bf16*>(nk.k_cache), static_cast<bf16*>(nk.v_cache), db, int64_t(hkv) * D, bs);
+    check_launch("kv_write");
+  }
+  if constexpr (D == 128 || D == 256) {
+    launch_prefill_wgmma<D>(qp, kp, vp, cache_rows, *pdb, batch, hq, hkv, bs, scale, gp, op);
+  } else {
+    launch_prefill_wmma<D>(qp, kp, vp, *pdb, batch, hq, hkv, bs, scale, op);
     if (gate) cuda::mul_sigmoid(out, gate->reshape(out.shape()));
   }
 }
 
-void run_paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                         const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor* gate,
-                         const Tensor& out) {
-  for (const Tensor* t : {&q, &k, &v, &k_cache, &v_cache, &out}) {
-    expect_dtype(*t, DType::kBF16, "paged_attention", "q, k, v, caches and out");
+void run_paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
+                         const ForwardBatch& batch, float scale, const Tensor* gate, const Tensor& out) {
+  const Tensor &k_cache = cache.k, &v_cache = cache.v;
+  for (const Tensor* t : {&q, &k, &v, &out}) expect_dtype(*t, DType::kBF16, "paged_attention", "q, k, v and out");
+  const DType cache_dtype = cache.fp8() ? DType::kF8E4M3 : DType::kBF16;
+  for (const Tensor* t : {&k_cache, &v_cache}) {
+    expect_dtype(*t, cache_dtype, "paged_attention", "the caches (bf16, or both F8E4M3)");
   }
   const int64_t t = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
   STRATA_CHECK(q.ndim() == 3 && k.shape() == Shape({t, hkv, d}) && v.shape() == k.shape() &&
@@ -492,6 +645,14 @@ void run_paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
                    k_cache.dim(3) == d && v_cache.shape() == k_cache.shape() && hq % hkv == 0,
                "paged_attention: q ", q.describe(), " k ", k.describe(), " v ", v.describe(), " caches ",
                k_cache.describe(), " out ", out.describe());
+  if (cache.fp8()) {
+    for (const Tensor* s : {&cache.k_scale, &cache.v_scale}) {
+      STRATA_CHECK(s->defined() && s->device() == Device::kCuda && s->dtype() == DType::kUE8M0 &&
+                       s->shape() == Shape({k_cache.dim(0), k_cache.dim(1), hkv}),
+                   "paged_attention: an FP8 cache ", k_cache.describe(), " needs UE8M0 scales [", k_cache.dim(0),
+                   ", ", k_cache.dim(1), ", ", hkv, "], got ", s->defined() ? s->describe() : std::string("none"));
+    }
+  }
   STRATA_CHECK(int64_t(batch.token_ids.size()) == t, "paged_attention: batch has ", batch.token_ids.size(),
                " tokens, q has ", t);
   if (gate) {
@@ -502,32 +663,32 @@ void run_paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (t == 0) return;
   const int bs = int(k_cache.dim(1));
   const DeviceBatch& db = device_batch(batch);
-  const NewKv nk{static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()),
-                 static_cast<bf16*>(k_cache.raw()), static_cast<bf16*>(v_cache.raw())};
+  const NewKv nk{static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()), k_cache.raw(), v_cache.raw(),
+                 cache.fp8() ? static_cast<uint8_t*>(cache.k_scale.raw()) : nullptr,
+                 cache.fp8() ? static_cast<uint8_t*>(cache.v_scale.raw()) : nullptr};
   const int h = int(hq), kv = int(hkv);
   switch (d) {
-    case 16: return launch_attention<16>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
-    case 32: return launch_attention<32>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
-    case 64: return launch_attention<64>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
-    case 128: return launch_attention<128>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
-    case 256: return launch_attention<256>(q, k_cache, v_cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 16: return launch_attention<16>(q, cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 32: return launch_attention<32>(q, cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 64: return launch_attention<64>(q, cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 128: return launch_attention<128>(q, cache, db, batch, nk, h, kv, bs, scale, gate, out);
+    case 256: return launch_attention<256>(q, cache, db, batch, nk, h, kv, bs, scale, gate, out);
     default: fail("paged_attention: head_dim ", d, " is not supported on CUDA (16, 32, 64, 128 or 256)");
   }
 }
 
 }  // namespace
 
-void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                     const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out) {
+void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
+                     const ForwardBatch& batch, float scale, const Tensor& out) {
   OpTimer timer_("paged_attention");
-  run_paged_attention(q, k, v, k_cache, v_cache, batch, scale, nullptr, out);
+  run_paged_attention(q, k, v, cache, batch, scale, nullptr, out);
 }
 
-void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                           const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& gate,
-                           const Tensor& out) {
+void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
+                           const ForwardBatch& batch, float scale, const Tensor& gate, const Tensor& out) {
   OpTimer timer_("paged_attention_gated");
-  run_paged_attention(q, k, v, k_cache, v_cache, batch, scale, &gate, out);
+  run_paged_attention(q, k, v, cache, batch, scale, &gate, out);
 }
 
 }  // namespace strata::ops::cuda

@@ -55,11 +55,10 @@ void copy_slot(const Tensor& pool, int64_t src, int64_t dst);
 void copy_slots(const std::vector<Tensor>& pools, const std::vector<SlotCopy>& copies);
 
 // ---- attention (attention.cu) ----
-void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                     const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& out);
-void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                           const Tensor& v_cache, const ForwardBatch& batch, float scale, const Tensor& gate,
-                           const Tensor& out);
+void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
+                     const ForwardBatch& batch, float scale, const Tensor& out);
+void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
+                           const ForwardBatch& batch, float scale, const Tensor& gate, const Tensor& out);
 
 // ---- Gated DeltaNet (gdn.cu, gdn_chunked.cu) ----
 void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state,
