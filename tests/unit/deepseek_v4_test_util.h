@@ -86,11 +86,70 @@ inline Tensor random_tensor(Rng& rng, Shape shape, float scale, float offset = 0
   return t;
 }
 
+// The tensors of one decoder block under prefix `p` (e.g. "layers.2.", "mtp.0."): compress
+// ratio 0, 4 or 128, hash or learned routing.
+inline void add_block(TensorMap& w, Rng& rng, const std::string& p, int ratio, bool hash) {
+  const int64_t mix = (2 + kStreams) * kStreams;
+  auto mat = [&](const std::string& n, int64_t rows, int64_t cols, float gain = 1.f) {
+    w[n] = random_tensor(rng, {rows, cols}, gain * std::sqrt(3.f / float(cols)));
+  };
+  auto norm = [&](const std::string& n, int64_t d) { w[n] = random_tensor(rng, {d}, 0.3f, 1.f); };
+  norm(p + "attn_norm.weight", kHidden);
+  norm(p + "ffn_norm.weight", kHidden);
+  for (const char* site : {"attn", "ffn"}) {
+    mat(p + "hc_" + site + "_fn", mix, kStreams * kHidden);
+    w[p + "hc_" + site + "_base"] = random_tensor(rng, {mix}, 0.5f);
+    w[p + "hc_" + site + "_scale"] = random_tensor(rng, {3}, 0.3f, 1.f);
+  }
+  mat(p + "attn.wq_a.weight", kQLora, kHidden);
+  norm(p + "attn.q_norm.weight", kQLora);
+  mat(p + "attn.wq_b.weight", kHeads * kHeadDim, kQLora);
+  mat(p + "attn.wkv.weight", kHeadDim, kHidden);
+  norm(p + "attn.kv_norm.weight", kHeadDim);
+  mat(p + "attn.wo_a.weight", kGroups * kORank, kHeads * kHeadDim / kGroups);
+  mat(p + "attn.wo_b.weight", kHidden, kGroups * kORank);
+  w[p + "attn.attn_sink"] = random_tensor(rng, {kHeads}, 1.f);
+  if (ratio != 0) {
+    const int64_t width = ratio == 4 ? 2 * kHeadDim : kHeadDim;
+    mat(p + "attn.compressor.wkv.weight", width, kHidden);
+    mat(p + "attn.compressor.wgate.weight", width, kHidden);
+    w[p + "attn.compressor.ape"] = random_tensor(rng, {ratio, width}, 0.5f);
+    norm(p + "attn.compressor.norm.weight", kHeadDim);
+  }
+  if (ratio == 4) {
+    mat(p + "attn.indexer.compressor.wkv.weight", 2 * kIndexDim, kHidden);
+    mat(p + "attn.indexer.compressor.wgate.weight", 2 * kIndexDim, kHidden);
+    w[p + "attn.indexer.compressor.ape"] = random_tensor(rng, {4, 2 * kIndexDim}, 0.5f);
+    norm(p + "attn.indexer.compressor.norm.weight", kIndexDim);
+    mat(p + "attn.indexer.wq_b.weight", kIndexHeads * kIndexDim, kQLora);
+    mat(p + "attn.indexer.weights_proj.weight", kIndexHeads, kHidden);
+  }
+  mat(p + "ffn.gate.weight", kExperts, kHidden, 2.f);
+  if (hash) {
+    Tensor t = Tensor::empty({kVocab, kTopK}, DType::kI64);
+    for (int64_t v = 0; v < kVocab; ++v) {
+      t.data<int64_t>()[v * 2] = v % kExperts;
+      t.data<int64_t>()[v * 2 + 1] = (v / kExperts + 1 + v % kExperts) % kExperts;
+    }
+    w[p + "ffn.gate.tid2eid"] = t;
+  } else {
+    w[p + "ffn.gate.bias"] = random_tensor(rng, {kExperts}, 0.3f);
+  }
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
+    mat(q + "w1.weight", kInter, kHidden, 3.f);  // large enough for the clamp to bite
+    mat(q + "w3.weight", kInter, kHidden, 3.f);
+    mat(q + "w2.weight", kHidden, kInter);
+  }
+  mat(p + "ffn.shared_experts.w1.weight", kInter, kHidden, 3.f);
+  mat(p + "ffn.shared_experts.w3.weight", kInter, kHidden, 3.f);
+  mat(p + "ffn.shared_experts.w2.weight", kHidden, kInter);
+}
+
 // Every tensor of the tiny model under the published names, float32.
 inline TensorMap published_weights(uint64_t seed) {
   Rng rng(seed);
   TensorMap w;
-  const int64_t mix = (2 + kStreams) * kStreams;
   auto mat = [&](const std::string& n, int64_t rows, int64_t cols, float gain = 1.f) {
     w[n] = random_tensor(rng, {rows, cols}, gain * std::sqrt(3.f / float(cols)));
   };
@@ -102,60 +161,31 @@ inline TensorMap published_weights(uint64_t seed) {
   w["hc_head_base"] = random_tensor(rng, {kStreams}, 0.5f);
   w["hc_head_scale"] = random_tensor(rng, {1}, 0.3f, 1.f);
   for (size_t i = 0; i < kRatios.size(); ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    norm(p + "attn_norm.weight", kHidden);
-    norm(p + "ffn_norm.weight", kHidden);
-    for (const char* site : {"attn", "ffn"}) {
-      mat(p + "hc_" + site + "_fn", mix, kStreams * kHidden);
-      w[p + "hc_" + site + "_base"] = random_tensor(rng, {mix}, 0.5f);
-      w[p + "hc_" + site + "_scale"] = random_tensor(rng, {3}, 0.3f, 1.f);
-    }
-    mat(p + "attn.wq_a.weight", kQLora, kHidden);
-    norm(p + "attn.q_norm.weight", kQLora);
-    mat(p + "attn.wq_b.weight", kHeads * kHeadDim, kQLora);
-    mat(p + "attn.wkv.weight", kHeadDim, kHidden);
-    norm(p + "attn.kv_norm.weight", kHeadDim);
-    mat(p + "attn.wo_a.weight", kGroups * kORank, kHeads * kHeadDim / kGroups);
-    mat(p + "attn.wo_b.weight", kHidden, kGroups * kORank);
-    w[p + "attn.attn_sink"] = random_tensor(rng, {kHeads}, 1.f);
-    const int ratio = kRatios[i];
-    if (ratio != 0) {
-      const int64_t width = ratio == 4 ? 2 * kHeadDim : kHeadDim;
-      mat(p + "attn.compressor.wkv.weight", width, kHidden);
-      mat(p + "attn.compressor.wgate.weight", width, kHidden);
-      w[p + "attn.compressor.ape"] = random_tensor(rng, {ratio, width}, 0.5f);
-      norm(p + "attn.compressor.norm.weight", kHeadDim);
-    }
-    if (ratio == 4) {
-      mat(p + "attn.indexer.compressor.wkv.weight", 2 * kIndexDim, kHidden);
-      mat(p + "attn.indexer.compressor.wgate.weight", 2 * kIndexDim, kHidden);
-      w[p + "attn.indexer.compressor.ape"] = random_tensor(rng, {4, 2 * kIndexDim}, 0.5f);
-      norm(p + "attn.indexer.compressor.norm.weight", kIndexDim);
-      mat(p + "attn.indexer.wq_b.weight", kIndexHeads * kIndexDim, kQLora);
-      mat(p + "attn.indexer.weights_proj.weight", kIndexHeads, kHidden);
-    }
-    mat(p + "ffn.gate.weight", kExperts, kHidden, 2.f);
-    if (i == 0) {  // num_hash_layers = 1
-      Tensor t = Tensor::empty({kVocab, kTopK}, DType::kI64);
-      for (int64_t v = 0; v < kVocab; ++v) {
-        t.data<int64_t>()[v * 2] = v % kExperts;
-        t.data<int64_t>()[v * 2 + 1] = (v / kExperts + 1 + v % kExperts) % kExperts;
-      }
-      w[p + "ffn.gate.tid2eid"] = t;
-    } else {
-      w[p + "ffn.gate.bias"] = random_tensor(rng, {kExperts}, 0.3f);
-    }
-    for (int64_t e = 0; e < kExperts; ++e) {
-      const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
-      mat(q + "w1.weight", kInter, kHidden, 3.f);  // large enough for the clamp to bite
-      mat(q + "w3.weight", kInter, kHidden, 3.f);
-      mat(q + "w2.weight", kHidden, kInter);
-    }
-    mat(p + "ffn.shared_experts.w1.weight", kInter, kHidden, 3.f);
-    mat(p + "ffn.shared_experts.w3.weight", kInter, kHidden, 3.f);
-    mat(p + "ffn.shared_experts.w2.weight", kHidden, kInter);
+    add_block(w, rng, "layers." + std::to_string(i) + ".", kRatios[i], i == 0);  // num_hash_layers = 1
   }
   return w;
+}
+
+// A multi-token-prediction block under the published names (mtp.0.*): e_proj, h_proj, their
+// norms, its own final norm and hyper-connection head, and a window-only block with learned
+// routing (the config's trailing compress_ratios entry is 0).
+inline void add_mtp_weights(TensorMap& w, uint64_t seed) {
+  Rng rng(seed);
+  const std::string p = "mtp.0.";
+  w[p + "e_proj.weight"] = random_tensor(rng, {kHidden, kHidden}, std::sqrt(3.f / float(kHidden)));
+  w[p + "h_proj.weight"] = random_tensor(rng, {kHidden, kHidden}, std::sqrt(3.f / float(kHidden)));
+  for (const char* n : {"enorm.weight", "hnorm.weight", "norm.weight"}) w[p + n] = random_tensor(rng, {kHidden}, 0.3f, 1.f);
+  w[p + "hc_head_fn"] = random_tensor(rng, {kStreams, kStreams * kHidden}, std::sqrt(3.f / float(kStreams * kHidden)));
+  w[p + "hc_head_base"] = random_tensor(rng, {kStreams}, 0.5f);
+  w[p + "hc_head_scale"] = random_tensor(rng, {1}, 0.3f, 1.f);
+  add_block(w, rng, p, 0, false);
+}
+
+// config_json() declaring one multi-token-prediction block.
+inline std::string config_json_with_mtp() {
+  std::string c = config_json();
+  c.insert(c.find("\"vocab_size\""), "\"num_nextn_predict_layers\": 1, ");
+  return c;
 }
 
 inline void write_checkpoint(const TempDir& dir, const TensorMap& w, const std::string& config = config_json()) {

@@ -55,7 +55,8 @@ void Engine::init_speculation() {
                sc.method, "\"");
   STRATA_CHECK(model_->info().mtp_layers > 0, "--speculative-config: method \"mtp\" needs the model's "
                "multi-token-prediction head, and ", model_->info().model_type, " has none loaded "
-               "(mtp_num_hidden_layers in config.json; the model must be loaded with LoadOptions::mtp)");
+               "(mtp_num_hidden_layers or, for deepseek_v4, num_nextn_predict_layers in config.json; the model must be "
+               "loaded with LoadOptions::mtp)");
   spec_ = true;
   spec_sampler_ = std::make_unique<Sampler>(model_->info().vocab_size, config_.logprobs_mode);
   stats_.spec_drafted_at.assign(size_t(sc.num_speculative_tokens), 0);
@@ -274,7 +275,7 @@ void Engine::verify_drafts(StepInFlight& f) {
 
 void Engine::draft_tokens(const StepInFlight& f) {
   const int64_t vocab = model_->info().vocab_size;
-  const int64_t hsz = model_->info().hidden_size;
+  const int64_t hsz = hidden_.dim(1);  // the model's choice (DeepSeek-V4: its hc_mult residual streams)
   struct Drafter {
     Sequence* seq;
     int32_t k;    // drafts wanted

@@ -5,7 +5,8 @@
 // ratio-4 compressed entries, or every ratio-128 compressed entry, with per-head sinks and a
 // grouped low-rank output projection; the MoE routes by a token-id hash in the first layers
 // and by sqrt-softplus scores with a selection bias after, through clamped SwiGLU experts plus
-// a shared expert. MTP layers are not part of this forward.
+// a shared expert. The multi-token-prediction blocks (LoadOptions::mtp) draft from the
+// target's pre-head residual streams (mtp_forward).
 #include "strata/models/deepseek_v4.h"
 
 #include <algorithm>
@@ -28,7 +29,8 @@ enum SlotIndex { kCompressorKv = 0, kCompressorGate = 1, kIndexerKv = 2, kIndexe
 
 class DeepseekV4Model final : public Model {
  public:
-  DeepseekV4Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par) : device_(device), par_(par) {
+  DeepseekV4Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par, bool mtp)
+      : device_(device), par_(par) {
     STRATA_CHECK(device == Device::kCpu, ckpt.dir(), ": deepseek_v4 runs on the CPU reference path only so far");
     cfg_ = parse_deepseek_v4_config(ckpt.config(), ckpt.config_path());
     check_shardable(cfg_, par_);
@@ -45,12 +47,81 @@ class DeepseekV4Model final : public Model {
     info_.bos_token_id = cfg_.bos;
     info_.cache = deepseek_v4_cache_spec(cfg_);
     info_.weight_bytes = loader.bytes_loaded();
+    if (mtp) {
+      STRATA_CHECK(par_.size == 1, "the multi-token-prediction head runs without tensor parallelism so far");
+      WeightLoader mtp_loader(ckpt, "", device, false);
+      mtp_ = load_deepseek_v4_mtp(ckpt, cfg_, mtp_loader);
+      mtp_loader.finish();
+      info_.weight_bytes += mtp_loader.bytes_loaded();
+      info_.mtp_layers = int64_t(mtp_.size());
+      // Each block caches what a sliding-window layer does (the window's keys and values).
+      DeepseekV4Config sliding = cfg_;
+      sliding.layers = 1;
+      sliding.attention = {Dsv4Attention::kSliding};
+      for (size_t j = 0; j < mtp_.size(); ++j) info_.mtp_cache.push_back(deepseek_v4_cache_spec(sliding).layers[0]);
+    }
   }
 
   const ModelInfo& info() const override { return info_; }
   Device device() const override { return device_; }
 
   void forward(const ForwardBatch& batch, Caches& caches, Tensor& logits) override {
+    run(batch, caches, logits, nullptr);
+  }
+
+  // `hidden`: every row's residual streams before the head, [T, hc_mult * hidden] (what the
+  // multi-token-prediction blocks read, as vLLM's DeepSeek-V4 MTP does).
+  void forward_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor& hidden) override {
+    STRATA_CHECK(!mtp_.empty(), "deepseek_v4: the multi-token-prediction head is not loaded");
+    run(batch, caches, logits, &hidden);
+  }
+
+  void mtp_forward(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits) override {
+    Tensor unused;
+    mtp_forward_with_hidden(batch, hidden, caches, logits, unused);
+  }
+
+  // Block 0 of the head (chained drafts feed its own streams back): per stream
+  // h_proj(hnorm(stream)) + e_proj(enorm(embed(token))), the token's embedding zeroed at
+  // position 0 (vLLM's DeepSeek MTP does so: nothing precedes it); then the block, its
+  // hyper-connection head, its norm and the target's lm_head.
+  void mtp_forward_with_hidden(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits,
+                               Tensor& hidden_out) override {
+    STRATA_CHECK(!mtp_.empty(), "deepseek_v4: the multi-token-prediction head is not loaded");
+    check_batch(batch, caches);
+    STRATA_CHECK(caches.layers.size() == w_.layers.size() + mtp_.size(), "mtp_forward: caches for ",
+                 caches.layers.size(), " layers; the model and its head have ", w_.layers.size() + mtp_.size(),
+                 " (allocate_caches with with_mtp)");
+    const int64_t t = batch.num_tokens(), h = cfg_.hidden, s = cfg_.hc_mult;
+    STRATA_CHECK(hidden.shape() == Shape({t, s * h}) && hidden.device() == device_ && hidden.dtype() == DType::kF32,
+                 "mtp_forward: hidden ", hidden.describe(), " for ", t, " rows (forward_with_hidden's)");
+    const Dsv4Mtp& m = mtp_[0];
+    Tensor e = act({t, h});
+    ops::embedding(w_.embed, batch.token_ids, e);
+    for (int64_t i = 0; i < t; ++i) {
+      if (batch.positions[size_t(i)] == 0) std::fill_n(e.data<float>() + i * h, h, 0.f);
+    }
+    ops::rms_norm(e, m.enorm, eps(), false, e);
+    Tensor e_proj = act({t, h});
+    ops::linear(e, m.e_proj, e_proj);
+    Tensor normed = act({t * s, h});
+    ops::rms_norm(hidden.reshape({t * s, h}), m.hnorm, eps(), false, normed);
+    Tensor streams = act({t, s, h});
+    ops::linear(normed, m.h_proj, streams.reshape({t * s, h}));
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t k = 0; k < s; ++k) {
+        float* row = streams.data<float>() + (i * s + k) * h;
+        const float* add = e_proj.data<float>() + i * h;
+        for (int64_t c = 0; c < h; ++c) row[c] += add[c];
+      }
+    }
+    block(m.block, int64_t(w_.layers.size()), streams, batch, caches);
+    head(streams, batch, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, logits);
+    hidden_out = streams.reshape({t, s * h});
+  }
+
+ private:
+  void run(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor* hidden) {
     check_batch(batch, caches);
     const int64_t t = batch.num_tokens(), h = cfg_.hidden, s = cfg_.hc_mult;
     // The residual: hc_mult copies of the embedding.
@@ -58,24 +129,36 @@ class DeepseekV4Model final : public Model {
     ops::embedding(w_.embed, batch.token_ids, embedded);
     Tensor streams = act({t, s, h});
     broadcast_streams(embedded, streams);
+    for (size_t i = 0; i < w_.layers.size(); ++i) block(w_.layers[i], int64_t(i), streams, batch, caches);
+    head(streams, batch, w_.hc_head_fn, w_.hc_head_base, w_.hc_head_scale, w_.norm, logits);
+    if (hidden) *hidden = streams.reshape({t, s * h});
+  }
+
+  // One decoder block over the residual streams [T, S, hidden], its caches at caches.layers[layer].
+  void block(const Dsv4Layer& l, int64_t layer, const Tensor& streams, const ForwardBatch& batch, Caches& caches) {
+    const int64_t t = streams.dim(0), h = cfg_.hidden, s = cfg_.hc_mult;
     Tensor collapsed = act({t, h}), normed = act({t, h}), out = act({t, h});
     Tensor post = act({t, s}), comb = act({t, s, s});
-    for (size_t i = 0; i < w_.layers.size(); ++i) {
-      const Dsv4Layer& l = w_.layers[i];
-      ops::hyper_pre(streams, l.hc_attn_fn, l.hc_attn_base, l.hc_attn_scale, hyper_, collapsed, post, comb);
-      ops::rms_norm(collapsed, l.attn_norm, eps(), false, normed);
-      attention(l, int64_t(i), normed, batch, caches, out);
-      ops::hyper_post(streams, out, post, comb, streams);
-      ops::hyper_pre(streams, l.hc_ffn_fn, l.hc_ffn_base, l.hc_ffn_scale, hyper_, collapsed, post, comb);
-      ops::rms_norm(collapsed, l.ffn_norm, eps(), false, normed);
-      moe(l, normed, batch.token_ids, out);
-      ops::hyper_post(streams, out, post, comb, streams);
-    }
+    ops::hyper_pre(streams, l.hc_attn_fn, l.hc_attn_base, l.hc_attn_scale, hyper_, collapsed, post, comb);
+    ops::rms_norm(collapsed, l.attn_norm, eps(), false, normed);
+    attention(l, layer, normed, batch, caches, out);
+    ops::hyper_post(streams, out, post, comb, streams);
+    ops::hyper_pre(streams, l.hc_ffn_fn, l.hc_ffn_base, l.hc_ffn_scale, hyper_, collapsed, post, comb);
+    ops::rms_norm(collapsed, l.ffn_norm, eps(), false, normed);
+    moe(l, normed, batch.token_ids, out);
+    ops::hyper_post(streams, out, post, comb, streams);
+  }
+
+  // The logits of batch.logit_rows: the streams mixed by a hyper-connection head, normalised,
+  // through the lm_head (split over the vocabulary on tensor-parallel ranks).
+  void head(const Tensor& streams, const ForwardBatch& batch, const Tensor& fn, const Tensor& base,
+            const Tensor& scale, const Tensor& norm, Tensor& logits) {
+    const int64_t t = streams.dim(0), h = cfg_.hidden, s = cfg_.hc_mult;
     const int64_t n = int64_t(batch.logit_rows.size());
     Tensor last = act({n, s * h}), head_in = act({n, h}), final_normed = act({n, h});
     ops::gather_rows(streams.reshape({t, s * h}), batch.logit_rows, last);
-    ops::hyper_head(last.reshape({n, s, h}), w_.hc_head_fn, w_.hc_head_base, w_.hc_head_scale, hyper_, head_in);
-    ops::rms_norm(head_in, w_.norm, eps(), false, final_normed);
+    ops::hyper_head(last.reshape({n, s, h}), fn, base, scale, hyper_, head_in);
+    ops::rms_norm(head_in, norm, eps(), false, final_normed);
     if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
       logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
     }
@@ -89,7 +172,6 @@ class DeepseekV4Model final : public Model {
     dist::gather_vocab(*par_.comm, mine, logits);
   }
 
- private:
   // HF's ep plan, and the split experts of the default (dist::Parallel): what must divide.
   static void check_shardable(const DeepseekV4Config& c, const dist::Parallel& par) {
     const dist::RankSplit split(par, c.origin);
@@ -117,10 +199,10 @@ class DeepseekV4Model final : public Model {
 
   void check_batch(const ForwardBatch& batch, const Caches& caches) const {
     batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
-    STRATA_CHECK(caches.layers.size() == w_.layers.size(), "deepseek_v4 forward: caches for ",
-                 caches.layers.size(), " layers, model has ", w_.layers.size());
+    STRATA_CHECK(caches.layers.size() == w_.layers.size() || caches.layers.size() == w_.layers.size() + mtp_.size(),
+                 "deepseek_v4 forward: caches for ", caches.layers.size(), " layers, model has ", w_.layers.size());
     for (size_t i = 0; i < caches.layers.size(); ++i) {
-      const LayerCacheSpec& spec = info_.cache.layers[i];
+      const LayerCacheSpec& spec = i < w_.layers.size() ? info_.cache.layers[i] : info_.mtp_cache[i - w_.layers.size()];
       STRATA_CHECK(caches.layers[i].paged.size() == spec.paged.size() &&
                        caches.layers[i].slots.size() == spec.slots.size(),
                    "deepseek_v4 forward: layer ", i, " caches do not follow the model's CacheSpec");
@@ -253,14 +335,16 @@ class DeepseekV4Model final : public Model {
   dist::Parallel par_;
   DeepseekV4Config cfg_;
   Dsv4Weights w_;
+  std::vector<Dsv4Mtp> mtp_;  // LoadOptions::mtp
   ops::HyperSpec hyper_;
   ModelInfo info_;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel) {
-  return std::make_unique<DeepseekV4Model>(ckpt, device, parallel);
+std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel,
+                                        bool mtp) {
+  return std::make_unique<DeepseekV4Model>(ckpt, device, parallel, mtp);
 }
 
 }  // namespace strata

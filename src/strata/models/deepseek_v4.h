@@ -8,7 +8,9 @@
 
 namespace strata {
 
-// `parallel`: this rank's shard (HF's ep plan; see load_deepseek_v4_weights).
-std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel = {});
+// `parallel`: this rank's shard (HF's ep plan; see load_deepseek_v4_weights). `mtp`: load the
+// multi-token-prediction blocks (mtp.*) too (load_deepseek_v4_mtp).
+std::unique_ptr<Model> load_deepseek_v4(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel = {},
+                                        bool mtp = false);
 
 }  // namespace strata

@@ -224,6 +224,7 @@ DeepseekV4Config parse_deepseek_v4_config(const nlohmann::json& root, const std:
   c.vocab = positive("vocab_size", v.get_int("vocab_size", 129280));
   c.hidden = positive("hidden_size", v.get_int("hidden_size", 4096));
   c.layers = positive("num_hidden_layers", v.get_int("num_hidden_layers", 43));
+  c.mtp_layers = require_non_negative(v, "num_nextn_predict_layers", v.get_int("num_nextn_predict_layers", 0));
   c.heads = positive("num_attention_heads", v.get_int("num_attention_heads", 64));
   if (v.get_int("num_key_value_heads", 1) != 1) {
     v.fail_field("num_key_value_heads", "DeepSeek-V4 attention is shared-KV MQA (must be 1)");

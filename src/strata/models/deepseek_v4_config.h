@@ -43,6 +43,7 @@ struct DeepseekV4Config {
   int64_t bos = -1;
   bool tie_embeddings = false;
   int fp8_block_rows = 128, fp8_block_cols = 128;  // quantization_config.weight_block_size
+  int64_t mtp_layers = 0;  // num_nextn_predict_layers: the multi-token-prediction blocks (mtp.J.*)
 
   int64_t ratio_of(int64_t layer) const {
     return attention[size_t(layer)] == Dsv4Attention::kCompressedSparse ? csa_ratio

@@ -95,6 +95,9 @@ class Reader {
     return hf_ ? hf_top_names().at(pub) : pick(pub, save_pretrained_top_name(pub));
   }
   std::string layer(int64_t i, const std::string& pub) const {
+    // The multi-token-prediction blocks follow the layers: mtp.J.* (published names only; HF's
+    // model holds no MTP, so neither of its namings has them).
+    if (i >= c_.layers) return cat("mtp.", i - c_.layers, ".", pub);
     if (hf_) return cat("model.layers.", i, ".", hf_layer_names().at(pub));
     return pick(cat("layers.", i, ".", pub), save_pretrained_layer_name(i, pub));
   }
@@ -316,7 +319,61 @@ void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, i
   l.shared_down = r.matrix(r.layer(i, "ffn.shared_experts.w2.weight"), {h, shared});
 }
 
+// Decoder block i (i >= c.layers: multi-token-prediction block i - c.layers): norms,
+// hyper-connection mixes, attention and MoE.
+Dsv4Layer load_block(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, int64_t i, Dsv4Attention a,
+                     Dsv4Mlp m, Dsv4Names names) {
+  const int64_t h = c.hidden, s = c.hc_mult, mix = (2 + s) * s;
+  Dsv4Layer l;
+  l.attention = a;
+  l.mlp = m;
+  l.attn_norm = r.vec(r.layer(i, "attn_norm.weight"), {h});
+  l.ffn_norm = r.vec(r.layer(i, "ffn_norm.weight"), {h});
+  l.hc_attn_fn = r.vec(r.layer(i, "hc_attn_fn"), {mix, s * h});
+  l.hc_attn_base = r.vec(r.layer(i, "hc_attn_base"), {mix});
+  l.hc_attn_scale = r.vec(r.layer(i, "hc_attn_scale"), {3});
+  l.hc_ffn_fn = r.vec(r.layer(i, "hc_ffn_fn"), {mix, s * h});
+  l.hc_ffn_base = r.vec(r.layer(i, "hc_ffn_base"), {mix});
+  l.hc_ffn_scale = r.vec(r.layer(i, "hc_ffn_scale"), {3});
+  load_attention(r, c, par, i, l);
+  load_moe(r, c, par, i, names, l);
+  return l;
+}
+
 }  // namespace
+
+std::vector<Dsv4Mtp> load_deepseek_v4_mtp(const Checkpoint& ckpt, const DeepseekV4Config& c, WeightLoader& loader) {
+  STRATA_CHECK(c.mtp_layers > 0, c.origin, ": field 'num_nextn_predict_layers' is 0 or missing: the checkpoint has "
+               "no multi-token-prediction head");
+  STRATA_CHECK(loader.dummy() || ckpt.has("mtp.0.e_proj.weight"), ckpt.dir(), ": no multi-token-prediction head "
+               "(mtp.0.e_proj.weight is missing; transformers' save_pretrained drops mtp.*, the published "
+               "checkpoint has it)");
+  Reader r(ckpt, c, loader, Dsv4Names::kPublished);
+  const int64_t h = c.hidden, s = c.hc_mult;
+  std::vector<Dsv4Mtp> heads;
+  for (int64_t j = 0; j < c.mtp_layers; ++j) {
+    const int64_t i = c.layers + j;
+    Dsv4Mtp m;
+    m.e_proj = r.matrix(r.layer(i, "e_proj.weight"), {h, h});
+    m.h_proj = r.matrix(r.layer(i, "h_proj.weight"), {h, h});
+    m.enorm = r.vec(r.layer(i, "enorm.weight"), {h});
+    m.hnorm = r.vec(r.layer(i, "hnorm.weight"), {h});
+    m.norm = r.vec(r.layer(i, "norm.weight"), {h});
+    m.hc_head_fn = r.vec(r.layer(i, "hc_head_fn"), {s, s * h});
+    m.hc_head_base = r.vec(r.layer(i, "hc_head_base"), {s});
+    m.hc_head_scale = r.vec(r.layer(i, "hc_head_scale"), {1});
+    // A sliding-window block (compress ratio 0) with learned routing, as the published
+    // compress_ratios' trailing entry and num_hash_layers say.
+    m.block = load_block(r, c, {}, i, Dsv4Attention::kSliding, Dsv4Mlp::kLearned, Dsv4Names::kPublished);
+    heads.push_back(std::move(m));
+  }
+  const auto unused = loader.unused({});
+  for (const std::string& name : unused) {
+    STRATA_CHECK(name.rfind("mtp.", 0) != 0, ckpt.dir(), ": unexpected tensor '", name, "' of the ", c.mtp_layers,
+                 "-block multi-token-prediction head");
+  }
+  return heads;
+}
 
 Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Config& c,
                                      WeightLoader& loader, const dist::Parallel& par) {
@@ -345,22 +402,8 @@ Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Con
   w.hc_head_fn = r.vec(r.top("hc_head_fn"), {s, s * h});
   w.hc_head_base = r.vec(r.top("hc_head_base"), {s});
   w.hc_head_scale = r.vec(r.top("hc_head_scale"), {1});
-  const int64_t mix = (2 + s) * s;
   for (int64_t i = 0; i < c.layers; ++i) {
-    Dsv4Layer l;
-    l.attention = c.attention[size_t(i)];
-    l.mlp = c.mlp[size_t(i)];
-    l.attn_norm = r.vec(r.layer(i, "attn_norm.weight"), {h});
-    l.ffn_norm = r.vec(r.layer(i, "ffn_norm.weight"), {h});
-    l.hc_attn_fn = r.vec(r.layer(i, "hc_attn_fn"), {mix, s * h});
-    l.hc_attn_base = r.vec(r.layer(i, "hc_attn_base"), {mix});
-    l.hc_attn_scale = r.vec(r.layer(i, "hc_attn_scale"), {3});
-    l.hc_ffn_fn = r.vec(r.layer(i, "hc_ffn_fn"), {mix, s * h});
-    l.hc_ffn_base = r.vec(r.layer(i, "hc_ffn_base"), {mix});
-    l.hc_ffn_scale = r.vec(r.layer(i, "hc_ffn_scale"), {3});
-    load_attention(r, c, par, i, l);
-    load_moe(r, c, par, i, w.names, l);
-    w.layers.push_back(std::move(l));
+    w.layers.push_back(load_block(r, c, par, i, c.attention[size_t(i)], c.mlp[size_t(i)], w.names));
   }
   const auto unused = loader.unused({"mtp.", "model.mtp."});
   STRATA_CHECK(unused.empty(), ckpt.dir(), ": unexpected tensor '", unused.empty() ? "" : unused[0],

@@ -58,6 +58,17 @@ enum class Dsv4Names {
   kHfModules,       // HF's module names (its state_dict)
 };
 
+// A multi-token-prediction block (mtp.J.*, as DeepSeek's MTPBlock and vLLM's DeepSeek-V4 MTP):
+// e_proj(enorm(embed(token))) plus h_proj(hnorm(stream)) for each residual stream of the
+// target's pre-head state, one sliding-window decoder block, its own hyper-connection head and
+// final norm; the target's embedding and lm_head.
+struct Dsv4Mtp {
+  Tensor e_proj, h_proj;                           // [hidden, hidden]
+  Tensor enorm, hnorm, norm;                       // [hidden]
+  Tensor hc_head_fn, hc_head_base, hc_head_scale;  // [S, S hidden], [S], [1]
+  Dsv4Layer block;
+};
+
 struct Dsv4Weights {
   Tensor embed, head, norm;             // [vocab, hidden], [vocab (this rank's), hidden], [hidden]
   Tensor hc_head_fn, hc_head_base, hc_head_scale;  // [S, S hidden], [S], [1]
@@ -74,5 +85,10 @@ struct Dsv4Weights {
 // replicated. Other ranks' tensors are checked and marked read.
 Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Config& c,
                                      WeightLoader& loader, const dist::Parallel& par = {});
+// The num_nextn_predict_layers multi-token-prediction blocks under their published names (mtp.J.*;
+// FP8 and MXFP4 as for the layers), with `loader` a fresh one over the same folder; an Error
+// naming the field when the config has none, naming the tensor when one is missing, and naming
+// any mtp.* tensor left unread. Without tensor parallelism.
+std::vector<Dsv4Mtp> load_deepseek_v4_mtp(const Checkpoint& ckpt, const DeepseekV4Config& c, WeightLoader& loader);
 
 }  // namespace strata
