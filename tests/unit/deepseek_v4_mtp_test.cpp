@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../engine/speculation_test_util.h"
 #include "deepseek_v4_test_util.h"
 #include "strata/core/error.h"
 #include "strata/engine/engine.h"
@@ -52,36 +53,12 @@ class Dsv4Mtp : public ::testing::Test {
     c.max_model_len = 1024;
     c.prefix_state_interval = 1;
     c.log_capacity = false;
-    if (k > 0) {
-      c.speculative.method = "mtp";
-      c.speculative.num_speculative_tokens = k;
-      c.speculative.dynamic = dynamic;
-    }
-    return c;
+    return strata::testing::with_speculation(c, k, dynamic);
   }
 
-  // Two rounds of the same prompts in one engine (the second hits the prefix cache).
   static std::vector<RequestOutput> run(const EngineConfig& c, const std::vector<std::vector<int32_t>>& prompts,
                                         EngineStats* stats) {
-    Engine engine(model_, c);
-    SamplingParams p;
-    p.temperature = 0.0;
-    p.max_tokens = 40;
-    p.ignore_eos = true;
-    p.logprobs = 2;
-    std::vector<RequestOutput> out(2 * prompts.size());
-    for (size_t round = 0; round < 2; ++round) {
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        engine.add_request("r" + std::to_string(round * prompts.size() + i), prompts[i], p);
-      }
-      while (engine.has_unfinished()) {
-        for (const RequestOutput& d : engine.step()) accumulate_output(out[std::stoul(d.request_id.substr(1))], d);
-      }
-    }
-    *stats = engine.stats();
-    EXPECT_EQ(stats->cache.used_blocks, 0);
-    EXPECT_EQ(stats->cache.free_seq_slots, stats->cache.seq_slots);
-    return out;
+    return strata::testing::run_two_rounds(model_, c, prompts, 40, stats);
   }
 
   static TempDir* dir_;
@@ -122,11 +99,7 @@ TEST_F(Dsv4Mtp, GreedySpeculationEqualsNoSpeculation) {
     EngineStats s;
     const auto spec = run(config(k, dynamic), prompts, &s);
     const std::string at = "K=" + std::to_string(k) + (dynamic ? " dynamic" : "");
-    for (size_t i = 0; i < plain.size(); ++i) {
-      ASSERT_EQ(spec[i].outputs.size(), 1u) << at;
-      EXPECT_EQ(spec[i].outputs[0].token_ids, plain[i].outputs[0].token_ids) << at << ", request " << i;
-      EXPECT_EQ(spec[i].outputs[0].logprobs, plain[i].outputs[0].logprobs) << at << ", request " << i;
-    }
+    strata::testing::expect_same_tokens(plain, spec, at);
     EXPECT_GT(s.prefix_hits, 0) << at;
     std::printf("  %s: %lld drafts verified, %lld accepted, %lld tokens replayed\n", at.c_str(),
                 (long long)s.spec_draft_tokens, (long long)s.spec_accepted_tokens, (long long)s.spec_replayed_tokens);
@@ -137,96 +110,16 @@ TEST_F(Dsv4Mtp, GreedySpeculationEqualsNoSpeculation) {
   }
 }
 
-// A drafter that knows the answers: the real model (target forwards and its head's caches) whose
-// head forwards are replaced by an oracle built from a run without speculation, draft = the
-// token that run had at p + 2, except at every fifth (position + token) where it is wrong. The
-// random head above accepts nothing; this one makes the target accept whole and partial draft
-// runs, so that DeepSeek-V4's verify keeps accepted tokens' window, compressor and indexer
-// state and rolls back the rest.
-class OracleDrafter final : public Model {
- public:
-  OracleDrafter(std::shared_ptr<Model> real, const std::vector<std::vector<int32_t>>& sequences)
-      : real_(std::move(real)) {
-    for (const auto& seq : sequences) {
-      for (size_t j = 1; j + 1 < seq.size(); ++j) next_[{int32_t(j), seq[j]}] = seq[j + 1];
-    }
-  }
-  const ModelInfo& info() const override { return real_->info(); }
-  Device device() const override { return real_->device(); }
-  void forward(const ForwardBatch& b, Caches& c, Tensor& logits) override { real_->forward(b, c, logits); }
-  Caches allocate_caches(int num_blocks, int block_size, int num_slots) const override {
-    return real_->allocate_caches(num_blocks, block_size, num_slots);
-  }
-  void forward_with_hidden(const ForwardBatch& b, Caches& c, Tensor& logits, Tensor& hidden) override {
-    real_->forward_with_hidden(b, c, logits, hidden);
-  }
-  void mtp_forward(const ForwardBatch& b, const Tensor& hidden, Caches& c, Tensor& logits) override {
-    Tensor unused;
-    mtp_forward_with_hidden(b, hidden, c, logits, unused);
-  }
-  void mtp_forward_with_hidden(const ForwardBatch& b, const Tensor& hidden, Caches&, Tensor& logits,
-                               Tensor& hidden_out) override {
-    const int64_t v = info().vocab_size, n = int64_t(b.logit_rows.size());
-    logits = Tensor::zeros({n, v}, DType::kF32);
-    for (int64_t r = 0; r < n; ++r) {
-      const size_t row = size_t(b.logit_rows[size_t(r)]);
-      const int32_t pos = b.positions[row] + 1, token = b.token_ids[row];
-      const auto it = next_.find({pos, token});
-      int32_t draft = it == next_.end() ? 3 : it->second;
-      if ((pos + token) % 5 == 0) draft = 3 + (draft + 1 - 3) % int32_t(v - 3);  // wrong on purpose
-      logits.data<float>()[r * v + draft] = 10.f;
-    }
-    hidden_out = hidden;
-  }
-
- private:
-  std::shared_ptr<Model> real_;
-  std::map<std::pair<int32_t, int32_t>, int32_t> next_;
-};
-
 TEST_F(Dsv4Mtp, AcceptedAndRejectedDraftsKeepTheOutputExact) {
-  const auto prompts = random_prompts(6, {70, 140, 9});
-  EngineStats plain_stats;
-  const auto plain = run(config(0), prompts, &plain_stats);
-  std::vector<std::vector<int32_t>> sequences;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<int32_t> seq = prompts[i];
-    seq.insert(seq.end(), plain[i].outputs[0].token_ids.begin(), plain[i].outputs[0].token_ids.end());
-    sequences.push_back(seq);
-  }
-  const std::shared_ptr<Model> real = model_;
-  model_ = std::make_shared<OracleDrafter>(real, sequences);
-  for (int k : {1, 3}) {
-    EngineStats s;
-    const auto spec = run(config(k), prompts, &s);
-    for (size_t i = 0; i < plain.size(); ++i) {
-      EXPECT_EQ(spec[i].outputs[0].token_ids, plain[i].outputs[0].token_ids) << "K=" << k << ", request " << i;
-      EXPECT_EQ(spec[i].outputs[0].logprobs, plain[i].outputs[0].logprobs) << "K=" << k << ", request " << i;
-    }
-    std::printf("  oracle K=%d: %lld drafts, %lld accepted, %lld replays of %lld tokens\n", k,
-                (long long)s.spec_draft_tokens, (long long)s.spec_accepted_tokens, (long long)s.spec_replays,
-                (long long)s.spec_replayed_tokens);
-    EXPECT_GT(s.spec_accepted_tokens, s.spec_draft_tokens / 2) << "K=" << k << ": the oracle should mostly be right";
-    EXPECT_GT(s.spec_replays, 0) << "K=" << k << ": no rejection after an acceptance";
-  }
-  model_ = real;
+  strata::testing::expect_oracle_speculation_exact(model_, [](int k) { return config(k); },
+                                                   random_prompts(6, {70, 140, 9}), 40);
 }
 
 // The head reads the target's pre-head streams ([T, hc_mult x hidden]); at position 0 the token's
 // embedding is zeroed (vLLM's DeepSeek MTP), so that row's logits do not depend on its token.
 TEST_F(Dsv4Mtp, PositionZeroCarriesNoTokenEmbedding) {
   Caches caches = model_->allocate_caches(4, 16, 1, true);
-  ForwardBatch b;
-  b.token_ids = {5, 9, 14};
-  b.positions = {0, 1, 2};
-  SeqInBatch s;
-  s.q_start = 0;
-  s.q_len = 3;
-  s.ctx_len = 0;
-  s.state_slot = 0;
-  s.block_table = {0};
-  b.seqs = {s};
-  b.logit_rows = {0, 1, 2};
+  const ForwardBatch b = strata::testing::one_sequence_batch({5, 9, 14});
   Tensor logits, hidden;
   model_->forward_with_hidden(b, caches, logits, hidden);
   EXPECT_EQ(hidden.shape(), Shape({3, kStreams * kHidden}));
@@ -275,20 +168,3 @@ TEST(Dsv4MtpLoad, MissingExtraAndUndeclaredHeadsAreNamed) {
 
 }  // namespace
 
-namespace {
-
-// The family without a head yet refuses it by name before loading.
-TEST(MtpLoad, Qwen4ExpRefusesTheHeadByName) {
-  LoadOptions o;
-  o.mtp = true;
-  try {
-    load_model(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/qwen4_exp_tiny", o);
-    FAIL() << "qwen4_exp loaded with a multi-token-prediction head";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("multi-token-prediction head for qwen4_exp"),
-              std::string::npos)
-        << e.what();
-  }
-}
-
-}  // namespace

@@ -31,6 +31,7 @@ struct TinyQwen4Exp {
   uint64_t seed = 7;
   int files = 2;  // safetensors files the tensors are spread over
   bool extra_ignored = true;  // add mtp.* and hyper_connection_mixer.block_inject_weight
+  bool mtp = false;  // a one-layer multi-token-prediction head (mtp.*, mtp_num_hidden_layers 1)
 };
 
 inline nlohmann::json tiny_qwen4_exp_text_config(const TinyQwen4Exp& o) {
@@ -55,6 +56,7 @@ inline nlohmann::json tiny_qwen4_exp_text_config(const TinyQwen4Exp& o) {
       {"output_gate_type", "sigmoid"}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-6},
       {"max_position_embeddings", 4096}, {"eos_token_id", o.eos}, {"bos_token_id", 1},
       {"tie_word_embeddings", false}};
+  if (o.mtp) t["mtp_num_hidden_layers"] = 1;
   return t;
 }
 
@@ -113,11 +115,11 @@ inline std::string write_tiny_qwen4_exp(const std::string& dir, const TinyQwen4E
     if (inject) w.normal(q + "block_inject_weight.weight", {s, wide}, fan(wide));
   };
   hc(p + "hyper_connection_mixer.", false);
-  for (int64_t i = 0; i < c.layers; ++i) {
-    const std::string l = p + "layers." + std::to_string(i) + ".";
+  // A decoder layer's tensors under l but its n-gram embedding.
+  auto layer = [&](const std::string& l, bool linear) {
     hc(l + "attn_hyper_connection.", true);
     hc(l + "mlp_hyper_connection.", true);
-    if (c.linear[i]) {
+    if (linear) {
       const std::string g = l + "linear_attn.";
       const int64_t conv_dim = 2 * c.lin_k_heads * c.lin_k_dim + c.lin_v_heads * c.lin_v_dim;
       const int64_t vd = c.lin_v_heads * c.lin_v_dim;
@@ -160,6 +162,10 @@ inline std::string write_tiny_qwen4_exp(const std::string& dir, const TinyQwen4E
     w.normal(m + "shared_expert.up_proj.weight", {c.shared_inter, h}, fan(h));
     w.normal(m + "shared_expert.down_proj.weight", {h, c.shared_inter}, fan(c.shared_inter));
     w.normal(m + "shared_expert_gate.weight", {1, h}, fan(h));
+  };
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string l = p + "layers." + std::to_string(i) + ".";
+    layer(l, c.linear[i]);
     const int rank = c.ple_rank(i);
     if (rank >= 0) {
       const std::string q = l + "ple.";
@@ -179,6 +185,14 @@ inline std::string write_tiny_qwen4_exp(const std::string& dir, const TinyQwen4E
       w.uniform(q + "norm_conv.weight", {wide}, -0.5f, 0.5f);
       w.normal(q + "conv1d.weight", {wide, 1, c.ple_conv_kernel}, 0.5f);
     }
+  }
+  if (o.mtp) {  // vLLM's Qwen4-Exp MTP names
+    w.uniform("mtp.pre_fc_norm_embedding.weight", {h}, -0.5f, 0.5f);
+    w.uniform("mtp.pre_fc_norm_hidden.weight", {wide}, -0.5f, 0.5f);
+    w.normal("mtp.fc_embedding.weight", {h, h}, fan(h));
+    w.normal("mtp.fc_hidden.weight", {h, h}, fan(h));
+    hc("mtp.hyper_connection_mixer.", false);
+    layer("mtp.layers.0.", false);
   }
   if (o.extra_ignored) {
     w.normal("mtp.fc.weight", {h, 2 * h}, 1.f);

@@ -5,7 +5,8 @@
 // sparse attention (gated GQA over the tokens that a block indexer selects), writes the result
 // back into every stream, and does the same around a softmax-routed MoE with a gated shared
 // expert. The exit mixer (a read gate without injection) gives the hidden row for lm_head;
-// there is no final RMSNorm.
+// there is no final RMSNorm. The multi-token-prediction head (LoadOptions::mtp) drafts from the
+// streams before the exit mixer (mtp_forward).
 //
 // On CUDA the activations are BF16 (router and injection logits, GDN gates and state, logits: F32);
 // the n-gram tables stay in the host mapping: each PLE layer copies its hashed ids to the host,
@@ -36,7 +37,7 @@ enum QsaSlot { kIndexTail = 0 };
 
 class Qwen4ExpModel final : public Model {
  public:
-  Qwen4ExpModel(const Checkpoint& ckpt, Device device, const dist::Parallel& par, DType ssm_dtype)
+  Qwen4ExpModel(const Checkpoint& ckpt, Device device, const dist::Parallel& par, DType ssm_dtype, bool mtp)
       : device_(device), par_(par), ssm_dtype_(ssm_dtype) {
     full_ = parse_qwen4_exp_config(ckpt.config(), ckpt.config_path());
     cfg_ = qwen4_exp_rank_config(full_, par_, ckpt.config_path());
@@ -58,16 +59,39 @@ class Qwen4ExpModel final : public Model {
     info_.eos_token_ids = cfg_.eos;
     info_.bos_token_id = cfg_.bos;
     info_.weight_bytes = w.bytes_loaded();  // the n-gram tables stay in the host mapping
-    declare_caches();
+    for (const Qwen4ExpLayerWeights& l : weights_.layers) info_.cache.layers.push_back(cache_spec(l));
+    if (mtp) load_mtp(ckpt);
   }
 
   const ModelInfo& info() const override { return info_; }
   Device device() const override { return device_; }
 
   void forward(const ForwardBatch& batch, Caches& caches, Tensor& logits) override {
+    run(batch, caches, logits, nullptr);
+  }
+
+  // `hidden`: every row's residual streams before the exit mixer, [T, hc * hidden] (what the
+  // head reads, as vLLM's Qwen4-Exp MTP does).
+  void forward_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor& hidden) override {
+    STRATA_CHECK(info_.mtp_layers > 0, cfg_.model_type, ": the multi-token-prediction head is not loaded");
+    run(batch, caches, logits, &hidden);
+  }
+
+  void mtp_forward(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits) override {
+    run_mtp(batch, hidden, caches, logits, nullptr);
+  }
+
+  void mtp_forward_with_hidden(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits,
+                               Tensor& hidden_out) override {
+    run_mtp(batch, hidden, caches, logits, &hidden_out);
+  }
+
+ private:
+  void check_batch(const ForwardBatch& batch, const Caches& caches) const {
     batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
-    STRATA_CHECK(caches.layers.size() == weights_.layers.size(), "forward: caches for ",
-                 caches.layers.size(), " layers, model has ", weights_.layers.size());
+    STRATA_CHECK(caches.layers.size() == weights_.layers.size() ||
+                     caches.layers.size() == weights_.layers.size() + mtp_.layers.size(),
+                 "forward: caches for ", caches.layers.size(), " layers, model has ", weights_.layers.size());
     for (const SeqInBatch& s : batch.seqs) {
       STRATA_CHECK(s.state_slot >= 0, "forward: a ", cfg_.model_type, " sequence needs a state slot");
       for (int32_t i = 0; i < s.q_len; ++i) {
@@ -79,10 +103,22 @@ class Qwen4ExpModel final : public Model {
       }
     }
     ops::expect_eager_forward(device_, cfg_.model_type);
-    const int64_t n = int64_t(batch.logit_rows.size());
+  }
+
+  void prepare(const ForwardBatch& batch, Tensor& logits, Tensor* hidden) const {
+    const int64_t n = int64_t(batch.logit_rows.size()), t = batch.num_tokens(), wide = cfg_.hc * cfg_.hidden;
     if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
       logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
     }
+    if (hidden && (!hidden->defined() || hidden->shape() != Shape{t, wide} || hidden->device() != device_ ||
+                   hidden->dtype() != act_dtype())) {
+      *hidden = act({t, wide});  // before the forward's scope: it outlives the workspace
+    }
+  }
+
+  void run(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor* hidden) {
+    check_batch(batch, caches);
+    prepare(batch, logits, hidden);
     // Everything below is the forward's workspace (on CUDA: an arena reset per forward).
     ops::ForwardScope scope(device_, batch);
     const int64_t t = batch.num_tokens(), wide = cfg_.hc * cfg_.hidden;
@@ -90,26 +126,67 @@ class Qwen4ExpModel final : public Model {
     ops::embedding(weights_.embed, batch.token_ids, x);
     Tensor h = act({t, wide});
     ops::hc_expand(x, int(cfg_.hc), h);
-    Tensor block_out = act({t, cfg_.hidden});
-    Tensor inject = Tensor::empty({t, cfg_.hc}, DType::kF32, device_);
-    for (size_t i = 0; i < weights_.layers.size(); ++i) {
-      const Qwen4ExpLayerWeights& l = weights_.layers[i];
-      LayerCaches& cache = caches.layers[i];
-      if (l.has_ple) per_layer_embedding(l.ple, batch, cache, h);
-      read_gate(l.attn_hc, h, x, &inject);
-      if (l.linear) {
-        gated_delta_net(l.gdn, x, batch, cache, block_out);
-      } else {
-        sparse_attention(l.qsa, x, batch, cache, caches.block_size, block_out);
-      }
-      ops::hc_write(h, block_out, inject);
-      read_gate(l.mlp_hc, h, x, &inject);
-      moe(l.moe, x, block_out);
-      ops::hc_write(h, block_out, inject);
+    for (size_t i = 0; i < weights_.layers.size(); ++i) layer(weights_.layers[i], i, batch, caches, h);
+    exit(h, batch, weights_.mixer, logits, hidden);
+  }
+
+  // The head over rows pairing the target's streams at position p with the token at p + 1: per
+  // stream fc_hidden(norm_hidden(streams)_s) + fc_embedding(norm_embedding(embed(token))), its
+  // decoder layers (caches after the trunk's), its exit mixer, the target's lm_head.
+  void run_mtp(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits, Tensor* hidden_out) {
+    STRATA_CHECK(info_.mtp_layers > 0, cfg_.model_type, ": the multi-token-prediction head is not loaded");
+    check_batch(batch, caches);
+    STRATA_CHECK(caches.layers.size() == weights_.layers.size() + mtp_.layers.size(), "mtp_forward: caches for ",
+                 caches.layers.size(), " layers; the model and its head have ",
+                 weights_.layers.size() + mtp_.layers.size(), " (allocate_caches with with_mtp)");
+    const int64_t t = batch.num_tokens(), hsz = cfg_.hidden, wide = cfg_.hc * hsz;
+    STRATA_CHECK(hidden.shape() == Shape({t, wide}) && hidden.device() == device_ && hidden.dtype() == act_dtype(),
+                 "mtp_forward: hidden ", hidden.describe(), " for ", t, " rows (forward_with_hidden's)");
+    prepare(batch, logits, hidden_out);
+    ops::ForwardScope scope(device_, batch);
+    Tensor e = act({t, hsz}), en = act({t, hsz}), ep = act({t, hsz});
+    ops::embedding(weights_.embed, batch.token_ids, e);
+    ops::rms_norm(e, mtp_.norm_embedding, eps(), true, en);
+    ops::linear(en, mtp_.fc_embedding, ep);
+    Tensor hn = act({t, wide}), h = act({t, wide}), broadcast = act({t, wide});
+    ops::rms_norm(hidden, mtp_.norm_hidden, eps(), true, hn);  // one RMS over the whole row
+    ops::linear(hn.reshape({t * cfg_.hc, hsz}), mtp_.fc_hidden, h.reshape({t * cfg_.hc, hsz}));
+    ops::hc_expand(ep, int(cfg_.hc), broadcast);
+    ops::add(h, broadcast, h);
+    for (size_t j = 0; j < mtp_.layers.size(); ++j) {
+      layer(mtp_.layers[j], weights_.layers.size() + j, batch, caches, h);
     }
+    exit(h, batch, mtp_.mixer, logits, hidden_out);
+  }
+
+  // One decoder layer over the streams h, its caches at caches.layers[index].
+  void layer(const Qwen4ExpLayerWeights& l, size_t index, const ForwardBatch& batch, Caches& caches, const Tensor& h) {
+    const int64_t t = batch.num_tokens();
+    LayerCaches& cache = caches.layers[index];
+    Tensor x = act({t, cfg_.hidden}), block_out = act({t, cfg_.hidden});
+    Tensor inject = Tensor::empty({t, cfg_.hc}, DType::kF32, device_);
+    if (l.has_ple) per_layer_embedding(l.ple, batch, cache, h);
+    read_gate(l.attn_hc, h, x, &inject);
+    if (l.linear) {
+      gated_delta_net(l.gdn, x, batch, cache, block_out);
+    } else {
+      sparse_attention(l.qsa, x, batch, cache, caches.block_size, block_out);
+    }
+    ops::hc_write(h, block_out, inject);
+    read_gate(l.mlp_hc, h, x, &inject);
+    moe(l.moe, x, block_out);
+    ops::hc_write(h, block_out, inject);
+  }
+
+  // The logits of batch.logit_rows through an exit mixer and lm_head (split over the vocabulary
+  // on tensor-parallel ranks); `hidden` (when given) gets every row's streams.
+  void exit(const Tensor& h, const ForwardBatch& batch, const HyperConnectionWeights& mixer, Tensor& logits,
+            Tensor* hidden) {
+    const int64_t n = int64_t(batch.logit_rows.size()), wide = cfg_.hc * cfg_.hidden;
+    if (hidden) ops::copy_columns(h, 0, *hidden);
     Tensor last = act({n, wide}), mixed = act({n, cfg_.hidden});
     ops::gather_rows(h, batch.logit_rows, last);
-    read_gate(weights_.mixer, last, mixed, nullptr);
+    read_gate(mixer, last, mixed, nullptr);
     if (par_.size == 1) {
       ops::linear(mixed, weights_.lm_head, logits);
       return;
@@ -120,7 +197,25 @@ class Qwen4ExpModel final : public Model {
     dist::gather_vocab(*par_.comm, mine, logits);
   }
 
- private:
+  void load_mtp(const Checkpoint& ckpt) {
+    STRATA_CHECK(par_.size == 1, "the multi-token-prediction head runs without tensor parallelism so far");
+    if (full_.mtp_layers == 0) {
+      fail(ckpt.config_path(), ": field 'mtp_num_hidden_layers' is 0 or missing: the checkpoint has no "
+           "multi-token-prediction head");
+    }
+    const std::string prefix = !ckpt.weightless() && ckpt.has("model.mtp.fc_embedding.weight") ? "model.mtp." : "mtp.";
+    WeightLoader w(ckpt, prefix, device_, false);
+    mtp_ = load_qwen4_exp_mtp(w, full_);
+    w.finish();
+    for (const std::string& name : w.unused({})) {
+      STRATA_CHECK(name.rfind(prefix, 0) != 0, ckpt.dir(), ": unexpected tensor '", name, "' of the ",
+                   full_.mtp_layers, "-layer multi-token-prediction head");
+    }
+    info_.weight_bytes += w.bytes_loaded();
+    info_.mtp_layers = int64_t(mtp_.layers.size());
+    for (const Qwen4ExpLayerWeights& l : mtp_.layers) info_.mtp_cache.push_back(cache_spec(l));
+  }
+
   // Activations, KV, conv and indexer caches: F32 on the CPU, BF16 on CUDA.
   DType act_dtype() const { return device_ == Device::kCuda ? DType::kBF16 : DType::kF32; }
   Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), act_dtype(), device_); }
@@ -130,9 +225,9 @@ class Qwen4ExpModel final : public Model {
     if (par_.size > 1) par_.comm->all_reduce_sum(t);
   }
 
-  void declare_caches() {
+  LayerCacheSpec cache_spec(const Qwen4ExpLayerWeights& l) const {
     const int64_t wide = cfg_.hc * cfg_.hidden;
-    for (const Qwen4ExpLayerWeights& l : weights_.layers) {
+    {
       LayerCacheSpec s;
       if (l.linear) {
         const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
@@ -155,7 +250,7 @@ class Qwen4ExpModel final : public Model {
         s.slots.push_back({"index_tail", {std::max<int64_t>(1, cfg_.index_ratio - 1), cfg_.index_head_dim},
                            act_dtype()});
       }
-      info_.cache.layers.push_back(std::move(s));
+      return s;
     }
   }
 
@@ -323,13 +418,14 @@ class Qwen4ExpModel final : public Model {
   Qwen4ExpConfig full_, cfg_;  // the checkpoint's config; this rank's share of it
   ModelInfo info_;
   Qwen4ExpWeights weights_;
+  Qwen4ExpMtpWeights mtp_;  // LoadOptions::mtp
 };
 
 }  // namespace
 
 std::unique_ptr<Model> load_qwen4_exp(const Checkpoint& ckpt, Device device, const dist::Parallel& parallel,
-                                      DType ssm_dtype) {
-  return std::make_unique<Qwen4ExpModel>(ckpt, device, parallel, ssm_dtype);
+                                      DType ssm_dtype, bool mtp) {
+  return std::make_unique<Qwen4ExpModel>(ckpt, device, parallel, ssm_dtype, mtp);
 }
 
 }  // namespace strata

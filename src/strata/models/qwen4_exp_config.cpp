@@ -81,6 +81,7 @@ Qwen4ExpConfig parse_qwen4_exp_config(const nlohmann::json& root, const std::str
   c.vocab = require_positive(text, "vocab_size", text.get_int("vocab_size"));
   c.hidden = require_positive(text, "hidden_size", text.get_int("hidden_size"));
   c.layers = require_positive(text, "num_hidden_layers", text.get_int("num_hidden_layers"));
+  c.mtp_layers = require_non_negative(text, "mtp_num_hidden_layers", text.get_int("mtp_num_hidden_layers", 0));
   // The rest falls back to Qwen4ExpTextConfig's defaults, as HF does.
   c.heads = positive("num_attention_heads", 16);
   c.kv_heads = positive("num_key_value_heads", 2);

@@ -53,6 +53,7 @@ struct Qwen4ExpConfig {
   int ple_rank(int64_t layer) const;
   // HF: eos_token_id[0] when a list.
   int64_t ple_eos() const { return eos.empty() ? -1 : eos[0]; }
+  int64_t mtp_layers = 0;  // mtp_num_hidden_layers: the multi-token-prediction head's decoder layers
 };
 
 // Parses config.json (the top level or its text_config) and checks what HF's

@@ -111,6 +111,23 @@ void check_hash_buffer(WeightLoader& w, const std::string& name, const std::vect
   }
 }
 
+// A decoder layer under `p` (a trunk layer or the head's) but its n-gram embedding: the two
+// hyper-connections, the Gated DeltaNet (`linear`) or QSA, the MoE.
+Qwen4ExpLayerWeights load_layer(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c,
+                                const dist::Parallel& par, bool linear) {
+  Qwen4ExpLayerWeights l;
+  l.linear = linear;
+  l.attn_hc = load_hc(w, p + "attn_hyper_connection.", c, true);
+  l.mlp_hc = load_hc(w, p + "mlp_hyper_connection.", c, true);
+  if (linear) {
+    l.gdn = load_gdn(w, p + "linear_attn.", c, par);
+  } else {
+    l.qsa = load_qsa(w, p + "self_attn.", c, par);
+  }
+  l.moe = load_moe(w, p + "mlp.", c, par);
+  return l;
+}
+
 PleWeights load_ple(WeightLoader& w, const std::string& p, const Qwen4ExpConfig& c, int rank,
                     size_t* table_bytes) {
   const int64_t wide = c.hc * c.hidden, e = c.ple_embed_dim;
@@ -209,21 +226,24 @@ Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c,
   m.mixer = load_hc(w, "hyper_connection_mixer.", c, false);
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = cat("layers.", i, ".");
-    Qwen4ExpLayerWeights l;
-    l.linear = c.linear[i];
+    Qwen4ExpLayerWeights l = load_layer(w, p, c, par, c.linear[i]);
     const int rank = c.ple_rank(i);
     l.has_ple = rank >= 0;
     if (l.has_ple) l.ple = load_ple(w, p + "ple.", c, rank, &m.host_table_bytes);
-    l.attn_hc = load_hc(w, p + "attn_hyper_connection.", c, true);
-    l.mlp_hc = load_hc(w, p + "mlp_hyper_connection.", c, true);
-    if (l.linear) {
-      l.gdn = load_gdn(w, p + "linear_attn.", c, par);
-    } else {
-      l.qsa = load_qsa(w, p + "self_attn.", c, par);
-    }
-    l.moe = load_moe(w, p + "mlp.", c, par);
     m.layers.push_back(std::move(l));
   }
+  return m;
+}
+
+Qwen4ExpMtpWeights load_qwen4_exp_mtp(WeightLoader& w, const Qwen4ExpConfig& c) {
+  Qwen4ExpMtpWeights m;
+  const int64_t h = c.hidden;
+  m.fc_embedding = w.get("fc_embedding.weight", {h, h});
+  m.fc_hidden = w.get("fc_hidden.weight", {h, h});
+  m.norm_embedding = w.get("pre_fc_norm_embedding.weight", {h});
+  m.norm_hidden = w.get("pre_fc_norm_hidden.weight", {c.hc * h});
+  m.mixer = load_hc(w, "hyper_connection_mixer.", c, false);
+  for (int64_t j = 0; j < c.mtp_layers; ++j) m.layers.push_back(load_layer(w, cat("layers.", j, "."), c, {}, false));
   return m;
 }
 

@@ -68,6 +68,18 @@ struct Qwen4ExpLayerWeights {
   MoeWeights moe;
 };
 
+// The multi-token-prediction head (mtp.*, as vLLM's Qwen4-Exp MTP): fc_embedding over the
+// zero-centred-normed token embedding, added to fc_hidden over each stream of the target's
+// pre-mixer state normed flat ([S*H], zero-centred); QSA + MoE decoder layers (no n-gram
+// embedding); its own exit mixer into the target's lm_head.
+struct Qwen4ExpMtpWeights {
+  Tensor fc_embedding, fc_hidden;  // [H, H]
+  Tensor norm_embedding;           // [H], zero-centred
+  Tensor norm_hidden;              // [S*H], zero-centred, one RMS over the whole row
+  HyperConnectionWeights mixer;
+  std::vector<Qwen4ExpLayerWeights> layers;
+};
+
 struct Qwen4ExpWeights {
   Tensor embed, lm_head;
   HyperConnectionWeights mixer;  // hyper_connection_mixer: the exit read gate, no inject
@@ -82,6 +94,11 @@ struct Qwen4ExpWeights {
 // lm_head vocabulary rows; the rest (embeddings, hyper-connections, PLE layers with their host
 // n-gram tables, exit mixer, router, norms) is replicated.
 Qwen4ExpWeights load_qwen4_exp_weights(WeightLoader& w, const Qwen4ExpConfig& c, const dist::Parallel& par = {});
+
+// The head's weights under w.prefix() ("mtp." or "model.mtp."): c.mtp_layers QSA layers named as
+// the trunk's (layers.J.self_attn.*, layers.J.mlp.*, the two hyper-connections); without tensor
+// parallelism.
+Qwen4ExpMtpWeights load_qwen4_exp_mtp(WeightLoader& w, const Qwen4ExpConfig& c);
 
 // The n-gram table under `prefix` (a full name ending in "ngram_embedding."): the shards
 // PREFIX + "shard_N.weight", N = 0, 1, ... without gaps, in numeric order (shard_10 after

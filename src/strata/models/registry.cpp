@@ -23,7 +23,7 @@ const std::vector<Family>& families() {
       {{"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"},
        [](const Checkpoint& c, const LoadOptions& o) { return load_qwen3_5(c, o.device, o.parallel, o.mtp, o.ssm_state_dtype, o.kv_cache_dtype); }},
       {{"qwen4_exp", "qwen4_exp_text"},
-       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen4_exp(c, o.device, o.parallel, o.ssm_state_dtype); }},
+       [](const Checkpoint& c, const LoadOptions& o) { return load_qwen4_exp(c, o.device, o.parallel, o.ssm_state_dtype, o.mtp); }},
       {{"deepseek_v4"},
        [](const Checkpoint& c, const LoadOptions& o) { return load_deepseek_v4(c, o.device, o.parallel, o.mtp); }},
   };
@@ -71,8 +71,6 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   for (const Family& f : families()) {
     for (const std::string& t : f.model_types) {
       if (t != type) continue;
-      STRATA_CHECK(!options.mtp || f.model_types[0] != "qwen4_exp", dir, ": a multi-token-prediction head for ",
-                   type, " is not supported yet (the Qwen3.5 family and deepseek_v4 have one)");
       STRATA_CHECK(options.kv_cache_dtype == KvCacheDtype::kAuto || f.model_types[0] == "qwen3_next", dir,
                    ": --kv-cache-dtype ", kv_cache_dtype_name(options.kv_cache_dtype), " is not supported for ",
                    type, " yet (only the Qwen3.5 family: qwen3_next, qwen3_5, qwen3_5_moe); use auto");
