@@ -151,7 +151,7 @@ TEST_F(QuantiseCheckpoint, WritesEveryWeightWithinItsFormatsRounding) {
 }
 
 // On the trained default model the copies keep its predictions: the NLL of a sentence moves by
-// little (FP8) or a little more (NVFP4), and not by nothing.
+// little (FP8) or a little more (NVFP4, MXFP4), and not by nothing.
 TEST_F(QuantiseCheckpoint, DefaultModelCopiesKeepItsNll) {
   const std::string model = std::string(STRATA_SOURCE_DIR) + "/models/default";
   const std::vector<int32_t> ids = Tokenizer::load(model).encode(
@@ -163,7 +163,7 @@ TEST_F(QuantiseCheckpoint, DefaultModelCopiesKeepItsNll) {
   o.score_all = true;
   auto bf16 = load_model(model);
   const double base = perplexity(*bf16, ids, o).mean_nll();
-  for (const auto& [format, bound] : {std::pair{"fp8", 0.02}, std::pair{"nvfp4", 0.1}}) {
+  for (const auto& [format, bound] : {std::pair{"fp8", 0.02}, std::pair{"nvfp4", 0.1}, std::pair{"mxfp4", 0.1}}) {
     const std::string out = (dir_ / format).string();
     quantise_checkpoint(model, out, parse_checkpoint_quant(format, "--format"));
     auto q = load_model(out);
@@ -172,6 +172,25 @@ TEST_F(QuantiseCheckpoint, DefaultModelCopiesKeepItsNll) {
     EXPECT_NE(nll, base) << format;
     EXPECT_LT(std::fabs(nll - base), bound * base) << format;
   }
+}
+
+// MXFP4 in compressed-tensors' layout: the projections as weight_packed + weight_scale, the rest
+// as stored, and the copy loads.
+TEST_F(QuantiseCheckpoint, Mxfp4CopyUsesTheCompressedTensorsLayout) {
+  const std::string out = (dir_ / "mxfp4").string();
+  const QuantiseSummary s = quantise_checkpoint(src_, out, CheckpointQuant::kMxfp4);
+  EXPECT_GT(s.quantised, 10);
+  const Checkpoint q = Checkpoint::open(out);
+  const std::string layer = "model.language_model.layers.0.";
+  EXPECT_FALSE(q.has(layer + "linear_attn.in_proj_qkv.weight"));
+  EXPECT_EQ(q.info(layer + "linear_attn.in_proj_qkv.weight_packed").dtype, DType::kU8);
+  EXPECT_EQ(q.info(layer + "linear_attn.in_proj_qkv.weight_scale").dtype, DType::kU8);
+  EXPECT_EQ(q.info(layer + "linear_attn.in_proj_a.weight").dtype, DType::kBF16);
+  EXPECT_TRUE(q.has(layer + "mlp.experts.0.down_proj.weight_packed"));
+  const nlohmann::json& qc = q.config().at("quantization_config");
+  EXPECT_EQ(qc.at("quant_method"), "compressed-tensors");
+  EXPECT_EQ(qc.at("format"), "mxfp4-pack-quantized");
+  EXPECT_NO_THROW(load_model(out));
 }
 
 TEST_F(QuantiseCheckpoint, RefusalsNameTheFolder) {
@@ -194,7 +213,7 @@ TEST_F(QuantiseCheckpoint, RefusalsNameTheFolder) {
   EXPECT_NE(message([&] { quantise_checkpoint(dsv4, (dir_ / "d").string(), CheckpointQuant::kFp8Block); })
                 .find("not of the Qwen3.5 family"),
             std::string::npos);
-  EXPECT_NE(message([] { parse_checkpoint_quant("int4", "--format"); }).find("--format: expected fp8 or nvfp4"),
+  EXPECT_NE(message([] { parse_checkpoint_quant("int4", "--format"); }).find("--format: expected fp8, nvfp4 or mxfp4"),
             std::string::npos);
 }
 

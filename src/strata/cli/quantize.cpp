@@ -22,7 +22,7 @@ int run(int argc, char** argv) {
   std::string model_dir, out, format;
   app.add_option("--model", model_dir, "checkpoint folder (default: the bundled model)");
   app.add_option("--out", out, "new folder for the quantised checkpoint")->required();
-  app.add_option("--format", format, "fp8 | nvfp4")->required();
+  app.add_option("--format", format, "fp8 | nvfp4 | mxfp4")->required();
   CLI11_PARSE(app, argc, argv);
   const CheckpointQuant q = parse_checkpoint_quant(format, "--format");
   const std::string dir = model_dir_or_default(model_dir);

@@ -1,5 +1,6 @@
 #include "strata/io/quant_config.h"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -28,6 +29,83 @@ bool glob_match(const std::string& pattern, const std::string& text) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
+}
+
+// compressed-tensors' "re:" patterns, matched as Python's re.match does (from the start; to the
+// end only with a trailing '$'), in the subset that ignore lists use: literal characters,
+// escaped punctuation ('\.'), '.', '*' after an item, lists of characters [...] (no ranges), a
+// leading '^' and a trailing '$'. One item of the pattern: a literal, any character, or a list.
+struct ReItem {
+  enum Kind { kChar, kAny, kClass } kind = kChar;
+  std::string chars;   // kChar: one; kClass: the members
+  bool star = false;   // followed by '*'
+  bool matches(char c) const { return kind == kAny || chars.find(c) != std::string::npos; }
+};
+
+// The pattern's items and whether it is anchored at the end; false when it uses anything else.
+bool parse_re(const std::string& re, std::vector<ReItem>* items, bool* anchored_end) {
+  size_t i = re.size() > 0 && re[0] == '^' ? 1 : 0;
+  size_t end = re.size();
+  *anchored_end = end > i && re[end - 1] == '$' && (end < 2 || re[end - 2] != '\\');
+  if (*anchored_end) --end;
+  while (i < end) {
+    ReItem item;
+    const char c = re[i++];
+    if (c == '.') {
+      item.kind = ReItem::kAny;
+    } else if (c == '\\') {  // an escaped punctuation character; \d, \w and the like are classes: not read
+      if (i >= end || std::isalnum(static_cast<unsigned char>(re[i]))) return false;
+      item.chars = std::string(1, re[i++]);
+    } else if (c == '[') {
+      item.kind = ReItem::kClass;
+      while (i < end && re[i] != ']') {
+        if (re[i] == '\\' || re[i] == '^' || re[i] == '-' || re[i] == '[') return false;
+        item.chars += re[i++];
+      }
+      if (i >= end || item.chars.empty()) return false;
+      ++i;  // ']'
+    } else if (std::string("*+?|(){}^$]").find(c) != std::string::npos) {
+      return false;
+    } else {
+      item.chars = std::string(1, c);
+    }
+    if (i < end && re[i] == '*') {
+      item.star = true;
+      ++i;
+    }
+    items->push_back(std::move(item));
+  }
+  return true;
+}
+
+// The items over the text as a set of states (items [0, k) matched so far): linear in the
+// pattern times the text, whatever the pattern (no backtracking).
+bool re_match_items(const std::vector<ReItem>& items, const std::string& text, bool anchored_end) {
+  const size_t n = items.size();
+  std::vector<char> cur(n + 1, 0), next(n + 1, 0);
+  const auto skip_starred = [&](std::vector<char>& s) {
+    for (size_t k = 0; k < n; ++k) {
+      if (s[k] && items[k].star) s[k + 1] = 1;
+    }
+  };
+  cur[0] = 1;
+  skip_starred(cur);
+  for (const char c : text) {
+    if (!anchored_end && cur[n]) return true;  // re.match: a matching prefix will do
+    std::fill(next.begin(), next.end(), 0);
+    for (size_t k = 0; k < n; ++k) {
+      if (cur[k] && items[k].matches(c)) next[items[k].star ? k : k + 1] = 1;
+    }
+    skip_starred(next);
+    cur.swap(next);
+  }
+  return cur[n] != 0;
+}
+
+bool re_match(const std::string& re, const std::string& text) {
+  std::vector<ReItem> items;
+  bool anchored_end = false;
+  return parse_re(re, &items, &anchored_end) && re_match_items(items, text, anchored_end);
 }
 
 void read_lists(const ConfigView& v, const std::vector<const char*>& keys, WeightQuant* q) {
@@ -72,12 +150,47 @@ void parse_modelopt(const ConfigView& v, WeightQuant* q) {
   q->method = WeightQuant::Method::kNvfp4;
 }
 
+// llm-compressor's compressed-tensors, its MXFP4 format (vLLM's CompressedTensorsW4A16Mxfp4 /
+// W4A4MXFp4): every config group quantises weights to 4-bit floats in groups of 32; activations,
+// when a group quantises them too (W4A4), are computed unquantised here, as NVFP4's are.
+void parse_compressed_tensors(const ConfigView& v, WeightQuant* q) {
+  const ConfigView groups = v.child("config_groups");
+  if (!groups.json().is_object() || groups.json().empty()) v.fail_field("config_groups", "expected a non-empty object");
+  for (const auto& [name, g] : groups.json().items()) {
+    const ConfigView group = groups.child(name);
+    const std::string format = group.get_string("format", v.get_string("format", ""));
+    if (format != "mxfp4-pack-quantized") {
+      group.fail_field("format", "'" + format + "' is not supported (this build loads compressed-tensors "
+                       "\"mxfp4-pack-quantized\" checkpoints)");
+    }
+    const ConfigView w = group.child("weights");
+    if (w.get_int("num_bits") != 4 || w.get_string("type") != "float" || w.get_string("strategy") != "group" ||
+        w.get_int("group_size") != kMxfp4GroupSize) {
+      group.fail_field("weights", "expected MXFP4: num_bits 4, type \"float\", strategy \"group\", group_size 32");
+    }
+  }
+  read_lists(v, {"ignore"}, q);
+  for (const std::string& m : q->not_converted) {
+    std::vector<ReItem> items;
+    bool anchored = false;
+    if (m.rfind("re:", 0) == 0 && !parse_re(m.substr(3), &items, &anchored)) {
+      v.fail_field("ignore", "'" + m + "' uses regular-expression syntax this build does not read (literals, "
+                   "'\\' escapes, '.', '*' after an item, [...] lists, '^' and '$' are)");
+    }
+  }
+  q->method = WeightQuant::Method::kMxfp4;
+}
+
 }  // namespace
 
 bool WeightQuant::listed_not_converted(const std::string& tensor_name) const {
   const std::string module = tensor_name.substr(0, tensor_name.rfind('.'));  // without ".weight"
   for (const std::string& m : not_converted) {
     if (m.empty()) continue;
+    if (m.rfind("re:", 0) == 0) {  // compressed-tensors: a regular expression over the module name
+      if (re_match(m.substr(3), module)) return true;
+      continue;
+    }
     if (m.find('*') != std::string::npos ? glob_match(m, module) : tensor_name.find(m) != std::string::npos) {
       return true;
     }
@@ -108,9 +221,11 @@ WeightQuant parse_weight_quant(const nlohmann::json& root, const std::string& or
     parse_fp8(v, &q);
   } else if (method == "modelopt") {
     parse_modelopt(v, &q);
+  } else if (method == "compressed-tensors") {
+    parse_compressed_tensors(v, &q);
   } else {
-    v.fail_field("quant_method", "'" + method + "' is not supported (this build loads \"fp8\" block-scale and "
-                 "\"modelopt\" NVFP4 checkpoints)");
+    v.fail_field("quant_method", "'" + method + "' is not supported (this build loads \"fp8\" block-scale, "
+                 "\"modelopt\" NVFP4 and \"compressed-tensors\" MXFP4 checkpoints)");
   }
   return q;
 }

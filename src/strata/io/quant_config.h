@@ -12,6 +12,12 @@
 //   Each quantised linear stores `<module>.weight` U8 [out, in / 2] (e2m1 pairs, low nibble
 //   first), `<module>.weight_scale` F8_E4M3 [out, in / 16], `<module>.weight_scale_2` F32 (one
 //   value) and `<module>.input_scale` F32 (the activations' scale of W4A4 kernels, not read).
+// - MXFP4 (llm-compressor's compressed-tensors, what vLLM loads as CompressedTensorsW4A16Mxfp4):
+//     {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
+//      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4,
+//        "type": "float", "strategy": "group", "group_size": 32, ...}}}, "ignore": [...]}
+//   Each quantised linear stores `<module>.weight_packed` U8 [out, in / 2] (e2m1 pairs, low
+//   nibble first) and `<module>.weight_scale` U8 (or F8_E8M0) [out, in / 32], UE8M0 exponents.
 #pragma once
 
 #include <string>
@@ -25,15 +31,19 @@ class Checkpoint;
 
 // The only FP8 block size the loaders (and the FP8 kernels of the next phase) take.
 inline constexpr int kFp8Block = 128;
+// MXFP4's group: elements a scale.
+inline constexpr int kMxfp4GroupSize = 32;
 
 struct WeightQuant {
-  enum class Method { kNone, kFp8Block, kNvfp4 };
+  enum class Method { kNone, kFp8Block, kNvfp4, kMxfp4 };
   Method method = Method::kNone;  // kNone: every weight is a float dtype
   int block_rows = kFp8Block, block_cols = kFp8Block;
   // Modules left in bf16: `modules_to_not_convert`, vLLM's `ignored_layers`, ModelOpt's `ignore`
-  // or `exclude_modules`. A pattern with '*' matches a whole module name, the tensor's name
-  // without its last component ('*': any run of characters, e.g. "model.layers.0.linear_attn*"),
-  // as ModelOpt's fnmatch does; one without matches as a substring, the way transformers does.
+  // or `exclude_modules`, compressed-tensors' `ignore`. A pattern with '*' matches a whole module
+  // name, the tensor's name without its last component ('*': any run of characters, e.g.
+  // "model.layers.0.linear_attn*"), as ModelOpt's fnmatch does; one starting "re:" is a regular
+  // expression over the whole module name (compressed-tensors'); any other matches as a
+  // substring, the way transformers does.
   std::vector<std::string> not_converted;
   std::string origin;  // the file the description came from, for errors
 

@@ -119,4 +119,34 @@ Nvfp4Weight quantise_nvfp4(const Tensor& w32, const std::string& name) {
   return q;
 }
 
+Mxfp4Weight quantise_mxfp4(const Tensor& w32, const std::string& name) {
+  check_matrix(w32, name);
+  const int64_t n = w32.dim(0), k = w32.dim(1), groups = k / kMxfp4Group;
+  STRATA_CHECK(k % kMxfp4Group == 0, name, ": MXFP4 needs rows of a multiple of ", kMxfp4Group, " elements, got ",
+               w32.describe());
+  const float* w = w32.data<float>();
+  Mxfp4Weight q{Tensor::zeros({n, k / 2}, DType::kU8), Tensor::empty({n, groups}, DType::kU8)};
+  auto* code = static_cast<uint8_t*>(q.packed.raw());
+  auto* sc = static_cast<uint8_t*>(q.scale.raw());
+  parallel_for(n, [&](int64_t i) {
+    for (int64_t b = 0; b < groups; ++b) {
+      float bmax = 0;
+      for (int64_t j = b * kMxfp4Group; j < (b + 1) * kMxfp4Group; ++j) bmax = std::max(bmax, std::fabs(w[i * k + j]));
+      int e = 0;
+      if (bmax > 0) {
+        int exp2 = 0;
+        std::frexp(bmax, &exp2);  // bmax in [2^(exp2 - 1), 2^exp2): floor(log2) = exp2 - 1
+        e = std::clamp(exp2 - 1 - 2, -127, 127);
+      }
+      sc[i * groups + b] = uint8_t(e + 127);
+      const float inv = std::ldexp(1.f, -e);
+      for (int64_t j = b * kMxfp4Group; j < (b + 1) * kMxfp4Group; ++j) {
+        const uint8_t c = f32_to_e2m1(w[i * k + j] * inv);
+        code[i * (k / 2) + j / 2] |= uint8_t(j % 2 ? c << 4 : c);
+      }
+    }
+  });
+  return q;
+}
+
 }  // namespace strata

@@ -6,6 +6,7 @@
 //   NVFP4 (NVIDIA ModelOpt): global = amax / (6 * 448) of the whole tensor (1 when zero); per 16
 //     elements of a row, scale = e4m3(block amax / (6 * global)); code = e2m1(w / (scale * global)),
 //     two codes a byte, low nibble first.
+//   MXFP4 (the OCP MX recipe): per 32 elements of a row a power-of-two scale, below.
 // Used by the tests and by `strata quantize`. A non-finite weight is an Error naming `name`.
 #pragma once
 
@@ -34,5 +35,14 @@ struct Nvfp4Weight {
 };
 // w: F32 [N, K] with K a multiple of 16.
 Nvfp4Weight quantise_nvfp4(const Tensor& w, const std::string& name);
+
+struct Mxfp4Weight {
+  Tensor packed;  // U8 [N, K / 2], e2m1 pairs, low nibble first
+  Tensor scale;   // U8 [N, K / 32], UE8M0 exponents (2^(byte - 127))
+};
+// The OCP MX recipe: per 32 elements of a row, X = 2^(floor(log2(amax)) - 2) (e2m1's largest
+// exponent is 2; a zero block takes 2^0), code = e2m1(w / X), saturating at +-6. w: F32 [N, K]
+// with K a multiple of 32.
+Mxfp4Weight quantise_mxfp4(const Tensor& w, const std::string& name);
 
 }  // namespace strata

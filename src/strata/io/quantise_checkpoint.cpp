@@ -40,11 +40,15 @@ void append_quantised(Named& out, const std::string& name, const Tensor& w32, Ch
     Fp8BlockWeight q = quantise_fp8_block(w32, 128, 128, name);
     out.emplace_back(name, std::move(q.weight));
     out.emplace_back(name + "_scale_inv", std::move(q.scale_inv));
-  } else {
+  } else if (format == CheckpointQuant::kNvfp4) {
     Nvfp4Weight q = quantise_nvfp4(w32, name);
     out.emplace_back(name, std::move(q.packed));
     out.emplace_back(name + "_scale", std::move(q.scale));
     out.emplace_back(name + "_scale_2", std::move(q.global));
+  } else {
+    Mxfp4Weight q = quantise_mxfp4(w32, name);
+    out.emplace_back(name + "_packed", std::move(q.packed));
+    out.emplace_back(name + "_scale", std::move(q.scale));
   }
 }
 
@@ -56,10 +60,22 @@ nlohmann::json quantization_config(CheckpointQuant format, const std::vector<std
             {"weight_block_size", {128, 128}},
             {"modules_to_not_convert", not_converted}};
   }
-  return {{"quant_method", "modelopt"},
-          {"quant_algo", "NVFP4"},
-          {"group_size", kNvfp4Group},
-          {"kv_cache_quant_algo", nullptr},
+  if (format == CheckpointQuant::kNvfp4) {
+    return {{"quant_method", "modelopt"},
+            {"quant_algo", "NVFP4"},
+            {"group_size", kNvfp4Group},
+            {"kv_cache_quant_algo", nullptr},
+            {"ignore", not_converted}};
+  }
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "mxfp4-pack-quantized"},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}},
+              {"weights",
+               {{"num_bits", 4}, {"type", "float"}, {"strategy", "group"}, {"group_size", kMxfp4Group},
+                {"symmetric", true}, {"dynamic", false}}},
+              {"input_activations", nullptr}}}}},
           {"ignore", not_converted}};
 }
 
@@ -68,7 +84,8 @@ nlohmann::json quantization_config(CheckpointQuant format, const std::vector<std
 CheckpointQuant parse_checkpoint_quant(const std::string& name, const std::string& flag) {
   if (name == "fp8") return CheckpointQuant::kFp8Block;
   if (name == "nvfp4") return CheckpointQuant::kNvfp4;
-  fail(flag, ": expected fp8 or nvfp4, got '", name, "'");
+  if (name == "mxfp4") return CheckpointQuant::kMxfp4;
+  fail(flag, ": expected fp8, nvfp4 or mxfp4, got '", name, "'");
 }
 
 bool quantised_by_recipe(const std::string& name) {
@@ -98,7 +115,8 @@ QuantiseSummary quantise_checkpoint(const std::string& src, const std::string& d
     const Shape& shape = t.shape();
     const bool fused_gate_up = name.ends_with(".mlp.experts.gate_up_proj"),
                fused_down = name.ends_with(".mlp.experts.down_proj");
-    const bool fits = format != CheckpointQuant::kNvfp4 || shape.back() % kNvfp4Group == 0;
+    const bool fits = format == CheckpointQuant::kFp8Block ||
+                      shape.back() % (format == CheckpointQuant::kNvfp4 ? kNvfp4Group : kMxfp4Group) == 0;
     if ((fused_gate_up || fused_down) && shape.size() == 3 && fits) {
       const std::string base = name.substr(0, name.size() - (fused_gate_up ? 12 : 9));  // "...experts."
       const Tensor w32 = t.to_f32();
@@ -124,7 +142,7 @@ QuantiseSummary quantise_checkpoint(const std::string& src, const std::string& d
     if (shape.size() == 2 && name.ends_with(".weight") && name.find("embed_tokens") == std::string::npos &&
         name != "lm_head.weight") {
       not_converted.push_back(name.substr(0, name.size() - 7));
-    } else if (fused_gate_up || fused_down) {  // rows NVFP4 cannot group: all the experts stay bf16
+    } else if (fused_gate_up || fused_down) {  // rows NVFP4 / MXFP4 cannot group: all the experts stay bf16
       not_converted.push_back(name.substr(0, name.rfind('.')));
     }
     out.emplace_back(name, t);

@@ -88,7 +88,13 @@ const TensorInfo& WeightLoader::stored(const std::string& full_name, const Shape
   return info;
 }
 
+bool WeightLoader::packed_mxfp4(const std::string& full_name) const {
+  return quant_.method == WeightQuant::Method::kMxfp4 && full_name.ends_with(".weight") &&
+         !ckpt_.has(full_name) && ckpt_.has(full_name + "_packed");
+}
+
 bool WeightLoader::quantised(const std::string& full_name) const {
+  if (packed_mxfp4(full_name)) return true;
   if (!quant_.enabled() || !ckpt_.has(full_name)) return false;
   const DType t = ckpt_.info(full_name).dtype;
   return quant_.method == WeightQuant::Method::kFp8Block ? t == DType::kF8E4M3 : t == DType::kU8 || t == DType::kI8;
@@ -98,9 +104,9 @@ WeightLoader::Source WeightLoader::source(const std::string& full_name, const Sh
   if (quantised(full_name)) {
     auto it = dequantised_.find(full_name);
     if (it == dequantised_.end()) {
-      Tensor d = quant_.method == WeightQuant::Method::kFp8Block
-                     ? dequantise_fp8(full_name, stored(full_name, shape, false))
-                     : dequantise_nvfp4(full_name, shape);
+      Tensor d = quant_.method == WeightQuant::Method::kFp8Block ? dequantise_fp8(full_name, stored(full_name, shape, false))
+                 : quant_.method == WeightQuant::Method::kNvfp4  ? dequantise_nvfp4(full_name, shape)
+                                                                 : dequantise_mxfp4(full_name, shape);
       it = dequantised_.emplace(full_name, std::move(d)).first;
     }
     return {static_cast<const char*>(it->second.raw()), DType::kF32};
@@ -190,6 +196,40 @@ Tensor WeightLoader::dequantise_nvfp4(const std::string& full_name, const Shape&
     const Tensor se = Tensor::view_of(nullptr, const_cast<char*>(sb), {rows, cols / kNvfp4Group}, DType::kF8E4M3);
     const float g = global.data<float>()[global.numel() == 1 ? 0 : e];
     const Tensor d = dequant_nvfp4(we, se, g, experts == 1 ? what : cat(what, " expert ", e));
+    std::memcpy(out.data<float>() + e * rows * cols, d.data<float>(), size_t(rows * cols) * sizeof(float));
+  }
+  return out;
+}
+
+// compressed-tensors' MXFP4 linear: `<module>.weight_packed` U8 [.., out, in / 2] (e2m1 pairs, low
+// nibble first) and `<module>.weight_scale` U8 or F8_E8M0 [.., out, in / 32]; no global scale.
+Tensor WeightLoader::dequantise_mxfp4(const std::string& full_name, const Shape& shape) {
+  const std::string packed_name = full_name + "_packed", scale_name = full_name + "_scale";
+  const std::string what = ckpt_.file_of(packed_name) + ": tensor '" + packed_name + "'";
+  STRATA_CHECK(!quant_.listed_not_converted(full_name), what, " is MXFP4, but its module is listed in ",
+               quant_.origin, " quantization_config.ignore (expected '", full_name, "' in BF16)");
+  STRATA_CHECK((shape.size() == 2 || shape.size() == 3) && shape.back() % kMxfp4GroupSize == 0, what,
+               ": an MXFP4 weight must be a matrix [out, in] or fused experts [E, out, in] with in a multiple of ",
+               kMxfp4GroupSize, ", expected ", shape_str(shape));
+  Shape packed_shape = shape, scale_shape = shape;
+  packed_shape.back() /= 2;
+  scale_shape.back() /= kMxfp4GroupSize;
+  const TensorInfo& p = stored(packed_name, packed_shape, false);
+  STRATA_CHECK(p.dtype == DType::kU8 || p.dtype == DType::kI8, what, ": MXFP4 codes must be U8 (or I8), got ",
+               dtype_name(p.dtype));
+  STRATA_CHECK(ckpt_.has(scale_name), what, " is MXFP4 but has no '", scale_name, "'");
+  const TensorInfo& s = stored(scale_name, scale_shape, false);
+  STRATA_CHECK(s.dtype == DType::kU8 || s.dtype == DType::kUE8M0, ckpt_.file_of(scale_name), ": tensor '",
+               scale_name, "': scale of '", packed_name, "' must be U8 or F8_E8M0 exponents, got ", dtype_name(s.dtype));
+  const Tensor w = ckpt_.get(packed_name), scale = ckpt_.get(scale_name);
+  const int64_t experts = shape.size() == 3 ? shape[0] : 1, rows = shape[shape.size() - 2], cols = shape.back();
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto* wb = static_cast<const char*>(w.raw()) + e * rows * (cols / 2);
+    const auto* sb = static_cast<const char*>(scale.raw()) + e * rows * (cols / kMxfp4GroupSize);
+    const Tensor we = Tensor::view_of(nullptr, const_cast<char*>(wb), {rows, cols / 2}, DType::kU8);
+    const Tensor se = Tensor::view_of(nullptr, const_cast<char*>(sb), {rows, cols / kMxfp4GroupSize}, DType::kU8);
+    const Tensor d = dequant_mxfp4(we, se, experts == 1 ? what : cat(what, " expert ", e));
     std::memcpy(out.data<float>() + e * rows * cols, d.data<float>(), size_t(rows * cols) * sizeof(float));
   }
   return out;

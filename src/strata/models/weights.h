@@ -49,7 +49,8 @@ class WeightLoader {
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   const std::string& prefix() const { return prefix_; }
-  bool has(const std::string& name) const { return ckpt_.has(prefix_ + name); }
+  // prefix + name is in the folder (an MXFP4 `X.weight` as its `X.weight_packed`).
+  bool has(const std::string& name) const { return ckpt_.has(prefix_ + name) || packed_mxfp4(prefix_ + name); }
   bool has_top(const std::string& full_name) const { return ckpt_.has(full_name); }
 
   // prefix + name, checked against `shape`, in the device's compute dtype.
@@ -131,11 +132,14 @@ class WeightLoader {
   Source source(const std::string& full_name, const Shape& shape);
   // True when the stored tensor is a quantised weight of the accepted format.
   bool quantised(const std::string& full_name) const;
+  // True when `full_name` ("X.weight") is stored as compressed-tensors' MXFP4 X.weight_packed.
+  bool packed_mxfp4(const std::string& full_name) const;
   // INTERIM (issue 19): FP8 and NVFP4 weights are dequantised on the host at load and then
   // converted like bf16 ones; the GPU kernels that keep them compressed are the next phase. The
   // F32 copies live until finish(), when every upload reading them has completed.
   Tensor dequantise_fp8(const std::string& full_name, const TensorInfo& info);
   Tensor dequantise_nvfp4(const std::string& full_name, const Shape& shape);
+  Tensor dequantise_mxfp4(const std::string& full_name, const Shape& shape);
   // A new tensor of `shape` in the device's compute dtype holding the blocks' elements.
   Tensor assemble(const Shape& shape, const std::vector<CopyBlock>& blocks);
 
