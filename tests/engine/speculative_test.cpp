@@ -156,6 +156,23 @@ TEST(Speculative, GreedyOutputsEqualTheTargetsAtK1To3) {
 }
 
 // A pool so small that sequences are preempted (and recomputed) while they speculate.
+// A request of several completions never drafts; alone in the first steps (which then run
+// without the hidden states the head reads) and beside a single one later, its outputs and the
+// other's are those without speculation.
+TEST(Speculative, ManyCompletionsRunBesideSpeculation) {
+  const Tokenizer& tok = default_tokenizer();
+  SamplingParams many = greedy_params(12, 1), one = greedy_params(12, 1);
+  many.n = 2;
+  const std::vector<std::vector<int32_t>> prompts = {tok.encode("The kernel"), tok.encode("Debian is")};
+  const SpecRun plain = run(default_model_config(0), prompts, {many, one});
+  for (int k : {1, 3}) {
+    const SpecRun spec = run(default_model_config(k), prompts, {many, one});
+    expect_same(plain, spec, "K=" + std::to_string(k));
+    ASSERT_EQ(spec.outputs[0].outputs.size(), 2u);
+    EXPECT_GT(spec.stats.spec_verifies, 0) << "the single completion never drafted";
+  }
+}
+
 TEST(Speculative, GreedyOutputsEqualTheTargetsUnderPreemption) {
   const Workload w = workload();
   EngineConfig c0 = default_model_config(0), c2 = default_model_config(2);

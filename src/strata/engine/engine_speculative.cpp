@@ -275,7 +275,6 @@ void Engine::verify_drafts(StepInFlight& f) {
 
 void Engine::draft_tokens(const StepInFlight& f) {
   const int64_t vocab = model_->info().vocab_size;
-  const int64_t hsz = hidden_.dim(1);  // the model's choice (DeepSeek-V4: its hc_mult residual streams)
   struct Drafter {
     Sequence* seq;
     int32_t k;    // drafts wanted
@@ -337,8 +336,10 @@ void Engine::draft_tokens(const StepInFlight& f) {
     }
     b.seqs.push_back(std::move(s));
   }
-  if (b.seqs.empty()) return;
+  if (b.seqs.empty()) return;  // also every step that ran without the hidden states (only n > 1)
   const double start = now();
+  // The width is the model's choice (DeepSeek-V4, Qwen4-Exp: their residual streams).
+  const int64_t hsz = hidden_.dim(1);
   Tensor hidden = Tensor::empty({b.num_tokens(), hsz}, hidden_.dtype(), hidden_.device());
   ops::gather_rows(hidden_, hidden_rows, hidden);
   Tensor head_hidden;
