@@ -1,10 +1,13 @@
-// ForwardBatch builders shared by the op tests (CPU and CUDA).
+// ForwardBatch builders and random inputs shared by the op tests (CPU and CUDA).
 #pragma once
 
 #include <cstdint>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "strata/core/batch.h"
+#include "strata/core/tensor.h"
 
 namespace strata::testing {
 
@@ -33,6 +36,14 @@ inline ForwardBatch make_batch(const std::vector<int32_t>& q_lens, const std::ve
   }
   *num_blocks = next_block;
   return b;
+}
+
+// A CPU F32 tensor of normal(0, scale) draws.
+inline Tensor random_tensor(Shape shape, std::mt19937& rng, float scale = 1.f) {
+  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
+  std::normal_distribution<float> d(0.f, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
 }
 
 }  // namespace strata::testing

@@ -17,13 +17,7 @@ namespace strata {
 namespace {
 
 using testing::make_batch;
-
-Tensor random_tensor(Shape shape, std::mt19937& rng, float scale = 1.f) {
-  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
-  std::normal_distribution<float> d(0.f, scale);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
-  return t;
-}
+using testing::random_tensor;
 
 Tensor to_bf16(const Tensor& f) {
   Tensor b = Tensor::empty(f.shape(), DType::kBF16);

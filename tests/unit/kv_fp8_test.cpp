@@ -19,6 +19,7 @@ namespace strata {
 namespace {
 
 using testing::make_batch;
+using testing::random_tensor;
 
 // The e4m3fn value nearest to x by search over every finite code, ties to the even code,
 // saturating at +-448 (the definition f32_to_f8e4m3 must meet).
@@ -126,13 +127,6 @@ TEST(KvFp8, EncodeDecodeErrorIsHalfAnE4m3Step) {
   EXPECT_TRUE(std::isnan(back[5]));
   EXPECT_TRUE(std::isnan(back[6]));
   EXPECT_EQ(back[7], 2.f);
-}
-
-Tensor random_tensor(Shape shape, std::mt19937& rng, float scale = 1.f) {
-  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
-  std::normal_distribution<float> d(0.f, scale);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
-  return t;
 }
 
 // x [T, H, D] with every (token, head) vector replaced by its FP8 encoding, decoded.

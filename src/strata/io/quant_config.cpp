@@ -175,7 +175,7 @@ void parse_compressed_tensors(const ConfigView& v, WeightQuant* q) {
     bool anchored = false;
     if (m.rfind("re:", 0) == 0 && !parse_re(m.substr(3), &items, &anchored)) {
       v.fail_field("ignore", "'" + m + "' uses regular-expression syntax this build does not read (literals, "
-                   "'\\' escapes, '.', '*' after an item, [...] lists, '^' and '$' are)");
+                   "escaped punctuation, '.', '*' after an item, [...] lists, '^' and '$' are)");
     }
   }
   q->method = WeightQuant::Method::kMxfp4;

@@ -106,15 +106,10 @@ class DeepseekV4Model final : public Model {
     ops::linear(e, m.e_proj, e_proj);
     Tensor normed = act({t * s, h});
     ops::rms_norm(hidden.reshape({t * s, h}), m.hnorm, eps(), false, normed);
-    Tensor streams = act({t, s, h});
+    Tensor streams = act({t, s, h}), e_streams = act({t, s, h});
     ops::linear(normed, m.h_proj, streams.reshape({t * s, h}));
-    for (int64_t i = 0; i < t; ++i) {
-      for (int64_t k = 0; k < s; ++k) {
-        float* row = streams.data<float>() + (i * s + k) * h;
-        const float* add = e_proj.data<float>() + i * h;
-        for (int64_t c = 0; c < h; ++c) row[c] += add[c];
-      }
-    }
+    broadcast_streams(e_proj, e_streams);
+    ops::add(streams, e_streams, streams);
     block(m.block, int64_t(w_.layers.size()), streams, batch, caches);
     head(streams, batch, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, logits);
     hidden_out = streams.reshape({t, s * h});

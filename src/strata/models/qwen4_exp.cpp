@@ -227,31 +227,29 @@ class Qwen4ExpModel final : public Model {
 
   LayerCacheSpec cache_spec(const Qwen4ExpLayerWeights& l) const {
     const int64_t wide = cfg_.hc * cfg_.hidden;
-    {
-      LayerCacheSpec s;
-      if (l.linear) {
-        const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
-        s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, ssm_dtype_});
-        s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
-        if (l.has_ple) {
-          // The dilated PLE conv's history ((K - 1) * ngram_size normed rows) and the last
-          // ngram_size - 1 token ids (the n-gram context across steps).
-          s.slots.push_back({"ple_conv", {l.ple.conv.dim(1) - 1, wide}, act_dtype()});
-          s.slots.push_back({"ngram_context", {cfg_.ngram_size - 1}, DType::kI32});
-        }
-      } else {
-        s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
-        s.paged.push_back({"v", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
-        // One indexer key per complete block of index_ratio tokens (pooled, normed, roped).
-        PagedCacheSpec blocks{"index_block_keys", {cfg_.index_head_dim}, act_dtype()};
-        blocks.tokens_per_entry = int(cfg_.index_ratio);
-        s.paged.push_back(blocks);
-        // Raw indexer keys of the trailing incomplete block.
-        s.slots.push_back({"index_tail", {std::max<int64_t>(1, cfg_.index_ratio - 1), cfg_.index_head_dim},
-                           act_dtype()});
+    LayerCacheSpec s;
+    if (l.linear) {
+      const int64_t conv_dim = 2 * cfg_.lin_k_heads * cfg_.lin_k_dim + cfg_.lin_v_heads * cfg_.lin_v_dim;
+      s.slots.push_back({"ssm", {cfg_.lin_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim}, ssm_dtype_});
+      s.slots.push_back({"conv", {cfg_.conv_kernel - 1, conv_dim}, act_dtype()});
+      if (l.has_ple) {
+        // The dilated PLE conv's history ((K - 1) * ngram_size normed rows) and the last
+        // ngram_size - 1 token ids (the n-gram context across steps).
+        s.slots.push_back({"ple_conv", {l.ple.conv.dim(1) - 1, wide}, act_dtype()});
+        s.slots.push_back({"ngram_context", {cfg_.ngram_size - 1}, DType::kI32});
       }
-      return s;
+    } else {
+      s.paged.push_back({"k", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+      s.paged.push_back({"v", {cfg_.kv_heads, cfg_.head_dim}, act_dtype()});
+      // One indexer key per complete block of index_ratio tokens (pooled, normed, roped).
+      PagedCacheSpec blocks{"index_block_keys", {cfg_.index_head_dim}, act_dtype()};
+      blocks.tokens_per_entry = int(cfg_.index_ratio);
+      s.paged.push_back(blocks);
+      // Raw indexer keys of the trailing incomplete block.
+      s.slots.push_back({"index_tail", {std::max<int64_t>(1, cfg_.index_ratio - 1), cfg_.index_head_dim},
+                         act_dtype()});
     }
+    return s;
   }
 
   // Qwen4ExpTextGatedResidual: normed = hc_norm(h); w = sigmoid(up(silu(down(normed) / S)));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "strata/core/error.h"
 #include "strata/io/quant.h"
@@ -49,6 +50,26 @@ std::vector<CopyBlock> expert_blocks(const char* src, DType dtype, const Shape& 
     }
   }
   return blocks;
+}
+
+// Expert e's [rows, cols] slab of `dtype` in a stored [E, ...] tensor (a matrix is expert 0), as
+// a view.
+Tensor expert_slab(const Tensor& t, int64_t e, int64_t rows, int64_t cols, DType dtype) {
+  const size_t bytes = size_t(rows * cols) * dtype_size(dtype);
+  return Tensor::view_of(nullptr, static_cast<char*>(t.raw()) + size_t(e) * bytes, {rows, cols}, dtype);
+}
+
+// A quantised weight of `shape`, a matrix [rows, cols] or fused experts [E, rows, cols], as F32:
+// `dequant(e)` gives expert e's [rows, cols] (the matrix's own for a matrix).
+Tensor stack_experts(const Shape& shape, const std::function<Tensor(int64_t)>& dequant) {
+  if (shape.size() == 2) return dequant(0);
+  const int64_t slab = shape[1] * shape[2];
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  for (int64_t e = 0; e < shape[0]; ++e) {
+    const Tensor d = dequant(e);
+    std::memcpy(out.data<float>() + e * slab, d.data<float>(), size_t(slab) * sizeof(float));
+  }
+  return out;
 }
 
 }  // namespace
@@ -134,19 +155,12 @@ Tensor WeightLoader::dequantise_fp8(const std::string& full_name, const TensorIn
                full_name, "' must be F32, got ", dtype_name(s.dtype));
   stored(scale_name, scale_shape, false);  // shape checked, marked read
   const Tensor w = ckpt_.get(full_name), scale = ckpt_.get(scale_name);
-  if (experts == 1 && shape.size() == 2) return dequant_fp8_block(w, scale, int(br), int(bc), what);
+  const int64_t sr = scale_shape[scale_shape.size() - 2], sc = scale_shape.back();
   // Fused experts: each expert's [out, in] slab with its own scales.
-  Tensor out = Tensor::empty(shape, DType::kF32);
-  const int64_t slab = rows * cols, scale_slab = scale_shape[1] * scale_shape[2];
-  for (int64_t e = 0; e < experts; ++e) {
-    const Tensor we = Tensor::view_of(nullptr, static_cast<char*>(const_cast<void*>(w.raw())) + e * slab,
-                                      {rows, cols}, DType::kF8E4M3);
-    const Tensor se = Tensor::view_of(nullptr, static_cast<char*>(const_cast<void*>(scale.raw())) + e * scale_slab * 4,
-                                      {scale_shape[1], scale_shape[2]}, DType::kF32);
-    const Tensor d = dequant_fp8_block(we, se, int(br), int(bc), cat(what, " expert ", e));
-    std::memcpy(out.data<float>() + e * slab, d.data<float>(), size_t(slab) * sizeof(float));
-  }
-  return out;
+  return stack_experts(shape, [&](int64_t e) {
+    return dequant_fp8_block(expert_slab(w, e, rows, cols, DType::kF8E4M3), expert_slab(scale, e, sr, sc, DType::kF32),
+                             int(br), int(bc), shape.size() == 2 ? what : cat(what, " expert ", e));
+  });
 }
 
 // ModelOpt's NVFP4 linear: `<module>.weight` U8 [.., out, in / 2], `.weight_scale` F8_E4M3
@@ -188,17 +202,12 @@ Tensor WeightLoader::dequantise_nvfp4(const std::string& full_name, const Shape&
   if (ckpt_.has(input_name)) scalars(input_name);
   const Tensor w = ckpt_.get(full_name), scale = ckpt_.get(scale_name);
   const int64_t rows = shape[shape.size() - 2], cols = shape.back();
-  Tensor out = Tensor::empty(shape, DType::kF32);
-  for (int64_t e = 0; e < experts; ++e) {
-    const auto* wb = static_cast<const char*>(w.raw()) + e * rows * (cols / 2);
-    const auto* sb = static_cast<const char*>(scale.raw()) + e * rows * (cols / kNvfp4Group);
-    const Tensor we = Tensor::view_of(nullptr, const_cast<char*>(wb), {rows, cols / 2}, DType::kU8);
-    const Tensor se = Tensor::view_of(nullptr, const_cast<char*>(sb), {rows, cols / kNvfp4Group}, DType::kF8E4M3);
+  return stack_experts(shape, [&](int64_t e) {
     const float g = global.data<float>()[global.numel() == 1 ? 0 : e];
-    const Tensor d = dequant_nvfp4(we, se, g, experts == 1 ? what : cat(what, " expert ", e));
-    std::memcpy(out.data<float>() + e * rows * cols, d.data<float>(), size_t(rows * cols) * sizeof(float));
-  }
-  return out;
+    return dequant_nvfp4(expert_slab(w, e, rows, cols / 2, DType::kU8),
+                         expert_slab(scale, e, rows, cols / kNvfp4Group, DType::kF8E4M3), g,
+                         experts == 1 ? what : cat(what, " expert ", e));
+  });
 }
 
 // compressed-tensors' MXFP4 linear: `<module>.weight_packed` U8 [.., out, in / 2] (e2m1 pairs, low
@@ -223,16 +232,11 @@ Tensor WeightLoader::dequantise_mxfp4(const std::string& full_name, const Shape&
                scale_name, "': scale of '", packed_name, "' must be U8 or F8_E8M0 exponents, got ", dtype_name(s.dtype));
   const Tensor w = ckpt_.get(packed_name), scale = ckpt_.get(scale_name);
   const int64_t experts = shape.size() == 3 ? shape[0] : 1, rows = shape[shape.size() - 2], cols = shape.back();
-  Tensor out = Tensor::empty(shape, DType::kF32);
-  for (int64_t e = 0; e < experts; ++e) {
-    const auto* wb = static_cast<const char*>(w.raw()) + e * rows * (cols / 2);
-    const auto* sb = static_cast<const char*>(scale.raw()) + e * rows * (cols / kMxfp4GroupSize);
-    const Tensor we = Tensor::view_of(nullptr, const_cast<char*>(wb), {rows, cols / 2}, DType::kU8);
-    const Tensor se = Tensor::view_of(nullptr, const_cast<char*>(sb), {rows, cols / kMxfp4GroupSize}, DType::kU8);
-    const Tensor d = dequant_mxfp4(we, se, experts == 1 ? what : cat(what, " expert ", e));
-    std::memcpy(out.data<float>() + e * rows * cols, d.data<float>(), size_t(rows * cols) * sizeof(float));
-  }
-  return out;
+  return stack_experts(shape, [&](int64_t e) {
+    return dequant_mxfp4(expert_slab(w, e, rows, cols / 2, DType::kU8),
+                         expert_slab(scale, e, rows, cols / kMxfp4GroupSize, DType::kU8),
+                         experts == 1 ? what : cat(what, " expert ", e));
+  });
 }
 
 Tensor WeightLoader::raw(const std::string& full_name, const Shape& shape) {
