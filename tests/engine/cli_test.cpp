@@ -166,6 +166,11 @@ TEST(EngineCli, InfoPrintsTheMemoryPlanPerLayerType) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
   EXPECT_NE(run_cli("info --model /nonexistent").status, 0);
+  // An FP8 KV cache is the Qwen3.5 family's only: refused by name, not printed as if it applied.
+  const CliRun fp8 = run_cli("info --model " + std::string(STRATA_SOURCE_DIR) +
+                             "/tests/fixtures/deepseek_v4_tiny --kv-cache-dtype fp8");
+  EXPECT_NE(fp8.status, 0);
+  EXPECT_NE(fp8.out.find("--kv-cache-dtype fp8_e4m3 is not supported for deepseek_v4"), std::string::npos) << fp8.out;
 }
 
 // A bad config.json value (issue 20): `info --load`, generate and logits name the file and the
