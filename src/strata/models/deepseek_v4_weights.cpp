@@ -367,11 +367,7 @@ std::vector<Dsv4Mtp> load_deepseek_v4_mtp(const Checkpoint& ckpt, const Deepseek
     m.block = load_block(r, c, {}, i, Dsv4Attention::kSliding, Dsv4Mlp::kLearned, Dsv4Names::kPublished);
     heads.push_back(std::move(m));
   }
-  const auto unused = loader.unused({});
-  for (const std::string& name : unused) {
-    STRATA_CHECK(name.rfind("mtp.", 0) != 0, ckpt.dir(), ": unexpected tensor '", name, "' of the ", c.mtp_layers,
-                 "-block multi-token-prediction head");
-  }
+  loader.refuse_unused_under("mtp.", cat(c.mtp_layers, "-block multi-token-prediction head"));
   return heads;
 }
 

@@ -411,10 +411,7 @@ class Qwen35Model final : public Model {
       mtp_.layers.push_back(std::move(l));
     }
     w.finish();
-    for (const std::string& name : w.unused({})) {
-      STRATA_CHECK(name.rfind(prefix, 0) != 0, ckpt.dir(), ": unexpected tensor '", name, "' of the ",
-                   full_.mtp_layers, "-layer multi-token-prediction head");
-    }
+    w.refuse_unused_under(prefix, cat(full_.mtp_layers, "-layer multi-token-prediction head"));
     mtp_.bytes = w.bytes_loaded();
   }
 

@@ -207,10 +207,7 @@ class Qwen4ExpModel final : public Model {
     WeightLoader w(ckpt, prefix, device_, false);
     mtp_ = load_qwen4_exp_mtp(w, full_);
     w.finish();
-    for (const std::string& name : w.unused({})) {
-      STRATA_CHECK(name.rfind(prefix, 0) != 0, ckpt.dir(), ": unexpected tensor '", name, "' of the ",
-                   full_.mtp_layers, "-layer multi-token-prediction head");
-    }
+    w.refuse_unused_under(prefix, cat(full_.mtp_layers, "-layer multi-token-prediction head"));
     info_.weight_bytes += w.bytes_loaded();
     info_.mtp_layers = int64_t(mtp_.layers.size());
     for (const Qwen4ExpLayerWeights& l : mtp_.layers) info_.mtp_cache.push_back(cache_spec(l));

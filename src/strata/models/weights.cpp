@@ -422,4 +422,10 @@ std::vector<std::string> WeightLoader::unused(const std::vector<std::string>& ig
   return out;
 }
 
+void WeightLoader::refuse_unused_under(const std::string& prefix, const std::string& what) const {
+  for (const std::string& name : unused({})) {
+    STRATA_CHECK(name.rfind(prefix, 0) != 0, ckpt_.dir(), ": unexpected tensor '", name, "' of the ", what);
+  }
+}
+
 }  // namespace strata

@@ -109,6 +109,9 @@ class WeightLoader {
   // Tensors of the checkpoint never read, minus the prefixes recognised as not ours
   // (e.g. "model.visual.", "mtp."). A non-empty result is an error for strict loading.
   std::vector<std::string> unused(const std::vector<std::string>& ignored_prefixes) const;
+  // A head read by a loader of its own (the multi-token-prediction heads): an unread tensor under
+  // `prefix` is an error naming it as part of `what`.
+  void refuse_unused_under(const std::string& prefix, const std::string& what) const;
   size_t bytes_loaded() const { return bytes_; }
   // Waits for the device uploads queued so far (throws Error on a failed one), frees their
   // staging buffers and prints the closing progress line. The families call it once every
