@@ -157,9 +157,7 @@ int run(int argc, char** argv) {
   std::printf("model            %s (%s)\n", model_dir.c_str(), type.c_str());
   print_weights(ckpt);
   if (type == "deepseek_v4") {
-    STRATA_CHECK(options.kv_cache_dtype == KvCacheDtype::kAuto, model_dir, ": --kv-cache-dtype ",
-                 kv_cache_dtype_name(options.kv_cache_dtype), " is not supported for deepseek_v4 yet (only the "
-                 "Qwen3.5 family: qwen3_next, qwen3_5, qwen3_5_moe); use auto");
+    check_kv_cache_dtype(model_dir, type, options.kv_cache_dtype);
     const DeepseekV4Config c = parse_deepseek_v4_config(cfg, ckpt.config_path());
     std::vector<std::string> labels;
     std::map<std::string, int> counts;

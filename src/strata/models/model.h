@@ -160,5 +160,8 @@ DType parse_ssm_state_dtype(const std::string& name);
 // --kv-cache-dtype else.
 KvCacheDtype parse_kv_cache_dtype(const std::string& name);
 const char* kv_cache_dtype_name(KvCacheDtype dtype);
+// An Error naming the folder and `model_type` when its family cannot store its KV cache as
+// `dtype` (load_model's check, for commands that read a checkpoint without loading it).
+void check_kv_cache_dtype(const std::string& dir, const std::string& model_type, KvCacheDtype dtype);
 
 }  // namespace strata

@@ -1,4 +1,5 @@
 // Maps config.json's model_type to the family that runs it.
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -58,6 +59,16 @@ const char* kv_cache_dtype_name(KvCacheDtype dtype) {
   return dtype == KvCacheDtype::kFp8E4M3 ? "fp8_e4m3" : "auto";
 }
 
+void check_kv_cache_dtype(const std::string& dir, const std::string& model_type, KvCacheDtype dtype) {
+  if (dtype == KvCacheDtype::kAuto) return;
+  for (const Family& f : families()) {
+    const bool ours = std::find(f.model_types.begin(), f.model_types.end(), model_type) != f.model_types.end();
+    STRATA_CHECK(!ours || f.model_types[0] == "qwen3_next", dir, ": --kv-cache-dtype ", kv_cache_dtype_name(dtype),
+                 " is not supported for ", model_type, " yet (only the Qwen3.5 family: qwen3_next, qwen3_5, "
+                 "qwen3_5_moe); use auto");
+  }
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
   STRATA_CHECK(options.ssm_state_dtype == DType::kF32 || options.ssm_state_dtype == DType::kBF16,
                "--mamba-ssm-dtype: the recurrent state is float32 or bfloat16, got ",
@@ -68,13 +79,10 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   STRATA_CHECK(cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string(),
                dir, "/config.json: field 'model_type' missing or not a string");
   const std::string type = cfg["model_type"].get<std::string>();
+  check_kv_cache_dtype(dir, type, options.kv_cache_dtype);
   for (const Family& f : families()) {
     for (const std::string& t : f.model_types) {
-      if (t != type) continue;
-      STRATA_CHECK(options.kv_cache_dtype == KvCacheDtype::kAuto || f.model_types[0] == "qwen3_next", dir,
-                   ": --kv-cache-dtype ", kv_cache_dtype_name(options.kv_cache_dtype), " is not supported for ",
-                   type, " yet (only the Qwen3.5 family: qwen3_next, qwen3_5, qwen3_5_moe); use auto");
-      return f.load(ckpt, options);
+      if (t == type) return f.load(ckpt, options);
     }
   }
   std::string known;
