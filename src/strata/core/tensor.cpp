@@ -95,6 +95,13 @@ Tensor Tensor::reshape(Shape shape) const {
   STRATA_CHECK(shape_numel(shape) == numel(), "reshape: cannot view ", describe(), " as ",
                shape_str(shape));
   Tensor t = *this;
+  if (scale_) {
+    STRATA_CHECK(!shape.empty() && shape.back() == shape_.back(), "reshape: ", describe(),
+                 " keeps its last dimension (its block scale runs along it), got ", shape_str(shape));
+    Shape s(shape.begin(), shape.end() - 1);
+    s.push_back(scale_->shape().back());
+    t.scale_ = std::make_shared<const Tensor>(scale_->reshape(std::move(s)));
+  }
   t.shape_ = std::move(shape);
   return t;
 }
@@ -106,6 +113,7 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   Tensor t = *this;
   t.shape_[0] = end - begin;
   t.data_ = std::shared_ptr<void>(data_, static_cast<char*>(data_.get()) + begin * row_bytes);
+  if (scale_) t.scale_ = std::make_shared<const Tensor>(scale_->rows(begin, end));
   return t;
 }
 
@@ -113,6 +121,15 @@ Tensor Tensor::to_f32() const {
   STRATA_CHECK(device_ == Device::kCpu, "to_f32: tensor is not on the CPU");
   Tensor out = empty(shape_, DType::kF32);
   copy_blocks({dense_block(raw(), dtype_, numel())}, 0, numel(), out.raw(), DType::kF32);
+  if (scale_) {
+    // code * scale, one float32 multiply (as the checkpoints' dequantisation: io/quant.h).
+    const int64_t cols = shape_.back(), rows = cols ? numel() / cols : 0, groups = scale_->shape().back();
+    const float* s = scale_->data<float>();
+    float* o = out.data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) o[r * cols + c] *= s[r * groups + c / scale_group_];
+    }
+  }
   return out;
 }
 
@@ -121,9 +138,30 @@ Tensor Tensor::to(Device device) const {
   // The non-CPU side's allocator knows how to move bytes across.
   Allocator& a = allocator_for(device == Device::kCpu ? device_ : device);
   a.copy(out.raw(), device, raw(), device_, nbytes());
+  if (scale_) out = out.with_scale(scale_->to(device), scale_group_);
   return out;
 }
 
-std::string Tensor::describe() const { return cat(dtype_name(dtype_), shape_str(shape_)); }
+Tensor Tensor::with_scale(Tensor scale, int group) const {
+  STRATA_CHECK(dtype_ == DType::kF8E4M3 && ndim() >= 2, "with_scale: ", describe(),
+               " is not an F8_E4M3 matrix or stack of them");
+  STRATA_CHECK(group > 0, "with_scale: group ", group);
+  Shape want(shape_.begin(), shape_.end() - 1);
+  want.push_back((shape_.back() + group - 1) / group);
+  STRATA_CHECK(scale.dtype() == DType::kF32 && scale.shape() == want && scale.device() == device_,
+               "with_scale: the scale of ", describe(), " per ", group, " columns must be F32", shape_str(want),
+               " on its device, got ", scale.describe());
+  Tensor t = *this;
+  t.scale_ = std::make_shared<const Tensor>(std::move(scale));
+  t.scale_group_ = group;
+  return t;
+}
+
+Tensor Tensor::scale() const { return scale_ ? *scale_ : Tensor(); }
+
+std::string Tensor::describe() const {
+  std::string d = cat(dtype_name(dtype_), shape_str(shape_));
+  return scale_ ? cat(d, " scaled per ", scale_group_) : d;
+}
 
 }  // namespace strata

@@ -58,14 +58,27 @@ class Tensor {
   Tensor reshape(Shape shape) const;
   // Rows [begin, end) along dimension 0, sharing storage.
   Tensor rows(int64_t begin, int64_t end) const;
-  // A CPU float32 copy (converting from any float or integer type).
+  // A CPU float32 copy (converting from any float or integer type; a block-scaled tensor
+  // dequantised).
   Tensor to_f32() const;
-  // A copy on `device` (same dtype and shape); always a new tensor.
+  // A copy on `device` (same dtype and shape, the block scale too); always a new tensor.
   Tensor to(Device device) const;
-  std::string describe() const;  // "BF16[2, 3]"
+  std::string describe() const;  // "BF16[2, 3]", "F8_E4M3[2, 3] scaled per 128"
+
+  // A block-scaled weight (the routed experts of an FP8 checkpoint kept compressed): F8_E4M3
+  // codes whose element [..., r, c] means code * scale[..., r, c / group], with scale F32
+  // [..., rows, ceil(cols / group)] on the same device: every row its own scales (a checkpoint's
+  // 128 x 128 blocks expanded by row, so that row slices and concatenations need no alignment).
+  // The scale goes along through rows(), reshape() (which must keep the last dimension) and to().
+  Tensor with_scale(Tensor scale, int group) const;
+  bool scaled() const { return scale_ != nullptr; }
+  Tensor scale() const;  // undefined when not scaled
+  int scale_group() const { return scale_group_; }
 
  private:
   std::shared_ptr<void> data_;
+  std::shared_ptr<const Tensor> scale_;
+  int scale_group_ = 0;
   Shape shape_;
   DType dtype_ = DType::kF32;
   Device device_ = Device::kCpu;

@@ -1,10 +1,13 @@
 #include "strata/models/weights.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <functional>
 
 #include "strata/core/error.h"
+#include "strata/core/parallel.h"
 #include "strata/io/quant.h"
 #include "strata/ops/ops.h"
 #if defined(STRATA_WITH_CUDA)
@@ -13,6 +16,10 @@
 
 namespace strata {
 namespace {
+
+// The dummy weights' values: uniform in +-kRandomRange (HF's initializer_range 0.02 as the
+// standard deviation of a uniform distribution).
+constexpr float kRandomRange = 0.0346f;
 
 std::unique_ptr<BlockWriter> make_writer(Device device) {
   if (device == Device::kCpu) return make_host_writer();
@@ -136,7 +143,7 @@ WeightLoader::Source WeightLoader::source(const std::string& full_name, const Sh
   return {ckpt_.data(full_name), info.dtype};
 }
 
-Tensor WeightLoader::dequantise_fp8(const std::string& full_name, const TensorInfo& info) {
+Tensor WeightLoader::fp8_scales(const std::string& full_name, const TensorInfo& info) {
   const std::string what = ckpt_.file_of(full_name) + ": tensor '" + full_name + "'";
   STRATA_CHECK(!quant_.listed_not_converted(full_name), what, " is F8_E4M3, but its module is listed in ",
                quant_.origin, " quantization_config.modules_to_not_convert (expected BF16)");
@@ -145,22 +152,92 @@ Tensor WeightLoader::dequantise_fp8(const std::string& full_name, const TensorIn
   const Shape& shape = info.shape;
   STRATA_CHECK(shape.size() == 2 || shape.size() == 3, what, ": F8_E4M3 weight ", shape_str(shape),
                " is not a matrix [out, in] or fused experts [E, out, in]");
-  const int64_t experts = shape.size() == 3 ? shape[0] : 1;
   const int64_t rows = shape[shape.size() - 2], cols = shape.back();
   const int64_t br = quant_.block_rows, bc = quant_.block_cols;
   Shape scale_shape{(rows + br - 1) / br, (cols + bc - 1) / bc};
-  if (shape.size() == 3) scale_shape.insert(scale_shape.begin(), experts);
+  if (shape.size() == 3) scale_shape.insert(scale_shape.begin(), shape[0]);
   const TensorInfo& s = ckpt_.info(scale_name);
   STRATA_CHECK(s.dtype == DType::kF32, ckpt_.file_of(scale_name), ": tensor '", scale_name, "': block scale of '",
                full_name, "' must be F32, got ", dtype_name(s.dtype));
   stored(scale_name, scale_shape, false);  // shape checked, marked read
-  const Tensor w = ckpt_.get(full_name), scale = ckpt_.get(scale_name);
-  const int64_t sr = scale_shape[scale_shape.size() - 2], sc = scale_shape.back();
+  return ckpt_.get(scale_name);
+}
+
+Tensor WeightLoader::dequantise_fp8(const std::string& full_name, const TensorInfo& info) {
+  const std::string what = ckpt_.file_of(full_name) + ": tensor '" + full_name + "'";
+  const Tensor scale = fp8_scales(full_name, info);
+  const Tensor w = ckpt_.get(full_name);
+  const Shape& shape = info.shape;
+  const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  const int64_t sr = scale.dim(-2), sc = scale.dim(-1);
   // Fused experts: each expert's [out, in] slab with its own scales.
   return stack_experts(shape, [&](int64_t e) {
     return dequant_fp8_block(expert_slab(w, e, rows, cols, DType::kF8E4M3), expert_slab(scale, e, sr, sc, DType::kF32),
-                             int(br), int(bc), shape.size() == 2 ? what : cat(what, " expert ", e));
+                             quant_.block_rows, quant_.block_cols,
+                             shape.size() == 2 ? what : cat(what, " expert ", e));
   });
+}
+
+Tensor WeightLoader::kept_fp8(const std::vector<Fp8Part>& parts, int64_t experts_out, Range cols) {
+  const int64_t bc = quant_.block_cols, br = quant_.block_rows, groups = (cols.count + bc - 1) / bc;
+  int64_t total_rows = 0;
+  for (const Fp8Part& p : parts) total_rows += p.rows;
+  STRATA_CHECK(experts_out > 0 && total_rows % experts_out == 0 && cols.begin % bc == 0, "kept_fp8: ",
+               total_rows, " rows for ", experts_out, " experts, columns from ", cols.begin);
+  const int64_t rows_out = total_rows / experts_out;
+  Tensor scale = Tensor::empty({experts_out, rows_out, groups}, DType::kF32);
+  float* so = scale.data<float>();
+  std::vector<CopyBlock> blocks;
+  for (const Fp8Part& p : parts) {
+    const std::string what = ckpt_.file_of(p.name) + ": tensor '" + p.name + "'";
+    const TensorInfo& info = stored(p.name, p.full, false);
+    STRATA_CHECK(info.dtype == DType::kF8E4M3, what, ": expected F8_E4M3, got ", dtype_name(info.dtype));
+    const Tensor s = fp8_scales(p.name, info);
+    const std::vector<CopyBlock> b = expert_blocks(ckpt_.data(p.name), DType::kF8E4M3, p.full, p.expert, 1,
+                                                   {{p.row0, p.rows}}, {cols.begin, cols.count}, what);
+    const CopyBlock& cb = b.at(0);
+    // A NaN code (0x7f or 0xff) is as corrupt here as in io/quant.h's dequantisation. The scan
+    // notes the first one; the error is thrown outside the parallel loop.
+    std::atomic<int64_t> bad{-1};
+    parallel_for(cb.rows, [&](int64_t r) {
+      const auto* row = static_cast<const uint8_t*>(cb.src) + r * cb.stride;
+      for (int64_t c = 0; c < cb.cols; ++c) {
+        if ((row[c] & 0x7f) == 0x7f) {
+          int64_t none = -1;
+          bad.compare_exchange_strong(none, r * cb.cols + c);
+          return;
+        }
+      }
+    });
+    STRATA_CHECK(bad < 0, what, ": NaN weight code at expert ", p.expert, " row ", p.row0 + bad / cb.cols, " column ",
+                 cols.begin + bad % cb.cols);
+    const int64_t sr = s.dim(-2), sc = s.dim(-1);
+    const float* sp = s.data<float>() + p.expert * sr * sc;
+    for (int64_t r = 0; r < p.rows; ++r) {
+      for (int64_t g = 0; g < groups; ++g) {
+        const float v = sp[((p.row0 + r) / br) * sc + cols.begin / bc + g];
+        STRATA_CHECK(std::isfinite(v), ckpt_.file_of(p.name), ": tensor '", p.name, "_scale_inv': scale ", v,
+                     " at expert ", p.expert, " block (", (p.row0 + r) / br, ", ", cols.begin / bc + g, ")");
+        *so++ = v;
+      }
+    }
+    blocks.insert(blocks.end(), b.begin(), b.end());
+  }
+  Tensor codes = assemble_as({experts_out, rows_out, cols.count}, DType::kF8E4M3, blocks);
+  Tensor scale_dev = assemble_as(scale.shape(), DType::kF32, {dense_block(scale.raw(), DType::kF32, scale.numel())});
+  return codes.with_scale(scale_dev, int(bc));
+}
+
+Tensor WeightLoader::random_fp8(const std::string& full_name, const Shape& shape) {
+  // Codes uniform over +-448, times one scale: random()'s range.
+  Tensor codes = random_on(full_name, shape, DType::kF8E4M3, device_, 448.f);
+  bytes_ += codes.nbytes();
+  Shape scale_shape(shape.begin(), shape.end() - 1);
+  scale_shape.push_back((shape.back() + kFp8Block - 1) / kFp8Block);
+  Tensor scale = Tensor::empty(scale_shape, DType::kF32);
+  std::fill(scale.data<float>(), scale.data<float>() + scale.numel(), kRandomRange / 448.f);
+  return codes.with_scale(assemble_as(scale_shape, DType::kF32, {dense_block(scale.raw(), DType::kF32, scale.numel())}),
+                          kFp8Block);
 }
 
 // ModelOpt's NVFP4 linear: `<module>.weight` U8 [.., out, in / 2], `.weight_scale` F8_E4M3
@@ -259,7 +336,11 @@ DType WeightLoader::device_dtype(const Shape& shape) const {
 }
 
 Tensor WeightLoader::assemble(const Shape& shape, const std::vector<CopyBlock>& blocks) {
-  Tensor out = Tensor::empty(shape, device_dtype(shape), device_);
+  return assemble_as(shape, device_dtype(shape), blocks);
+}
+
+Tensor WeightLoader::assemble_as(const Shape& shape, DType dtype, const std::vector<CopyBlock>& blocks) {
+  Tensor out = Tensor::empty(shape, dtype, device_);
   if (!writer_) writer_ = make_writer(device_);
   writer_->write(out, blocks);
   bytes_ += out.nbytes();
@@ -275,24 +356,23 @@ Tensor WeightLoader::to_device(const Tensor& cpu_f32) {
   return assemble(cpu_f32.shape(), {dense_block(cpu_f32.raw(), cpu_f32.dtype(), cpu_f32.numel())});
 }
 
-Tensor WeightLoader::random_on(const std::string& full_name, const Shape& shape, DType dtype, Device device) {
-  // HF's initializer_range 0.02 as the standard deviation of a uniform distribution.
-  constexpr float kScale = 0.0346f;
+Tensor WeightLoader::random_on(const std::string& full_name, const Shape& shape, DType dtype, Device device,
+                               float range) {
   uint64_t seed = 1469598103934665603ull;  // FNV-1a of the name: stable across runs
   for (unsigned char c : full_name) seed = (seed ^ c) * 1099511628211ull;
   Tensor t = Tensor::empty(shape, dtype, device);
-  ops::fill_random_uniform(t, seed, kScale);
+  ops::fill_random_uniform(t, seed, range);
   return t;
 }
 
 Tensor WeightLoader::random(const std::string& full_name, const Shape& shape) {
-  Tensor t = random_on(full_name, shape, device_dtype(shape), device_);
+  Tensor t = random_on(full_name, shape, device_dtype(shape), device_, kRandomRange);
   bytes_ += t.nbytes();
   return t;
 }
 
 Tensor WeightLoader::random_host(const std::string& full_name, const Shape& shape, DType dtype) {
-  return random_on(full_name, shape, dtype, Device::kCpu);
+  return random_on(full_name, shape, dtype, Device::kCpu, kRandomRange);
 }
 
 Tensor WeightLoader::get_host_f32(const std::string& full_name, const Shape& shape) {
@@ -350,10 +430,68 @@ Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_
   return out;
 }
 
+bool WeightLoader::keep_experts_fp8(const std::string& p, const Shape& gate_up_shape, Range experts, Range inter,
+                                    RoutedExperts& r) {
+  const int64_t e = gate_up_shape.at(0), full_inter = gate_up_shape.at(1) / 2, h = gate_up_shape.at(2);
+  const std::string fused_gu = prefix_ + p + "experts.gate_up_proj", fused_down = prefix_ + p + "experts.down_proj";
+  if (dummy()) {
+    // Random codes; on the CPU, unless kept, their dequantised floats: the same weights either way.
+    if (quant_.listed_not_converted(fused_gu) || (!keep_fp8_experts_ && device_ != Device::kCpu)) return false;
+    r.gate_up = random_fp8(fused_gu, {experts.count, 2 * inter.count, h});
+    r.down = random_fp8(fused_down, {experts.count, h, inter.count});
+    if (!keep_fp8_experts_) {
+      for (Tensor* t : {&r.gate_up, &r.down}) {
+        bytes_ -= t->nbytes() + t->scale().nbytes();
+        *t = t->to_f32();
+        bytes_ += t->nbytes();
+      }
+    }
+    return true;
+  }
+  std::vector<Fp8Part> gate_up, down;
+  if (ckpt_.has(fused_gu)) {
+    if (!quantised(fused_gu) || !quantised(fused_down)) return false;
+    const Shape down_shape{e, h, full_inter};
+    for (int64_t j = experts.begin; j < experts.begin + experts.count; ++j) {
+      gate_up.push_back({fused_gu, gate_up_shape, j, inter.begin, inter.count});
+      gate_up.push_back({fused_gu, gate_up_shape, j, full_inter + inter.begin, inter.count});
+      down.push_back({fused_down, down_shape, j, 0, h});
+    }
+  } else {
+    auto name = [&](int64_t j, const char* proj) { return cat(prefix_, p, "experts.", j, ".", proj, ".weight"); };
+    for (int64_t j = 0; j < e; ++j) {
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        if (!quantised(name(j, proj))) return false;
+      }
+    }
+    for (int64_t j = 0; j < e; ++j) {
+      const bool ours = j >= experts.begin && j < experts.begin + experts.count;
+      const Shape in_shape{full_inter, h}, out_shape{h, full_inter};
+      if (!ours) {  // another rank's: checked and marked only
+        for (const auto& [proj, shape] : {std::pair{"gate_proj", in_shape}, std::pair{"up_proj", in_shape},
+                                          std::pair{"down_proj", out_shape}}) {
+          fp8_scales(name(j, proj), stored(name(j, proj), shape, false));
+        }
+        continue;
+      }
+      gate_up.push_back({name(j, "gate_proj"), in_shape, 0, inter.begin, inter.count});
+      gate_up.push_back({name(j, "up_proj"), in_shape, 0, inter.begin, inter.count});
+      down.push_back({name(j, "down_proj"), out_shape, 0, 0, h});
+    }
+  }
+  r.gate_up = kept_fp8(gate_up, experts.count, {0, h});
+  r.down = kept_fp8(down, experts.count, inter);
+  return true;
+}
+
 WeightLoader::RoutedExperts WeightLoader::get_routed_experts(const std::string& p, const Shape& gate_up_shape,
                                                              Range experts, Range inter) {
   const int64_t e = gate_up_shape.at(0), full_inter = gate_up_shape.at(1) / 2, h = gate_up_shape.at(2);
   RoutedExperts r;
+  if ((keep_fp8_experts_ || dummy()) && quant_.method == WeightQuant::Method::kFp8Block &&
+      inter.begin % quant_.block_cols == 0 && keep_experts_fp8(p, gate_up_shape, experts, inter, r)) {
+    return r;
+  }
   if (dummy() || has(p + "experts.gate_up_proj")) {
     r.gate_up = get_expert_slices(p + "experts.gate_up_proj", gate_up_shape, experts,
                                   {{inter.begin, inter.count}, {full_inter + inter.begin, inter.count}}, {0, h});

@@ -46,6 +46,14 @@ class WeightLoader {
   // FP8 block-scale checkpoint, packed U8 ones of an NVFP4 one. The families that take them call
   // it before the first get(); without it such a weight is an error.
   void accept_quant(WeightQuant q) { quant_ = std::move(q); }
+  // Whether get_routed_experts keeps the routed experts of an FP8 block-scale checkpoint as they
+  // are stored, F8_E4M3 codes with their scales expanded per row (Tensor::with_scale, group 128),
+  // instead of dequantising them: on CUDA (the MoE kernels read them so: half the bytes of bf16),
+  // and on the CPU when asked (the CPU's MoE ops dequantise the chosen experts a call). Dummy
+  // loads of an FP8 config make random codes (on the CPU, unless kept, as their floats). Experts left in bf16 by modules_to_not_convert, and
+  // a tensor-parallel shard whose down_proj columns do not start on a 128-column block, are
+  // dequantised (or converted) as before.
+  void keep_fp8_experts(bool keep) { keep_fp8_experts_ = keep; }
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   const std::string& prefix() const { return prefix_; }
@@ -120,7 +128,8 @@ class WeightLoader {
 
  private:
   DType device_dtype(const Shape& shape) const;
-  Tensor random_on(const std::string& full_name, const Shape& shape, DType dtype, Device device);
+  // Values uniform in +-range, seeded by the name.
+  Tensor random_on(const std::string& full_name, const Shape& shape, DType dtype, Device device, float range);
   // Checks the stored tensor against `shape` (and, with `float_only`, a BF16/F16/F32 dtype) and
   // marks it used.
   const TensorInfo& stored(const std::string& full_name, const Shape& shape, bool float_only);
@@ -141,16 +150,39 @@ class WeightLoader {
   // converted like bf16 ones; the GPU kernels that keep them compressed are the next phase. The
   // F32 copies live until finish(), when every upload reading them has completed.
   Tensor dequantise_fp8(const std::string& full_name, const TensorInfo& info);
+  // The block scales of the F8_E4M3 weight `full_name` as stored (a CPU view), checked: the weight
+  // not listed as not converted, the scale present, F32, of the block grid of the weight's shape.
+  Tensor fp8_scales(const std::string& full_name, const TensorInfo& info);
+  // Kept FP8 experts (keep_fp8_experts): each part is expert `expert` of the stored F8_E4M3
+  // tensor `name` (full name; a matrix counts as expert 0) of shape `full`, its rows [row0, +
+  // rows) and the columns `cols` (cols.begin a multiple of 128). The parts stack by rows into
+  // experts_out experts; codes checked for NaN.
+  struct Fp8Part {
+    std::string name;
+    Shape full;
+    int64_t expert = 0, row0 = 0, rows = 0;
+  };
+  Tensor kept_fp8(const std::vector<Fp8Part>& parts, int64_t experts_out, Range cols);
+  // get_routed_experts' FP8 path: fills r and returns true when the experts are stored F8_E4M3
+  // (or, dummy, declared so), false to load them as floats.
+  bool keep_experts_fp8(const std::string& p, const Shape& gate_up_shape, Range experts, Range inter,
+                        RoutedExperts& r);
+  // Random F8_E4M3 codes of a dummy FP8 load, with one scale for all: values uniform in about
+  // +-0.0346, as random() gives.
+  Tensor random_fp8(const std::string& full_name, const Shape& shape);
   Tensor dequantise_nvfp4(const std::string& full_name, const Shape& shape);
   Tensor dequantise_mxfp4(const std::string& full_name, const Shape& shape);
-  // A new tensor of `shape` in the device's compute dtype holding the blocks' elements.
+  // A new tensor of `shape` in the device's compute dtype (assemble_as: `dtype`) holding the
+  // blocks' elements.
   Tensor assemble(const Shape& shape, const std::vector<CopyBlock>& blocks);
+  Tensor assemble_as(const Shape& shape, DType dtype, const std::vector<CopyBlock>& blocks);
 
   const Checkpoint& ckpt_;
   std::string prefix_;
   Device device_;
   std::set<std::string> used_;
   WeightQuant quant_;                          // quantization_config
+  bool keep_fp8_experts_ = false;
   std::map<std::string, Tensor> dequantised_;  // quantised weights as F32, until finish()
   size_t bytes_ = 0;
   LoadProgress progress_;

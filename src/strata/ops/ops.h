@@ -222,9 +222,9 @@ void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const 
                      const Tensor& dt_bias, const Tensor& state, const Tensor& norm_w, float eps,
                      const ForwardBatch& batch, const Tensor& out);
 
-// Fills t (F32 or BF16) with uniform values in [-scale, scale) from a counter-based hash of
-// (seed, element index): the same values on every device (BF16 rounds the same float). The
-// --load-format dummy weights.
+// Fills t (F32, BF16 or F8_E4M3) with uniform values in [-scale, scale) from a counter-based hash
+// of (seed, element index): the same values on every device (BF16 and F8_E4M3 round the same
+// float, to nearest even, F8 saturating at +-448). The --load-format dummy weights.
 void fill_random_uniform(const Tensor& t, uint64_t seed, float scale);
 
 // ids[r] = the index of the largest logits[r, :] (the lower index wins a tie); logits [N, V]

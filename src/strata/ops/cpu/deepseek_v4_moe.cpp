@@ -9,6 +9,7 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cpu/expert_slabs.h"
 #include "strata/ops/deepseek_v4_ops.h"
 
 namespace strata::ops {
@@ -119,8 +120,6 @@ void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& d
                          const ExpertShard& shard) {
   const char* op = "moe_experts_clamped";
   expect_cpu_f32(x, op, "x");
-  expect_cpu_f32(gate_up, op, "gate_up");
-  expect_cpu_f32(down, op, "down");
   expect_cpu_f32(weights, op, "weights");
   STRATA_CHECK(x.ndim() == 2 && gate_up.ndim() == 3 && down.ndim() == 3 && ids.ndim() == 2 &&
                    ids.dtype() == DType::kI32,
@@ -140,6 +139,8 @@ void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& d
     const int32_t e = ids.data<int32_t>()[i];
     STRATA_CHECK(e >= 0 && e < total, op, ": expert id ", e, " out of range [0, ", total, ")");
   }
+  const ExpertSlabs gate_up_of(gate_up, ids, shard.first, op, "gate_up");
+  const ExpertSlabs down_of(down, ids, shard.first, op, "down");
   static const bool kSingleThreadedBlas = [] {
     openblas_set_num_threads(1);
     return true;
@@ -154,11 +155,11 @@ void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& d
       const int64_t e = ids.data<int32_t>()[r * k + j] - shard.first;
       if (e < 0 || e >= ne) continue;  // another rank's expert
       cblas_sgemv(CblasRowMajor, CblasNoTrans, int(2 * inter), int(h), 1.f,
-                  gate_up.data<float>() + e * 2 * inter * h, int(h), x.data<float>() + r * h, 1,
+                  gate_up_of(e), int(h), x.data<float>() + r * h, 1,
                   0.f, gu.data(), 1);
       for (int64_t i = 0; i < inter; ++i) act[size_t(i)] = clamped_swiglu(gu[size_t(i)], gu[size_t(inter + i)], limit);
       cblas_sgemv(CblasRowMajor, CblasNoTrans, int(h), int(inter), 1.f,
-                  down.data<float>() + e * h * inter, int(inter), act.data(), 1, 0.f, y.data(), 1);
+                  down_of(e), int(inter), act.data(), 1, 0.f, y.data(), 1);
       const float wj = weights.data<float>()[r * k + j];
       for (int64_t c = 0; c < h; ++c) o[c] += wj * y[size_t(c)];
     }

@@ -128,16 +128,18 @@ void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const 
 
 void fill_random_uniform(const Tensor& t, uint64_t seed, float scale) {
   STRATA_CUDA_DISPATCH(t, fill_random_uniform(t, seed, scale));
-  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16,
-               "fill_random_uniform: F32 or BF16 tensor expected, got ", t.describe());
+  STRATA_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF8E4M3,
+               "fill_random_uniform: F32, BF16 or F8_E4M3 tensor expected, got ", t.describe());
   const int64_t n = t.numel();
   parallel_for((n + 4095) / 4096, [&](int64_t blk) {
     for (int64_t i = blk * 4096; i < std::min(n, (blk + 1) * 4096); ++i) {
       const float v = random_uniform_value(seed, uint64_t(i), scale);
       if (t.dtype() == DType::kF32) {
         t.data<float>()[i] = v;
-      } else {
+      } else if (t.dtype() == DType::kBF16) {
         t.data<uint16_t>()[i] = f32_to_bf16(v);
+      } else {
+        t.data<uint8_t>()[i] = f32_to_f8e4m3(v);
       }
     }
   });

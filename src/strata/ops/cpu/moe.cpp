@@ -8,6 +8,7 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cpu/expert_slabs.h"
 #include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/ops.h"
 
@@ -58,8 +59,6 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                  const Tensor& weights, const Tensor& out, const ExpertShard& shard) {
   STRATA_CUDA_DISPATCH(x, moe_experts(x, gate_up, down, ids, weights, out, shard));
   expect_cpu_f32(x, "moe_experts", "x");
-  expect_cpu_f32(gate_up, "moe_experts", "gate_up");
-  expect_cpu_f32(down, "moe_experts", "down");
   const int64_t t = x.dim(0), h = x.dim(1), ne = gate_up.dim(0), inter = down.dim(2);
   const int64_t k = ids.dim(1);
   expect_shape(gate_up, {ne, 2 * inter, h}, "moe_experts", "gate_up");
@@ -73,6 +72,8 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
     const int32_t e = ids.data<int32_t>()[i];
     STRATA_CHECK(e >= 0 && e < total, "moe_experts: expert id ", e, " out of range [0, ", total, ")");
   }
+  const ExpertSlabs gate_up_of(gate_up, ids, shard.first, "moe_experts", "gate_up");
+  const ExpertSlabs down_of(down, ids, shard.first, "moe_experts", "down");
   // Per token, its experts in routing order: each token's result is independent of the batch.
   parallel_for(t, [&](int64_t r) {
     std::vector<float> gu(2 * inter), act(inter), y(h);
@@ -82,11 +83,11 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
       const int64_t e = ids.data<int32_t>()[r * k + j] - shard.first;
       if (e < 0 || e >= ne) continue;  // another rank's expert
       cblas_sgemv(CblasRowMajor, CblasNoTrans, int(2 * inter), int(h), 1.f,
-                  gate_up.data<float>() + e * 2 * inter * h, int(h), x.data<float>() + r * h, 1,
+                  gate_up_of(e), int(h), x.data<float>() + r * h, 1,
                   0.f, gu.data(), 1);
       for (int64_t i = 0; i < inter; ++i) act[i] = silu(gu[i]) * gu[inter + i];
       cblas_sgemv(CblasRowMajor, CblasNoTrans, int(h), int(inter), 1.f,
-                  down.data<float>() + e * h * inter, int(inter), act.data(), 1, 0.f, y.data(), 1);
+                  down_of(e), int(inter), act.data(), 1, 0.f, y.data(), 1);
       const float wj = weights.data<float>()[r * k + j];
       for (int64_t c = 0; c < h; ++c) o[c] += wj * y[c];
     }

@@ -1,5 +1,7 @@
 // CUDA: the elementwise and row ops of the dense vocabulary (embedding, gathers and column
 // splits, adds and gates, RMSNorm variants, rotary embeddings, random fill).
+#include <cuda_fp8.h>
+
 #include <algorithm>
 
 #include "strata/ops/cuda/common.cuh"
@@ -384,6 +386,14 @@ __global__ void fill_uniform_kernel(void* t, bool f32, int64_t n, uint64_t seed,
   }
 }
 
+// F8_E4M3 codes of the same values (dtype.h's f32_to_f8e4m3 on the CPU).
+__global__ void fill_uniform_fp8_kernel(uint8_t* t, int64_t n, uint64_t seed, float scale) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    t[i] = uint8_t(__nv_cvt_float_to_fp8(random_uniform_value(seed, uint64_t(i), scale), __NV_SATFINITE, __NV_E4M3));
+  }
+}
+
 unsigned grid_for(int64_t n) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 16)));
 }
@@ -699,8 +709,13 @@ void qk_norm_rope(const Tensor& qg, const Tensor& k, const Tensor& q_norm, const
 
 void fill_random_uniform(const Tensor& t, uint64_t seed, float scale) {
   OpTimer timer_("fill_random_uniform");
-  expect_float(t, "fill_random_uniform", "t");
   if (!t.numel()) return;
+  if (t.dtype() == DType::kF8E4M3) {
+    launch_pdl(fill_uniform_fp8_kernel, grid_for(t.numel()), 256, 0, t.data<uint8_t>(), t.numel(), seed, scale);
+    check_launch("fill_random_uniform");
+    return;
+  }
+  expect_float(t, "fill_random_uniform", "t");
   launch_pdl(fill_uniform_kernel, grid_for(t.numel()), 256, 0, t.raw(), is_f32(t), t.numel(), seed, scale);
   check_launch("fill_random_uniform");
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/fp8_weights.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
 #include "strata/ops/cuda/moe_gemm.cuh"
@@ -171,8 +172,10 @@ struct RouteArgs {
 constexpr int kGateUpWarps = 8, kGateUpUnroll = 4;
 
 // kRoutePer > 0: the pair's expert comes from route_token<kRoutePer> over route's logits.
-template <int kRoutePer>
-__global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(const bf16* x, const bf16* gate_up,
+// kFp8: gate_up holds F8_E4M3 codes with per-row scales (fp8_weights.cuh); a lane's 16-byte
+// vector is then 16 codes of one 128-column group, their dot with x taken in f32 and scaled once.
+template <int kRoutePer, bool kFp8>
+__global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(const bf16* x, ExpertMatrix gate_up,
                                                                         const int32_t* ids, RouteArgs route,
                                                                         int top_k, int64_t h_dim, int64_t inter,
                                                                         bf16* act) {
@@ -191,30 +194,57 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(cons
     e = ids[pair];
   }
   const bf16* xr = x + int64_t(pair / top_k) * h_dim;
-  const bf16* wg = gate_up + (e * 2 * inter + i) * h_dim;
-  const bf16* wu = wg + inter * h_dim;
   float g = 0.f, u = 0.f;
-  for (int64_t k0 = int64_t(lane) * 8; k0 < h_dim; k0 += 256 * kGateUpUnroll) {
-    uint4 gv[kGateUpUnroll], uv[kGateUpUnroll];
+  if constexpr (kFp8) {
+    const int64_t gate_row = e * 2 * inter + i;
+    const auto* wg = static_cast<const uint8_t*>(gate_up.w) + gate_row * h_dim;
+    const uint8_t* wu = wg + inter * h_dim;
+    const float* sg = gate_up.scale + gate_row * gate_up.groups;
+    const float* su = sg + inter * gate_up.groups;
+    for (int64_t k0 = int64_t(lane) * 16; k0 < h_dim; k0 += 512 * kGateUpUnroll) {
+      uint4 gv[kGateUpUnroll], uv[kGateUpUnroll];
 #pragma unroll
-    for (int j = 0; j < kGateUpUnroll; ++j) {
-      const int64_t k = k0 + j * 256;
-      const bool in = k < h_dim;
-      gv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wg + k)) : make_uint4(0, 0, 0, 0);
-      uv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wu + k)) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < kGateUpUnroll; ++j) {
+        const int64_t k = k0 + j * 512;
+        const bool in = k < h_dim;
+        gv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wg + k)) : make_uint4(0, 0, 0, 0);
+        uv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wu + k)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kGateUpUnroll; ++j) {
+        const int64_t k = k0 + j * 512;
+        if (k >= h_dim) break;
+        float part[2] = {0.f, 0.f};
+        dot16_e4m3<2>({gv[j], uv[j]}, xr + k, part);
+        g = fmaf(__ldg(sg + k / kFp8Group), part[0], g);
+        u = fmaf(__ldg(su + k / kFp8Group), part[1], u);
+      }
     }
+  } else {
+    const bf16* wg = static_cast<const bf16*>(gate_up.w) + (e * 2 * inter + i) * h_dim;
+    const bf16* wu = wg + inter * h_dim;
+    for (int64_t k0 = int64_t(lane) * 8; k0 < h_dim; k0 += 256 * kGateUpUnroll) {
+      uint4 gv[kGateUpUnroll], uv[kGateUpUnroll];
 #pragma unroll
-    for (int j = 0; j < kGateUpUnroll; ++j) {
-      const int64_t k = k0 + j * 256;
-      if (k >= h_dim) break;
-      float xf[8], gf[8], uf[8];
-      unpack8(__ldg(reinterpret_cast<const uint4*>(xr + k)), xf);
-      unpack8(gv[j], gf);
-      unpack8(uv[j], uf);
+      for (int j = 0; j < kGateUpUnroll; ++j) {
+        const int64_t k = k0 + j * 256;
+        const bool in = k < h_dim;
+        gv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wg + k)) : make_uint4(0, 0, 0, 0);
+        uv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wu + k)) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        g = fmaf(gf[q], xf[q], g);
-        u = fmaf(uf[q], xf[q], u);
+      for (int j = 0; j < kGateUpUnroll; ++j) {
+        const int64_t k = k0 + j * 256;
+        if (k >= h_dim) break;
+        float xf[8], gf[8], uf[8];
+        unpack8(__ldg(reinterpret_cast<const uint4*>(xr + k)), xf);
+        unpack8(gv[j], gf);
+        unpack8(uv[j], uf);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          g = fmaf(gf[q], xf[q], g);
+          u = fmaf(uf[q], xf[q], u);
+        }
       }
     }
   }
@@ -237,7 +267,9 @@ struct SharedArgs {
   int64_t inter;
 };
 
-__global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, const bf16* down, const int32_t* ids,
+// kFp8: down holds F8_E4M3 codes with per-row scales; a lane's vector is 16 codes of one group.
+template <bool kFp8>
+__global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, ExpertMatrix down, const int32_t* ids,
                                                            const float* weights, int top_k, int64_t h_dim,
                                                            int64_t inter, SharedArgs shared, bf16* out) {
   pdl_trigger();
@@ -269,14 +301,45 @@ __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, cons
     s_gate = sigmoid_f(ldf(shared.gate, shared.gate32, t));
   }
   float total = 0.f;
-  for (int j0 = 0; j0 < top_k; j0 += kDownExperts) {
+  if constexpr (kFp8) {
+    for (int j0 = 0; j0 < top_k; j0 += kDownExperts) {
+      const uint8_t* wr[kDownExperts];
+      const float* sr[kDownExperts];
+      const bf16* ar[kDownExperts];
+      float wt[kDownExperts];
+#pragma unroll
+      for (int jj = 0; jj < kDownExperts; ++jj) {
+        const int pair = t * top_k + min(j0 + jj, top_k - 1);
+        const int64_t row = int64_t(ids[pair]) * h_dim + h;
+        wr[jj] = static_cast<const uint8_t*>(down.w) + row * inter;
+        sr[jj] = down.scale + row * down.groups;
+        ar[jj] = act + int64_t(pair) * inter;
+        wt[jj] = j0 + jj < top_k ? weights[pair] : 0.f;
+      }
+      for (int64_t k0 = int64_t(lane) * 16; k0 < inter; k0 += 512) {
+        uint4 wv[kDownExperts];
+#pragma unroll
+        for (int jj = 0; jj < kDownExperts; ++jj) {
+          wv[jj] = j0 + jj < top_k ? __ldg(reinterpret_cast<const uint4*>(wr[jj] + k0)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int jj = 0; jj < kDownExperts; ++jj) {
+          if (j0 + jj >= top_k) break;
+          float part[1] = {0.f};
+          dot16_e4m3<1>({wv[jj]}, ar[jj] + k0, part);
+          total = fmaf(wt[jj], part[0] * __ldg(sr[jj] + k0 / kFp8Group), total);
+        }
+      }
+    }
+  }
+  for (int j0 = 0; !kFp8 && j0 < top_k; j0 += kDownExperts) {
     const bf16* wr[kDownExperts];
     const bf16* ar[kDownExperts];
     float wt[kDownExperts];
 #pragma unroll
     for (int jj = 0; jj < kDownExperts; ++jj) {
       const int pair = t * top_k + min(j0 + jj, top_k - 1);
-      wr[jj] = down + (int64_t(ids[pair]) * h_dim + h) * inter;
+      wr[jj] = static_cast<const bf16*>(down.w) + (int64_t(ids[pair]) * h_dim + h) * inter;
       ar[jj] = act + int64_t(pair) * inter;
       wt[jj] = j0 + jj < top_k ? weights[pair] : 0.f;
     }
@@ -457,6 +520,46 @@ Tensor shared_expert_output(const Tensor& shared_gate_up, const Tensor& shared_d
   return y;
 }
 
+// An expert stack as the kernels read it: bf16, or (fp8) F8_E4M3 codes with per-row scales per
+// kFp8Group columns; gate_up and down are both one or the other.
+ExpertMatrix expert_matrix(const Tensor& w, bool fp8, const char* op, const char* what) {
+  if (!fp8) {
+    expect_dtype(w, DType::kBF16, op, what);
+    return {w.raw(), nullptr, 0};
+  }
+  expect_dtype(w, DType::kF8E4M3, op, what);
+  STRATA_CHECK(w.scaled() && w.scale_group() == kFp8Group && w.ndim() == 3, op, ": ", what,
+               " must be F8_E4M3 experts scaled per ", kFp8Group, " columns (with the other stack), got ", w.describe());
+  const Tensor scale = w.scale();
+  expect_dtype(scale, DType::kF32, op, what);
+  return {w.raw(), scale.data<float>(), scale.dim(-1)};
+}
+
+// out = bf16(code * scale), a thread per 16 codes (cols a multiple of 16).
+__global__ void dequant_experts_kernel(const uint8_t* codes, const float* scale, int64_t vectors, int64_t cols,
+                                       int64_t groups, bf16* out) {
+  pdl_begin();
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < vectors; v += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t first = v * 16, row = first / cols, col = first % cols;
+    uint4 lo, hi;
+    dequant16_e4m3(__ldg(reinterpret_cast<const uint4*>(codes + first)), __ldg(scale + row * groups + col / kFp8Group),
+                   lo, hi);
+    *reinterpret_cast<uint4*>(out + first) = lo;
+    *reinterpret_cast<uint4*>(out + first + 8) = hi;
+  }
+}
+
+// A scratch bf16 copy of scaled FP8 experts (their last dimension a multiple of 16).
+Tensor dequantised_experts(const Tensor& w) {
+  Tensor out = scratch(w.shape(), DType::kBF16);
+  const int64_t vectors = w.numel() / 16;
+  const unsigned grid = unsigned(std::min<int64_t>(std::max<int64_t>(1, (vectors + 255) / 256), sm_count() * 16));
+  launch_pdl(dequant_experts_kernel, grid, 256, 0, w.data<uint8_t>(), w.scale().data<float>(), vectors, w.dim(-1),
+             w.scale().dim(-1), static_cast<bf16*>(out.raw()));
+  check_launch("moe_dequant_experts");
+  return out;
+}
+
 // moe_experts; with `shared` (its down non-null; shared_gate_up and shared_down its tensors),
 // moe_experts_shared: in the GEMVs' path fused into them, in the grouped path by its output,
 // which the unpermute adds to the routed experts'. With route.logits, the routing into ids and
@@ -466,8 +569,8 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                  const Tensor& shared_down, const RouteArgs& route, const Tensor& out) {
   const char* op = "moe_experts";
   expect_dtype(x, DType::kBF16, op, "x");
-  expect_dtype(gate_up, DType::kBF16, op, "gate_up");
-  expect_dtype(down, DType::kBF16, op, "down");
+  const bool fp8 = gate_up.scaled();
+  const ExpertMatrix gu_m = expert_matrix(gate_up, fp8, op, "gate_up"), dn_m = expert_matrix(down, fp8, op, "down");
   expect_dtype(ids, DType::kI32, op, "ids");
   expect_dtype(weights, DType::kF32, op, "weights");
   expect_dtype(out, DType::kBF16, op, "out");
@@ -478,10 +581,10 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                ", ids ", ids.describe(), ", out ", out.describe());
   STRATA_CHECK(h % 8 == 0 && inter % 8 == 0, "moe_experts: hidden ", h, " and intermediate ", inter,
                " sizes must be multiples of 8 on CUDA");
+  STRATA_CHECK(!fp8 || (h % 16 == 0 && inter % 16 == 0), "moe_experts: FP8 experts need hidden (", h,
+               ") and intermediate (", inter, ") sizes that are multiples of 16 on CUDA");
   if (!t) return;
   const auto* xp = static_cast<const bf16*>(x.raw());
-  const auto* gp = static_cast<const bf16*>(gate_up.raw());
-  const auto* dp = static_cast<const bf16*>(down.raw());
   const int64_t pairs = t * k;
   const bool grouped = t > kGemvTokens && moe_gemm_supported(h, inter) && ne <= 1024;
   STRATA_CHECK(!route.logits || !grouped, "moe_experts: routing inside the grouped path");
@@ -489,18 +592,21 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
     Tensor act = scratch({pairs, inter}, DType::kBF16);
     const dim3 grid(unsigned(pairs), blocks_for(inter, kGateUpWarps));
     auto* ap = static_cast<bf16*>(act.raw());
+    const int32_t* given = route.logits ? nullptr : ids.data<int32_t>();
+    auto gate_up_gemv = [&](auto kernel) {
+      launch_pdl(kernel, grid, kGateUpWarps * 32, 0, xp, gu_m, given, route, int(k), h, inter, ap);
+    };
     if (!route.logits) {
-      launch_pdl(gate_up_gemv_kernel<0>, grid, kGateUpWarps * 32, 0, xp, gp, ids.data<int32_t>(), route, int(k), h,
-                 inter, ap);
+      fp8 ? gate_up_gemv(gate_up_gemv_kernel<0, true>) : gate_up_gemv(gate_up_gemv_kernel<0, false>);
     } else if (route.experts <= 128) {
-      launch_pdl(gate_up_gemv_kernel<4>, grid, kGateUpWarps * 32, 0, xp, gp, nullptr, route, int(k), h, inter, ap);
+      fp8 ? gate_up_gemv(gate_up_gemv_kernel<4, true>) : gate_up_gemv(gate_up_gemv_kernel<4, false>);
     } else {
-      launch_pdl(gate_up_gemv_kernel<8>, grid, kGateUpWarps * 32, 0, xp, gp, nullptr, route, int(k), h, inter, ap);
+      fp8 ? gate_up_gemv(gate_up_gemv_kernel<8, true>) : gate_up_gemv(gate_up_gemv_kernel<8, false>);
     }
     check_launch("moe_gate_up_gemv");
-    launch_pdl(down_combine_kernel, dim3(unsigned(t), blocks_for(h, 8)), 256, 0, 
-        static_cast<const bf16*>(act.raw()), dp, ids.data<int32_t>(), weights.data<float>(), int(k), h, inter,
-        shared, static_cast<bf16*>(out.raw()));
+    launch_pdl(fp8 ? down_combine_kernel<true> : down_combine_kernel<false>, dim3(unsigned(t), blocks_for(h, 8)), 256,
+               0, static_cast<const bf16*>(act.raw()), dn_m, ids.data<int32_t>(), weights.data<float>(), int(k), h,
+               inter, shared, static_cast<bf16*>(out.raw()));
     check_launch("moe_down_combine");
     return;
   }
@@ -526,9 +632,20 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   check_launch("moe_permute");
   Tensor act = scratch({pairs, inter}, DType::kBF16);
   Tensor y = scratch({pairs, h}, DType::kBF16);
-  moe_grouped_gemm(xp, perm_token, gp, tiles, tiling, unsigned(max_tiles), ne, h, inter, true, static_cast<bf16*>(act.raw()));
-  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dp, tiles, tiling, unsigned(max_tiles), ne, inter, h, false,
-                   static_cast<bf16*>(y.raw()));
+  // The wgmma tiles read bf16 experts: FP8 ones are dequantised for them first, the same
+  // bf16(code * scale) weights the mma.sync tiles make on the fly.
+  Tensor gate_up16, down16;
+  ExpertMatrix gu_g = gu_m, dn_g = dn_m;
+  if (fp8 && tiling.wgmma) {
+    gate_up16 = dequantised_experts(gate_up);
+    down16 = dequantised_experts(down);
+    gu_g = {gate_up16.raw(), nullptr, 0};
+    dn_g = {down16.raw(), nullptr, 0};
+  }
+  moe_grouped_gemm(xp, perm_token, gu_g, tiles, tiling, unsigned(max_tiles), ne, h, inter, true,
+                   static_cast<bf16*>(act.raw()));
+  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dn_g, tiles, tiling, unsigned(max_tiles), ne, inter, h,
+                   false, static_cast<bf16*>(y.raw()));
   // The shared expert's output, added by the unpermute (one pass over out, one rounding).
   Tensor shared_y;
   if (shared.down) shared_y = shared_expert_output(shared_gate_up, shared_down);

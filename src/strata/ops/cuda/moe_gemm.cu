@@ -8,6 +8,7 @@
 // registers, so SiLU-mul is the epilogue. The grid's x is the column block, so the blocks of one
 // row tile run together and read its rows (the gathered tokens) once from memory.
 #include "strata/ops/cuda/async_copy.cuh"
+#include "strata/ops/cuda/fp8_weights.cuh"
 #include "strata/ops/cuda/mma_fragment.cuh"
 #include "strata/ops/cuda/moe_gemm.cuh"
 
@@ -25,34 +26,43 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// FP8 weights (kFp8): the ring holds the codes, kBk bytes a row padded to kLd8 (16-byte aligned
+// rows, conflict-free 16-byte reads), and each stage is dequantised into one bf16 tile.
+constexpr int kLd8 = kBk + 16;
 constexpr size_t kSmem = size_t(kStages) * (kBm + kBn) * kLd * sizeof(bf16);
+constexpr size_t kSmemFp8 =
+    size_t(kStages) * kBm * kLd * sizeof(bf16) + size_t(kStages) * kBn * kLd8 + size_t(kBn) * kLd * sizeof(bf16);
 
 // gate_up: out[p, c] = silu(g) * u over act columns c of block y (64 of them), n = intermediate;
 // down: out[p, c] over output columns c of block y (128 of them), n = hidden.
-template <bool kGateUp>
+// kFp8: w holds F8_E4M3 codes with per-row scales (fp8_weights.cuh); each stage's codes become
+// bf16(code * scale), the bf16 weights that dequantising at load gives, before the MMAs.
+template <bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* __restrict__ a,
-                                                                   const int32_t* gather,
-                                                                   const bf16* __restrict__ w, MoeTiles tiles,
-                                                                   int64_t k, int64_t n, bf16* out) {
+                                                                   const int32_t* gather, ExpertMatrix w,
+                                                                   MoeTiles tiles, int64_t k, int64_t n, bf16* out) {
   constexpr int kWm = kBm / 2, kMt = kWm / 16;  // a warp's rows and 16-row tiles
   pdl_begin();
   extern __shared__ __align__(128) bf16 smem[];
   bf16* as = smem;                          // [stage][kBm][kLd]
-  bf16* bs = smem + kStages * kBm * kLd;     // [stage][kBn][kLd]
+  bf16* bs = smem + kStages * kBm * kLd;     // [stage][kBn][kLd] (kFp8: the bf16 tile [kBn][kLd])
+  uint8_t* b8 = reinterpret_cast<uint8_t*>(bs + kBn * kLd);  // kFp8: [stage][kBn][kLd8] codes
   const int tile = blockIdx.y;
   if (tile >= *tiles.count) return;
   const int64_t e = tiles.expert[tile];
   const int row0 = tiles.row0[tile], rows = tiles.rows[tile];
   const int nb = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
-  const bf16* we = w + e * (kGateUp ? 2 * n : n) * k;
+  const int64_t expert_rows = kGateUp ? 2 * n : n;
 
-  // Each thread moves kBm / 32 16-byte vectors of A and four of B per stage (8 vectors a row);
-  // vectors past K (a K of 32 mod 64) are zero-filled.
-  constexpr int kVr = kBk / 8, kAv = kBm * kVr / kThreads, kBv = kBn * kVr / kThreads;
+  // Each thread moves kBm / 32 16-byte vectors of A and four of B per stage (8 vectors a row;
+  // FP8: two, 4 a row); vectors past K (a K of 32 mod 64) are zero-filled.
+  constexpr int kVr = kBk / 8, kAv = kBm * kVr / kThreads;
+  constexpr int kVrB = kFp8 ? kBk / 16 : kVr, kBv = kBn * kVrB / kThreads, kElemsB = kBk / kVrB;
   const bf16* a_src[kAv];
   bool a_ok[kAv];
-  const bf16* b_src[kBv];
+  const char* b_src[kBv];
+  const float* b_scale[kBv];
   bool b_ok[kBv];
 #pragma unroll
   for (int i = 0; i < kAv; ++i) {
@@ -61,18 +71,19 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
     const int64_t arow = a_ok[i] ? (kGateUp ? gather[row0 + r] : row0 + r) : 0;
     a_src[i] = a + arow * k + c * 8;
   }
+  constexpr int64_t kWeightBytes = kFp8 ? 1 : 2;
 #pragma unroll
   for (int i = 0; i < kBv; ++i) {
-    const int v = tid + i * kThreads, r = v / kVr, c = v % kVr;
+    const int v = tid + i * kThreads, r = v / kVrB, c = v % kVrB;
     // gate_up: rows 0..63 gate rows 64 nb.., rows 64..127 the matching up rows (at n + ...).
     const int64_t col = kGateUp ? int64_t(nb) * 64 + (r & 63) : int64_t(nb) * kBn + r;
     b_ok[i] = col < n;
-    const int64_t wrow = !b_ok[i] ? 0 : kGateUp && r >= 64 ? n + col : col;
-    b_src[i] = we + wrow * k + c * 8;
+    const int64_t wrow = e * expert_rows + (!b_ok[i] ? 0 : kGateUp && r >= 64 ? n + col : col);
+    b_src[i] = static_cast<const char*>(w.w) + (wrow * k + c * kElemsB) * kWeightBytes;
+    b_scale[i] = kFp8 && b_ok[i] ? w.scale + wrow * w.groups : nullptr;
   }
   auto load = [&](int stage, int64_t k0) {
     bf16* sa = as + stage * kBm * kLd;
-    bf16* sb = bs + stage * kBn * kLd;
 #pragma unroll
     for (int i = 0; i < kAv; ++i) {
       const int v = tid + i * kThreads;
@@ -80,8 +91,23 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
     }
 #pragma unroll
     for (int i = 0; i < kBv; ++i) {
-      const int v = tid + i * kThreads;
-      cp_async16(sb + (v / kVr) * kLd + (v % kVr) * 8, b_src[i] + k0, b_ok[i] && k0 + (v % kVr) * 8 < k);
+      const int v = tid + i * kThreads, r = v / kVrB, c = v % kVrB;
+      void* dst = kFp8 ? static_cast<void*>(b8 + (stage * kBn + r) * kLd8 + c * 16)
+                       : static_cast<void*>(bs + (stage * kBn + r) * kLd + c * 8);
+      cp_async16(dst, b_src[i] + k0 * kWeightBytes, b_ok[i] && k0 + c * kElemsB < k);
+    }
+  };
+  // kFp8: stage `stage` (K from k0) dequantised into the bf16 tile, each thread its own vectors.
+  auto dequantise = [&](int stage, int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < kBv; ++i) {
+      const int v = tid + i * kThreads, r = v / kVrB, c = v % kVrB;
+      const uint4 codes = *reinterpret_cast<const uint4*>(b8 + (stage * kBn + r) * kLd8 + c * 16);
+      const float scale = b_scale[i] ? __ldg(b_scale[i] + k0 / kFp8Group) : 0.f;
+      uint4 lo, hi;
+      dequant16_e4m3(codes, scale, lo, hi);
+      *reinterpret_cast<uint4*>(bs + r * kLd + c * 16) = lo;
+      *reinterpret_cast<uint4*>(bs + r * kLd + c * 16 + 8) = hi;
     }
   };
 
@@ -106,8 +132,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
     const int next = kb + kStages - 1;
     if (next < kb_count) load(next % kStages, int64_t(next) * kBk);
     cp_commit();
+    if constexpr (kFp8) {
+      dequantise(kb % kStages, int64_t(kb) * kBk);
+      __syncthreads();  // the tile whole before any warp reads it (the next loop top's wait
+                        // keeps it until every warp is done with it)
+    }
     const bf16* sa = as + (kb % kStages) * kBm * kLd + (wm * kWm) * kLd;
-    const bf16* sb = bs + (kb % kStages) * kBn * kLd;
+    const bf16* sb = kFp8 ? bs : bs + (kb % kStages) * kBn * kLd;
 #pragma unroll
     for (int kk = 0; kk < kBk; kk += 16) {
       uint32_t af[kMt][4], bf[2][4];
@@ -155,17 +186,18 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
   }
 }
 
-template <bool kGateUp>
-void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, unsigned max_tiles,
+template <bool kGateUp, bool kFp8>
+void launch(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles, unsigned max_tiles,
             int64_t k, int64_t n, bf16* out) {
+  constexpr size_t smem = kFp8 ? kSmemFp8 : kSmem;
   static const bool kAttr = [] {
-    allow_shared_memory(reinterpret_cast<const void*>(grouped_gemm_kernel<kGateUp>), kSmem, "moe_grouped_gemm");
+    allow_shared_memory(reinterpret_cast<const void*>(grouped_gemm_kernel<kGateUp, kFp8>), smem, "moe_grouped_gemm");
     return true;
   }();
   (void)kAttr;
   const unsigned col_blocks = unsigned(kGateUp ? (n + 63) / 64 : (n + kBn - 1) / kBn);
-  launch_pdl(grouped_gemm_kernel<kGateUp>, dim3(col_blocks, max_tiles), kThreads, kSmem, a, gather, w, tiles, k, n,
-             out);
+  launch_pdl(grouped_gemm_kernel<kGateUp, kFp8>, dim3(col_blocks, max_tiles), kThreads, smem, a, gather, w, tiles, k,
+             n, out);
 }
 
 }  // namespace
@@ -175,14 +207,18 @@ MoeTiling moe_tiling(int64_t pairs, int64_t experts) {
   return {wgmma ? 128 : 64, wgmma};
 }
 
-void moe_grouped_gemm(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+void moe_grouped_gemm(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
                       const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
                       bf16* out) {
   if (tiling.wgmma) {
-    moe_grouped_gemm_wgmma(a, gather, w, tiles, max_tiles, experts, k, n, gate_up, out);
+    STRATA_CHECK(!w.scale, "moe_grouped_gemm: the wgmma kernel takes bf16 experts");
+    moe_grouped_gemm_wgmma(a, gather, static_cast<const bf16*>(w.w), tiles, max_tiles, experts, k, n, gate_up, out);
+  } else if (w.scale) {
+    gate_up ? launch<true, true>(a, gather, w, tiles, max_tiles, k, n, out)
+            : launch<false, true>(a, gather, w, tiles, max_tiles, k, n, out);
   } else {
-    gate_up ? launch<true>(a, gather, w, tiles, max_tiles, k, n, out)
-            : launch<false>(a, gather, w, tiles, max_tiles, k, n, out);
+    gate_up ? launch<true, false>(a, gather, w, tiles, max_tiles, k, n, out)
+            : launch<false, false>(a, gather, w, tiles, max_tiles, k, n, out);
   }
   check_launch(gate_up ? "moe_grouped_gemm_gate_up" : "moe_grouped_gemm_down");
 }

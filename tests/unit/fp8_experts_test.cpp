@@ -1,0 +1,191 @@
+// FP8 experts kept compressed (WeightLoader::keep_fp8_experts, Tensor::with_scale): the codes and
+// their per-row block scales mean exactly the weights that dequantising at load gives, for the
+// whole model and for expert- and tensor-parallel shards; the CPU's MoE ops on them equal the ops
+// on their dequantised floats; a NaN code is named; dummy loads make scaled codes. (The CUDA MoE
+// kernels that read them are tested against these ops in tests/cuda.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "strata/core/error.h"
+#include "strata/io/checkpoint.h"
+#include "strata/io/quant_config.h"
+#include "strata/io/safetensors.h"
+#include "strata/models/weights.h"
+#include "strata/ops/deepseek_v4_ops.h"
+#include "strata/ops/ops.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+namespace {
+
+const std::string kFixture = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/qwen3_5_moe_fp8_tiny";
+constexpr int64_t kExperts = 2, kInter = 192, kHidden = 256;
+
+void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), DType::kF32) << what;
+  ASSERT_EQ(b.dtype(), DType::kF32) << what;
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
+}
+
+// Layer 0's routed experts of the fixture, dequantised at load (keep false) or kept.
+WeightLoader::RoutedExperts load_experts(const Checkpoint& ckpt, bool keep, WeightLoader::Range experts,
+                                         WeightLoader::Range inter) {
+  WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), Device::kCpu, false);
+  w.accept_quant(weight_quant_of(ckpt));
+  w.keep_fp8_experts(keep);
+  WeightLoader::RoutedExperts r =
+      w.get_routed_experts("layers.0.mlp.", {kExperts, 2 * kInter, kHidden}, experts, inter);
+  w.finish();
+  return r;
+}
+
+TEST(Fp8Experts, KeptExpertsMeanTheirDequantisedWeights) {
+  const Checkpoint ckpt = Checkpoint::open(kFixture);
+  const auto plain = load_experts(ckpt, false, {0, kExperts}, {0, kInter});
+  const auto kept = load_experts(ckpt, true, {0, kExperts}, {0, kInter});
+  ASSERT_FALSE(plain.gate_up.scaled());
+  ASSERT_TRUE(kept.gate_up.scaled());
+  ASSERT_TRUE(kept.down.scaled());
+  EXPECT_EQ(kept.gate_up.dtype(), DType::kF8E4M3);
+  EXPECT_EQ(kept.gate_up.scale_group(), 128);
+  // Every row its own scales: 384 gate and up rows of 2 column blocks; the down rows' 192
+  // columns make a whole block and a half one.
+  EXPECT_EQ(kept.gate_up.scale().shape(), Shape({kExperts, 2 * kInter, 2}));
+  EXPECT_EQ(kept.down.scale().shape(), Shape({kExperts, kHidden, 2}));
+  expect_bitwise_equal(kept.gate_up.to_f32(), plain.gate_up, "gate_up");
+  expect_bitwise_equal(kept.down.to_f32(), plain.down, "down");
+}
+
+TEST(Fp8Experts, ShardsKeepOrFallBackByBlockAlignment) {
+  const Checkpoint ckpt = Checkpoint::open(kFixture);
+  const auto whole = load_experts(ckpt, false, {0, kExperts}, {0, kInter});
+  // Expert parallel: expert 1 alone.
+  const auto ep = load_experts(ckpt, true, {1, 1}, {0, kInter});
+  ASSERT_TRUE(ep.gate_up.scaled());
+  expect_bitwise_equal(ep.gate_up.to_f32(), whole.gate_up.rows(1, 2).to_f32(), "expert 1 gate_up");
+  expect_bitwise_equal(ep.down.to_f32(), whole.down.rows(1, 2).to_f32(), "expert 1 down");
+  // Tensor parallel, first half: down's columns start on a block, so the shard stays FP8 (its 96
+  // columns one partial group).
+  const auto tp0 = load_experts(ckpt, true, {0, kExperts}, {0, kInter / 2});
+  ASSERT_TRUE(tp0.down.scaled());
+  EXPECT_EQ(tp0.down.scale().shape(), Shape({kExperts, kHidden, 1}));
+  const auto tp0_plain = load_experts(ckpt, false, {0, kExperts}, {0, kInter / 2});
+  expect_bitwise_equal(tp0.gate_up.to_f32(), tp0_plain.gate_up, "tp rank 0 gate_up");
+  expect_bitwise_equal(tp0.down.to_f32(), tp0_plain.down, "tp rank 0 down");
+  // Second half: its columns start at 96, inside a block: loaded as floats.
+  const auto tp1 = load_experts(ckpt, true, {0, kExperts}, {kInter / 2, kInter / 2});
+  EXPECT_FALSE(tp1.down.scaled());
+  const auto tp1_plain = load_experts(ckpt, false, {0, kExperts}, {kInter / 2, kInter / 2});
+  expect_bitwise_equal(tp1.down, tp1_plain.down, "tp rank 1 down");
+}
+
+TEST(Fp8Experts, NanCodeIsNamed) {
+  std::random_device rd;
+  const fs::path dir = fs::temp_directory_path() / ("strata_fp8_nan_" + std::to_string(rd()));
+  fs::create_directories(dir);
+  fs::copy_file(kFixture + "/config.json", dir / "config.json");
+  const Checkpoint src = Checkpoint::open(kFixture);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  const std::string bad = "model.layers.0.mlp.experts.1.up_proj.weight";
+  for (const std::string& n : src.names()) {
+    Tensor t = src.get(n);
+    Tensor copy = Tensor::empty(t.shape(), t.dtype());
+    std::memcpy(copy.raw(), t.raw(), t.nbytes());
+    if (n == bad) copy.data<uint8_t>()[5 * kHidden + 7] = 0xff;
+    tensors.emplace_back(n, copy);
+  }
+  write_safetensors((dir / "model.safetensors").string(), tensors);
+  const Checkpoint ckpt = Checkpoint::open(dir.string());
+  try {
+    load_experts(ckpt, true, {0, kExperts}, {0, kInter});
+    ADD_FAILURE() << "a NaN code loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(bad), std::string::npos) << what;
+    EXPECT_NE(what.find("NaN weight code at expert 0 row 5 column 7"), std::string::npos) << what;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Fp8Experts, DummyLoadMakesScaledCodes) {
+  const Checkpoint ckpt = Checkpoint::open_config_only(kFixture);
+  const auto r = load_experts(ckpt, true, {0, kExperts}, {0, kInter});
+  ASSERT_TRUE(r.gate_up.scaled());
+  ASSERT_TRUE(r.down.scaled());
+  const Tensor f = r.gate_up.to_f32();
+  float amax = 0.f;
+  for (int64_t i = 0; i < f.numel(); ++i) amax = std::max(amax, std::abs(f.data<float>()[i]));
+  EXPECT_GT(amax, 0.03f);
+  EXPECT_LE(amax, 0.0347f);
+  // Not kept, the CPU gets the same weights as floats.
+  const auto floats = load_experts(ckpt, false, {0, kExperts}, {0, kInter});
+  ASSERT_FALSE(floats.gate_up.scaled());
+  expect_bitwise_equal(floats.gate_up, f, "dummy gate_up");
+  expect_bitwise_equal(floats.down, r.down.to_f32(), "dummy down");
+}
+
+// Random F8 experts [E, rows, cols] with random per-row block scales (partial last group).
+Tensor random_scaled(int64_t e, int64_t rows, int64_t cols, uint64_t seed) {
+  Tensor codes = Tensor::empty({e, rows, cols}, DType::kF8E4M3);
+  ops::fill_random_uniform(codes, seed, 448.f);
+  Tensor scale = Tensor::empty({e, rows, (cols + 127) / 128}, DType::kF32);
+  std::mt19937 rng{unsigned(seed)};
+  std::uniform_real_distribution<float> u(1e-5f, 2e-4f);
+  for (int64_t i = 0; i < scale.numel(); ++i) scale.data<float>()[i] = u(rng);
+  return codes.with_scale(scale, 128);
+}
+
+TEST(Fp8Experts, CpuMoeOpsOnScaledExpertsEqualTheirFloats) {
+  const int64_t t = 9, e = 6, inter = 192, h = 256, k = 2;
+  const Tensor gate_up = random_scaled(e, 2 * inter, h, 1), down = random_scaled(e, h, inter, 2);
+  Tensor x = Tensor::empty({t, h}, DType::kF32);
+  ops::fill_random_uniform(x, 3, 1.f);
+  Tensor ids = Tensor::empty({t, k}, DType::kI32), weights = Tensor::empty({t, k}, DType::kF32);
+  for (int64_t i = 0; i < t * k; ++i) {
+    ids.data<int32_t>()[i] = int32_t((i * 5 + i / k) % e);
+    weights.data<float>()[i] = 0.25f + 0.1f * float(i % 3);
+  }
+  const Tensor gu32 = gate_up.to_f32(), down32 = down.to_f32();
+  Tensor a = Tensor::empty({t, h}, DType::kF32), b = Tensor::empty({t, h}, DType::kF32);
+  ops::moe_experts(x, gate_up, down, ids, weights, a);
+  ops::moe_experts(x, gu32, down32, ids, weights, b);
+  expect_bitwise_equal(a, b, "moe_experts");
+  ops::moe_experts_clamped(x, gate_up, down, ids, weights, 7.f, a);
+  ops::moe_experts_clamped(x, gu32, down32, ids, weights, 7.f, b);
+  expect_bitwise_equal(a, b, "moe_experts_clamped");
+  // An expert-parallel shard: experts [2, 5) of 8 held, the others' terms left out.
+  const ops::ExpertShard shard{2, 8};
+  const Tensor gu_part = gate_up.rows(0, 3), down_part = down.rows(0, 3);
+  ops::moe_experts(x, gu_part, down_part, ids, weights, a, shard);
+  ops::moe_experts(x, gu_part.to_f32(), down_part.to_f32(), ids, weights, b, shard);
+  expect_bitwise_equal(a, b, "moe_experts, a shard");
+}
+
+TEST(Fp8Experts, ScaledTensorViews) {
+  const Tensor w = random_scaled(3, 5, 200, 4);
+  EXPECT_EQ(w.describe(), "F8_E4M3[3, 5, 200] scaled per 128");
+  // to_f32: code * scale of the row's column group.
+  const Tensor f = w.to_f32();
+  const float s = w.scale().data<float>()[(2 * 5 + 4) * 2 + 1];
+  const uint8_t code = w.data<uint8_t>()[(2 * 5 + 4) * 200 + 150];
+  EXPECT_EQ(f.data<float>()[(2 * 5 + 4) * 200 + 150], f8e4m3_to_f32(code) * s);
+  // rows() and reshape() carry the scale; the last dimension must stay.
+  expect_bitwise_equal(w.rows(1, 3).to_f32(), f.rows(1, 3), "rows");
+  expect_bitwise_equal(w.reshape({15, 200}).to_f32(), f.reshape({15, 200}), "reshape");
+  EXPECT_THROW(w.reshape({3, 1000}), Error);
+  // with_scale checks what it is given.
+  Tensor codes = Tensor::empty({5, 200}, DType::kF8E4M3);
+  EXPECT_THROW(codes.with_scale(Tensor::empty({5, 1}, DType::kF32), 128), Error);
+  EXPECT_THROW(codes.with_scale(Tensor::empty({5, 2}, DType::kBF16), 128), Error);
+  EXPECT_THROW(Tensor::empty({5, 200}, DType::kBF16).with_scale(Tensor::empty({5, 2}, DType::kF32), 128), Error);
+  EXPECT_NO_THROW(codes.with_scale(Tensor::empty({5, 2}, DType::kF32), 128));
+}
+
+}  // namespace
+}  // namespace strata
