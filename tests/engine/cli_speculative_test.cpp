@@ -11,11 +11,12 @@ namespace {
 
 const std::string kSmall = " --kv-cache-memory 256M --max-num-seqs 8";
 
-// The text lines of a generate run (its timing line, on stderr here too, differs).
+// The text lines of a generate run: not its timing line, nor the load's progress lines that a
+// slow load prints (on stderr, here too; their times differ from run to run).
 std::string text_of(const std::string& out) {
   std::string text;
   for (const std::string& l : lines_of(out)) {
-    if (l.rfind("strata", 0) != 0) text += l + "\n";
+    if (l.rfind("strata", 0) != 0 && l.rfind("loading ", 0) != 0 && l.rfind("loaded ", 0) != 0) text += l + "\n";
   }
   return text;
 }
