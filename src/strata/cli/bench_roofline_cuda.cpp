@@ -21,6 +21,7 @@
 #include "strata/cli/engine_options.h"
 #include "strata/core/error.h"
 #include "strata/io/config.h"
+#include "strata/io/quant_config.h"
 #include "strata/models/model.h"
 #include "strata/ops/cuda/cuda_ops.h"
 #include "strata/ops/cuda/gemm.h"
@@ -39,6 +40,9 @@ struct Dims {
   int64_t vocab, hidden, heads, kv_heads, head_dim, hk, hv, dk, dv, conv_kernel;
   int64_t experts, top_k, moe_inter, shared_inter, inter;
   int64_t n_linear = 0, n_full = 0, n_moe = 0, n_dense = 0;
+  // Bytes a routed expert's weight takes on the GPU: 2 (bf16), or an FP8 block-scale
+  // checkpoint's code and its share of a per-row F32 scale per 128 columns (they stay FP8).
+  double expert_bytes = 2;
 };
 
 Dims read_dims(const std::string& dir) {
@@ -71,6 +75,7 @@ Dims read_dims(const std::string& dir) {
   }
   for (const std::string& t : types) (t == "full_attention" ? d.n_full : d.n_linear) += 1;
   (d.experts > 0 ? d.n_moe : d.n_dense) = layers;
+  if (parse_weight_quant(root, path).method == WeightQuant::Method::kFp8Block) d.expert_bytes = 1 + 4.0 / 128;
   return d;
 }
 
@@ -104,7 +109,8 @@ Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int6
   const double t = double(tokens);
   Cost c;
   c.weight_bytes += bf * (d.n_linear * (gdn_params + conv_dim * d.conv_kernel) + d.n_full * attn_params);
-  c.weight_bytes += bf * (d.n_moe * (moe_dense + active_experts(d, t) * expert_params) + d.n_dense * mlp_params);
+  c.weight_bytes += bf * (d.n_moe * moe_dense + d.n_dense * mlp_params);
+  c.weight_bytes += d.expert_bytes * d.n_moe * active_experts(d, t) * expert_params;
   c.weight_bytes += bf * (double(d.vocab) * h + t * h);  // LM head, embedding rows
   c.flops += 2 * t * (d.n_linear * gdn_params + d.n_full * attn_params);
   c.flops += 2 * t * (d.n_moe * (moe_dense + double(d.top_k) * expert_params) + d.n_dense * mlp_params);

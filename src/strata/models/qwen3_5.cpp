@@ -196,9 +196,10 @@ class Qwen35Model final : public Model {
     full_ = parse_config(ckpt.config(), origin);
     cfg_ = local_config(full_, par_, origin);
     WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device, par_.rank == 0);
-    // FP8 block-scale and NVFP4 checkpoints: dequantised at load for now (issue 19; the kernels that
-    // keep them compressed are next).
+    // FP8 block-scale checkpoints: on CUDA the routed experts stay FP8 (the MoE kernels read codes
+    // and per-row scales), everything else is dequantised at load, as are NVFP4 ones (issue 19).
     w.accept_quant(weight_quant_of(ckpt));
+    w.keep_fp8_experts(device == Device::kCuda);
     load(w);
     w.finish();
     auto unused = w.unused({"model.visual.", "mtp.", "model.mtp.", "visual."});
@@ -390,6 +391,7 @@ class Qwen35Model final : public Model {
     const std::string prefix = !ckpt.weightless() && ckpt.has("model.mtp.fc.weight") ? "model.mtp." : "mtp.";
     WeightLoader w(ckpt, prefix, device_, false);
     w.accept_quant(weight_quant_of(ckpt));
+    w.keep_fp8_experts(device_ == Device::kCuda);
     const int64_t hsz = full_.hidden;
     mtp_.fc_embed = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, 0, hsz}});
     mtp_.fc_hidden = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, hsz, hsz}});
