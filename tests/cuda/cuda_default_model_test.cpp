@@ -18,6 +18,9 @@
 #include "cuda_test_util.h"
 #include "strata/engine/single_sequence.h"
 #include "strata/tokenizer/tokenizer.h"
+#if defined(STRATA_WITH_CUDA)
+#include "strata/ops/cuda/graphs.h"
+#endif
 
 namespace strata::testing {
 namespace {
@@ -229,6 +232,123 @@ TEST(CudaDefaultModel, PromptLogprobsFollowTheCpuEngine) {
   EXPECT_LE(median, 0.1);
   EXPECT_GT(compared, 10);
 }
+
+#if defined(STRATA_WITH_CUDA)
+// Speculative verify steps as CUDA graphs (DecodeGraphs::run_with_hidden) against the same steps
+// run eagerly on a second set of caches: three sequences (bucket 4: one padding sequence of Q
+// tokens) bring Q = 2, 2, 4, 4, 4, 1, 1 tokens a step, every row's logits and hidden state
+// compared; one graph per (bucket, Q), the first run of each eager, the next captured, the rest
+// replayed. Batches of mixed lengths, of more than 16 tokens a sequence or without every row's
+// logits are not eligible.
+TEST(CudaDefaultModel, VerifyGraphsFollowEagerForwards) {
+  STRATA_REQUIRE_GPU();
+  LoadOptions o;
+  o.device = Device::kCuda;
+  o.mtp = true;
+  std::unique_ptr<Model> model = load_model(kDir, o);
+  ASSERT_TRUE(model->info().verify_graphs);
+  const std::vector<Prompt> ps = prompts();
+  const int seqs = 3, block = 16, pages = 8;
+  Caches eager = model->allocate_caches(seqs * pages, block, seqs, true);
+  Caches graph = model->allocate_caches(seqs * pages, block, seqs, true);
+  std::vector<std::vector<int32_t>> tokens;
+  ForwardBatch pre;
+  for (int s = 0; s < seqs; ++s) {
+    SeqInBatch q;
+    q.q_start = pre.num_tokens();
+    q.q_len = int32_t(std::min<size_t>(24 + 5 * s, ps[s].ids.size()));
+    q.state_slot = s;
+    for (int p = 0; p < pages; ++p) q.block_table.push_back(s * pages + p);
+    tokens.emplace_back(ps[s].ids.begin(), ps[s].ids.begin() + q.q_len);
+    for (int32_t i = 0; i < q.q_len; ++i) {
+      pre.token_ids.push_back(tokens[s][i]);
+      pre.positions.push_back(i);
+    }
+    pre.logit_rows.push_back(q.q_start + q.q_len - 1);
+    pre.seqs.push_back(q);
+  }
+  Tensor l1, l2;
+  model->forward(pre, eager, l1);
+  model->forward(pre, graph, l2);
+  const int64_t vocab = model->info().vocab_size;
+  std::vector<int32_t> next(seqs);
+  for (int s = 0; s < seqs; ++s) next[s] = int32_t((s * 37 + 11) % vocab);
+  ops::cuda::DecodeGraphs graphs(vocab);
+  double worst_logit = 0, worst_hidden = 0, scale = 0, hidden_scale = 0;
+  for (const int q : {2, 2, 4, 4, 4, 1, 1}) {
+    ForwardBatch b;
+    for (int s = 0; s < seqs; ++s) {
+      SeqInBatch sq = pre.seqs[s];
+      sq.q_start = s * q;
+      sq.ctx_len = int32_t(tokens[s].size());
+      sq.q_len = q;
+      b.seqs.push_back(sq);
+      for (int i = 0; i < q; ++i) {  // the next token, then made-up drafts
+        b.token_ids.push_back(i == 0 ? next[s] : int32_t((next[s] * 7 + i * 13) % vocab));
+        b.positions.push_back(sq.ctx_len + i);
+        b.logit_rows.push_back(s * q + i);
+      }
+    }
+    ASSERT_TRUE(graphs.eligible_with_hidden(b));
+    Tensor le, he, hg;
+    model->forward_with_hidden(b, eager, le, he);
+    const Tensor lg = graphs.run_with_hidden(
+        b, [&](const ForwardBatch& fb, Tensor& l, Tensor& h) { model->forward_with_hidden(fb, graph, l, h); }, hg);
+    ASSERT_EQ(lg.shape(), le.shape());
+    ASSERT_EQ(hg.shape(), he.shape());
+    const Tensor le_h = le.to(Device::kCpu), lg_h = lg.to(Device::kCpu);
+    const Tensor he_h = he.to(Device::kCpu).to_f32(), hg_h = hg.to(Device::kCpu).to_f32();
+    worst_logit = std::max(worst_logit, max_abs_diff(lg_h, le_h));
+    worst_hidden = std::max(worst_hidden, max_abs_diff(hg_h, he_h));
+    for (int64_t i = 0; i < le_h.numel(); ++i) scale = std::max(scale, double(std::fabs(le_h.data<float>()[i])));
+    for (int64_t i = 0; i < he_h.numel(); ++i) {
+      hidden_scale = std::max(hidden_scale, double(std::fabs(he_h.data<float>()[i])));
+    }
+    for (int s = 0; s < seqs; ++s) {  // every token of the step is kept; the eager arg max comes next
+      for (int i = 0; i < q; ++i) tokens[s].push_back(b.token_ids[size_t(s * q + i)]);
+      const float* row = le_h.data<float>() + int64_t(s * q + q - 1) * vocab;
+      next[s] = int32_t(std::max_element(row, row + vocab) - row);
+    }
+  }
+  std::printf("default model verify graphs vs eager: max |d logit| %.4g (max |logit| %.3g), max |d hidden| %.4g "
+              "(max |hidden| %.3g), %d graphs\n", worst_logit, scale, worst_hidden, hidden_scale, graphs.captured());
+  EXPECT_EQ(graphs.captured(), 3);
+  EXPECT_LE(worst_logit, 0.02 * scale);
+  EXPECT_LE(worst_hidden, 0.02 * hidden_scale);
+  // Not eligible: mixed lengths, more than 16 tokens a sequence, the last row's logits only.
+  ForwardBatch mixed;
+  for (int s = 0; s < 2; ++s) {
+    SeqInBatch sq = pre.seqs[s];
+    sq.q_start = mixed.num_tokens();
+    sq.q_len = 2 + s;
+    mixed.seqs.push_back(sq);
+    for (int i = 0; i < sq.q_len; ++i) {
+      mixed.token_ids.push_back(1);
+      mixed.positions.push_back(40 + i);
+      mixed.logit_rows.push_back(sq.q_start + i);
+    }
+  }
+  EXPECT_FALSE(graphs.eligible_with_hidden(mixed));
+  ForwardBatch long_seq;
+  SeqInBatch sq = pre.seqs[0];
+  sq.q_start = 0;
+  sq.q_len = 17;
+  long_seq.seqs.push_back(sq);
+  for (int i = 0; i < 17; ++i) {
+    long_seq.token_ids.push_back(1);
+    long_seq.positions.push_back(40 + i);
+    long_seq.logit_rows.push_back(i);
+  }
+  EXPECT_FALSE(graphs.eligible_with_hidden(long_seq));
+  long_seq.seqs[0].q_len = 16;
+  long_seq.token_ids.resize(16);
+  long_seq.positions.resize(16);
+  long_seq.logit_rows = {15};
+  EXPECT_FALSE(graphs.eligible_with_hidden(long_seq));
+  for (int i = 0; i < 15; ++i) long_seq.logit_rows.insert(long_seq.logit_rows.begin() + i, i);
+  EXPECT_TRUE(graphs.eligible_with_hidden(long_seq));
+}
+#endif
 
 }  // namespace
 }  // namespace strata::testing

@@ -1,8 +1,9 @@
 // The GDN kernels with a BF16 recurrent state (--mamba-ssm-dtype bfloat16) against the CPU ops
 // with a BF16 state, at the production shape (16 key heads, 32 value heads of 128 x 128): the
-// fused decode step at batch 256, the recurrent kernel, and the chunked prefill (tensor-core and
-// general kernels) over thousands of tokens from an initial state. Outputs within the fp32
-// tests' bounds; states within them plus one bf16 step (both sides round their fp32 result).
+// fused decode step at batch 256 and over sequences of several tokens, the recurrent kernel, and
+// the chunked prefill (tensor-core and general kernels) over thousands of tokens from an initial
+// state. Outputs within the fp32 tests' bounds; states within them plus one bf16 step (both
+// sides round their fp32 result).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -117,6 +118,41 @@ TEST(CudaGdnBf16State, FusedDecodeStepAtBatch256) {
   const double err = bf16_state_err(gst, st);
   std::printf("  decode step, batch 256, bf16 state: state error beyond one bf16 step %.3g\n", err);
   EXPECT_LE(err, 2e-3);  // the fp32 decode test's state bound
+  EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state";
+}
+
+// The multi-token fused step (speculative verify steps) with a BF16 state: 64 sequences of 1 to
+// 4 tokens, every fifth from zeros. Both sides round the state after every token.
+TEST(CudaGdnBf16State, FusedDecodeStepOfSeveralTokens) {
+  STRATA_REQUIRE_GPU();
+  const int64_t n = 64, hk = 16, ratio = 2, hv = hk * ratio, dk = 128, dv = 128, kw = 4;
+  std::mt19937 rng(78);
+  std::vector<int32_t> q_lens(n), ctx(n);
+  for (int64_t s = 0; s < n; ++s) {
+    q_lens[s] = int32_t(1 + s * 3 % 4);
+    ctx[s] = s % 5 == 0 ? 0 : int32_t(1 + s * 7 % 900);
+  }
+  int blocks = 0;
+  ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
+  const int64_t t = batch.num_tokens(), conv_dim = 2 * hk * dk + hv * dv;
+  Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
+  Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
+  Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
+  Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
+  Tensor cs = rand_bf16_values({n, kw - 1, conv_dim}, rng);
+  Tensor st = cpu_bf16(rand_bf16_values({n, hv, dk, dv}, rng, 0.1f));
+  Tensor gcs = to_gpu(cs), gst = st.to(Device::kCuda);
+  Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
+  ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
+  ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
+                       to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
+  const double err = bf16_state_err(gst, st);
+  std::printf("  decode step, 64 sequences of 1 to 4 tokens, bf16 state: state error beyond one bf16 step %.3g\n",
+              err);
+  // The single-token step's bound: a rounding that goes the other way at one token carries into
+  // the later ones, as in the recurrence.
+  EXPECT_LE(err, 2e-3);
   EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state";
 }
 

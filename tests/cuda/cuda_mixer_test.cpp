@@ -2,9 +2,12 @@
 // attention, plain and gated (decode split-K and prefill tiles, GQA groups of 2 and 4, head dims
 // 16 to 256, and the production shapes: 16 query heads, 2 kv heads, thousands of tokens),
 // causal conv1d, the GDN gates, the gated delta rule (chunked and recurrent), the fused GDN
-// decode step, MoE routing and experts (GEMV and grouped-GEMM paths).
+// decode step (one token a sequence, and up to 16), MoE routing and experts (GEMV and
+// grouped-GEMM paths).
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -288,6 +291,118 @@ TEST(CudaMixer, FusedGdnDecodeStep) {
         EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, " << at;
         EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, " << at;
       }
+    }
+  }
+}
+
+// The fused step over sequences of several tokens (speculative verify steps: the multi-token
+// kernel) against the CPU's composition of the plain ops: outputs, and the recurrent and conv
+// states after each sequence's last token. hk key heads of dk, ratio value heads of dv per key
+// head, conv width kw.
+void check_decode_step_tokens(int64_t dk, int64_t dv, int64_t hk, int64_t ratio, int64_t kw,
+                              const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx) {
+  std::mt19937 rng(int(dk * ratio + dv + kw + hk) + 7);
+  int blocks = 0;
+  ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
+  const int64_t t = batch.num_tokens(), slots = int64_t(q_lens.size()), hv = hk * ratio;
+  const int64_t conv_dim = 2 * hk * dk + hv * dv;
+  Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
+  Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
+  Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
+  Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
+  Tensor cs = rand_bf16_values({slots, kw - 1, conv_dim}, rng), st = rand_bf16_values({slots, hv, dk, dv}, rng, 0.1f);
+  Tensor gcs = to_gpu(cs), gst = to_gpu(st, DType::kF32);
+  Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
+  ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
+  ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
+                       to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
+  const std::string at = "dk " + std::to_string(dk) + " dv " + std::to_string(dv) + ", " + std::to_string(hk) +
+                         " key heads, ratio " + std::to_string(ratio) + ", conv width " + std::to_string(kw);
+  // The single-token test's bounds: both sides keep the conv outputs and the state in fp32.
+  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
+  EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, " << at;
+  EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, " << at;
+}
+
+TEST(CudaMixer, FusedGdnDecodeStepOfSeveralTokens) {
+  STRATA_REQUIRE_GPU();
+  // Sequences of 4, 1, 16 (kGdnStepMaxTokens) and 3 tokens in one batch, the 16 from a fresh
+  // state (zeros, then its own earlier tokens in the conv window), the others from cached ones.
+  const std::vector<int32_t> q_lens = {4, 1, 16, 3}, ctx = {9, 5, 0, 37};
+  // The fixtures' head dims and dv 256 as in FusedGdnDecodeStep (1 to 8 columns a lane), at conv
+  // width 4 (compiled in) and 3 (read at run time).
+  std::vector<std::pair<int64_t, int64_t>> dims(std::begin(kGdnHeadDims), std::end(kGdnHeadDims));
+  dims.push_back({64, 256});
+  for (int64_t kw : {4, 3}) {
+    for (const auto& [dk, dv] : dims) {
+      for (int64_t ratio : {1, 2, 3, 8}) {
+        if (ratio == 8 && dv != 256) continue;
+        if (kw != 4 && ratio != 2) continue;
+        check_decode_step_tokens(dk, dv, 2, ratio, kw, q_lens, ctx);
+      }
+    }
+  }
+  // Qwen3.5-35B-A3B: 16 key heads of 128, 32 value heads of 128 (on 132 SMs, column slices of
+  // 43, 43 and 42: the state's scalar loads).
+  check_decode_step_tokens(128, 128, 16, 2, 4, q_lens, ctx);
+}
+
+// The fused step's per-token states (ForwardBatch::state_steps: speculative rollback without a
+// replay) against the CPU op's, which runs the composition a token at a time: every step slot of
+// the state and conv pools within the single-token bounds, and the slots no token of the batch
+// stores (the last token's, a one-token sequence's) untouched. 16 key heads of 128 and 32 value
+// heads of 128 (Qwen3.5-35B-A3B) and the fixtures' 2 x 32; sequences of 4, 1, 3 and 2 tokens,
+// K = 3 step slots each, F32 and BF16 states.
+TEST(CudaMixer, FusedGdnDecodeStepPerTokenStates) {
+  STRATA_REQUIRE_GPU();
+  const auto same_bytes = [](const Tensor& x, const Tensor& y) {
+    return x.nbytes() == y.nbytes() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
+  };
+  for (const auto& [hk, dk, ratio] : {std::tuple<int64_t, int64_t, int64_t>{16, 128, 2}, {2, 32, 1}}) {
+    for (const DType state_dtype : {DType::kF32, DType::kBF16}) {
+      std::mt19937 rng(int(hk * dk) + (state_dtype == DType::kF32));
+      const int64_t dv = dk, hv = hk * ratio, kw = 4, count = 3;
+      const std::vector<int32_t> q_lens = {4, 1, 3, 2}, ctx = {9, 5, 0, 37};
+      int blocks = 0;
+      ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
+      const int64_t t = batch.num_tokens(), seqs = int64_t(q_lens.size()), slots = seqs * (1 + count);
+      batch.state_steps = {int32_t(seqs), int32_t(count)};
+      const int64_t conv_dim = 2 * hk * dk + hv * dv;
+      Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
+      Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
+      Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
+      Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
+      // bf16 values, so that the BF16 pool on the GPU starts from the CPU's F32 pool exactly.
+      Tensor cs = rand_bf16_values({slots, kw - 1, conv_dim}, rng), st = rand_bf16_values({slots, hv, dk, dv}, rng, 0.1f);
+      const Tensor cs0 = to_host_f32(to_gpu(cs)), st0 = to_host_f32(to_gpu(st, DType::kF32));
+      Tensor gcs = to_gpu(cs), gst = to_gpu(st, state_dtype);
+      Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
+      ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
+      ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs,
+                           to_gpu(a_log, DType::kF32), to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f,
+                           batch, got);
+      const Tensor hst = to_host_f32(gst), hcs = to_host_f32(gcs);
+      const std::string at = std::to_string(hk) + " x " + std::to_string(dk) + ", " + std::string(dtype_name(state_dtype));
+      EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
+      int stored = 0;
+      for (int64_t s = 0; s < seqs; ++s) {
+        for (int64_t j = 0; j < count; ++j) {
+          const int64_t slot = seqs + s * count + j;
+          const std::string where = at + ", sequence " + std::to_string(s) + ", token " + std::to_string(j);
+          if (j + 1 < q_lens[size_t(s)]) {
+            // A BF16 pool rounds each stored state once more than the CPU's F32 one.
+            EXPECT_LE(rel_err(hst.rows(slot, slot + 1), st.rows(slot, slot + 1)),
+                      state_dtype == DType::kF32 ? 2e-3 : 1e-2) << "state, " << where;
+            EXPECT_LE(rel_err(hcs.rows(slot, slot + 1), cs.rows(slot, slot + 1)), 1e-6) << "conv state, " << where;
+            ++stored;
+          } else {
+            EXPECT_TRUE(same_bytes(hst.rows(slot, slot + 1), st0.rows(slot, slot + 1))) << "untouched, " << where;
+            EXPECT_TRUE(same_bytes(hcs.rows(slot, slot + 1), cs0.rows(slot, slot + 1))) << "untouched, " << where;
+          }
+        }
+      }
+      EXPECT_EQ(stored, 3 + 0 + 2 + 1) << at;
+      EXPECT_LE(rel_err(hst.rows(0, seqs), st.rows(0, seqs)), state_dtype == DType::kF32 ? 2e-3 : 1e-2) << at;
     }
   }
 }

@@ -330,13 +330,63 @@ Row prefill_row(Model& model, const Dims& dims, int32_t len, int block_size, std
           forward_cost(dims, 1, len, 0, 1, double(dtype_size(ssm)), kv_bytes)};
 }
 
+// Speculative verify steps at batch b: every sequence brings its last token and k drafts (k + 1
+// tokens, every row's logits and hidden state: what the engine's verify asks), each step taken as
+// all accepted (the context grows by k + 1), timed as verify graphs (DecodeGraphs::run_with_hidden)
+// and eagerly, against the roofline of the same k + 1 tokens a sequence. Skipped where the padded
+// batch exceeds a verify graph's rows.
+void verify_rows(Model& model, const Dims& dims, int b, int k, int context, int block_size, std::mt19937& rng,
+                 DType ssm, double kv_bytes, int steps, std::vector<Row>& rows) {
+  const int q = k + 1;
+  cu::DecodeGraphs graphs(model.info().vocab_size);
+  const int pages = (context + q * (steps + 8) + block_size - 1) / block_size;
+  Caches caches = Caches::allocate(with_ssm_dtype(model.info().cache, ssm), b * pages, block_size, b, Device::kCuda);
+  ForwardBatch batch = make_batch(b, q, context, block_size, pages, rng, model.info().vocab_size);
+  for (int r = 0; r < b * q; ++r) batch.logit_rows.push_back(r);
+  if (!graphs.eligible_with_hidden(batch)) {
+    std::fprintf(stderr, "verify batch %d, K = %d: more rows than a verify graph holds, skipped\n", b, k);
+    return;
+  }
+  Tensor hidden;
+  auto step = [&](bool graph) {
+    if (graph) {
+      graphs.run_with_hidden(
+          batch, [&](const ForwardBatch& fb, Tensor& l, Tensor& h) { model.forward_with_hidden(fb, caches, l, h); },
+          hidden);
+    } else {
+      Tensor logits;
+      model.forward_with_hidden(batch, caches, logits, hidden);
+    }
+    cu::synchronize();
+    for (int s = 0; s < b; ++s) {
+      batch.seqs[s].ctx_len += q;
+      for (int i = 0; i < q; ++i) batch.positions[size_t(s * q + i)] += q;
+    }
+  };
+  for (int i = 0; i < 3; ++i) step(true);  // eager, capture, first replay
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step(true);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  const int eager_steps = 4;
+  const auto e0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < eager_steps; ++i) step(false);
+  const double ems = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - e0).count() / eager_steps;
+  const int mid_ctx = context + q * (3 + steps / 2);
+  const double state_bytes = double(dtype_size(ssm));
+  const Cost cost = forward_cost(dims, b, b * q, mid_ctx, b * q, state_bytes, kv_bytes);
+  rows.push_back({cat("verify batch ", b, ", K = ", k, ssm_label(ssm, kv_bytes), " (graphs)"), b * q, ms, cost});
+  rows.push_back({cat("verify batch ", b, ", K = ", k, ssm_label(ssm, kv_bytes), " (eager)"), b * q, ems, cost});
+  std::fprintf(stderr, "verify batch %d, K = %d: %.3f ms/step as graphs (%d captured), %.3f ms eager\n", b, k, ms,
+               graphs.captured(), ems);
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"GPU roofline benchmark: decode and prefill against the measured copy bandwidth and bf16 GEMM rate",
                "strata bench --roofline"};
   std::string model_dir, load_format = "auto", batches_text = "1,8,64,256", prefill_text = "2048,8192", out;
   std::vector<std::string> ssm_names{"float32"};
   std::string kv_name = "auto";
-  int context = 1024, steps = 32;
+  int context = 1024, steps = 32, verify = 0;
   bool breakdown = true;
   bool roofline = true;
   app.add_flag("--roofline", roofline, "run this benchmark");
@@ -352,11 +402,16 @@ int run(int argc, char** argv) {
                  "(each decode batch and prefill runs once per dtype, one model load)")
       ->delimiter(',');
   add_kv_cache_dtype_option(app, kv_name);
+  app.add_option("--verify", verify,
+                 "also time speculative verify steps of K drafts (K + 1 tokens a sequence, every row's logits and "
+                 "hidden state) at each batch, as CUDA graphs and eagerly (loads the MTP head; default 0: none)");
   app.add_flag("!--no-breakdown", breakdown, "skip the per-op time breakdown");
   CLI11_PARSE(app, argc, argv);
   const std::vector<int32_t> batches = parse_ids(batches_text, "--batches");
   const std::vector<int32_t> prompts = prefill_text.empty() ? std::vector<int32_t>{} : parse_ids(prefill_text, "--prefill");
   STRATA_CHECK(context >= 0 && steps > 0, "--context must be >= 0 and --steps > 0");
+  STRATA_CHECK(verify >= 0 && verify < cu::DecodeGraphs::kMaxTokensPerSeq, "--verify must be in [0, ",
+               cu::DecodeGraphs::kMaxTokensPerSeq - 1, "], got ", verify);
   std::vector<DType> ssm_dtypes;
   for (const std::string& name : ssm_names) ssm_dtypes.push_back(parse_ssm_state_dtype(name));
   cu::init();
@@ -374,6 +429,7 @@ int run(int argc, char** argv) {
   const auto t_load = std::chrono::steady_clock::now();
   LoadOptions load{Device::kCuda, parse_load_format(load_format), {}};
   load.kv_cache_dtype = parse_kv_cache_dtype(kv_name);
+  load.mtp = verify > 0;  // forward_with_hidden needs the head loaded
   const bool kv_fp8 = load.kv_cache_dtype == KvCacheDtype::kFp8E4M3;
   const double kv_bytes = kv_fp8 ? double(dims.head_dim + 1) / double(dims.head_dim) : 2.0;
   std::unique_ptr<Model> model = load_model(model_dir, load);
@@ -444,6 +500,7 @@ int run(int argc, char** argv) {
     }
     std::fprintf(stderr, "decode batch %d%s: %.3f ms/step, %.0f tokens/s (%d graphs)\n", b, ssm_label(ssm, kv_bytes).c_str(),
                  ms, b * 1e3 / ms, graphs.captured());
+    if (verify > 0) verify_rows(*model, dims, b, verify, context, block_size, rng, ssm, kv_bytes, steps, rows);
   }
 
   for (DType ssm : ssm_dtypes) for (int32_t len : prompts) {

@@ -23,6 +23,13 @@ void ForwardBatch::validate(int block_size, int num_blocks, int num_slots) const
                  " out of range");
   }
   STRATA_CHECK(row == num_tokens(), "batch: sequences cover ", row, " of ", num_tokens(), " rows");
+  if (state_steps.count > 0) {
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const int64_t last = int64_t(state_steps.first) + int64_t(seqs[s].state_slot + 1) * state_steps.count;
+      STRATA_CHECK(state_steps.first >= 0 && last <= num_slots, "batch: sequence ", s, "'s per-token states (slots ",
+                   state_steps.first, " + ", state_steps.count, " a sequence slot) end past the ", num_slots, " slots");
+    }
+  }
   for (int32_t r : logit_rows) {
     STRATA_CHECK(r >= 0 && r < num_tokens(), "batch: logit row ", r, " out of range");
   }

@@ -31,6 +31,13 @@ struct ForwardBatch {
   // engine's model runner fills them in on the CPU.
   std::vector<int32_t> feed_rows, feed_from;
   Tensor feed_ids;
+  // Speculative decoding's rollback without a replay (ModelInfo::state_step_tokens): with
+  // count > 0 the forward also stores, for each sequence in state slot s that brings n tokens,
+  // its recurrent state after its token j, for j < min(n - 1, count), in state slot
+  // first + s * count + j (every state pool of the model, as ops::copy_slots copies them).
+  struct StateSteps {
+    int32_t first = -1, count = 0;
+  } state_steps;
 
   int32_t num_tokens() const { return int32_t(token_ids.size()); }
   // Checks the batch is consistent (rows tile [0, T), pages cover every token, slots and

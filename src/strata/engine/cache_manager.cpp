@@ -12,7 +12,9 @@ CacheManager::CacheManager(const Model& model, const CacheConfig& config)
       has_state_(model.info().cache.bytes_per_slot() > 0),
       caches_(model.allocate_caches(config.num_blocks, config.block_size,
                                     config.seq_slots + (has_state_ ? config.snapshot_slots : 0) +
-                                        (has_state_ && config.speculative ? config.seq_slots : 0),
+                                        (has_state_ && config.speculative
+                                             ? config.seq_slots * std::max(1, config.state_steps)
+                                             : 0),
                                     config.speculative)),
       blocks_(config.num_blocks, config.block_size),
       states_(config.seq_slots, has_state_ ? config.snapshot_slots : 0) {
@@ -198,7 +200,18 @@ void CacheManager::free(Sequence& seq) {
 int32_t CacheManager::checkpoint_slot(const Sequence& seq) const {
   STRATA_CHECK(config_.speculative && seq.state_slot >= 0 && seq.state_slot < config_.seq_slots,
                "cache manager: no checkpoint slot for state slot ", seq.state_slot);
-  return config_.seq_slots + config_.snapshot_slots + seq.state_slot;
+  return config_.seq_slots + config_.snapshot_slots + seq.state_slot * std::max(1, config_.state_steps);
+}
+
+ForwardBatch::StateSteps CacheManager::state_steps() const {
+  if (!has_state_ || !config_.speculative || config_.state_steps == 0) return {};
+  return {config_.seq_slots + config_.snapshot_slots, config_.state_steps};
+}
+
+void CacheManager::restore_step(const Sequence& seq, int32_t j) {
+  STRATA_CHECK(j >= 0 && j < config_.state_steps, "cache manager: no per-token state ", j, " (", config_.state_steps,
+               " a slot)");
+  if (has_state_) copy_state(checkpoint_slot(seq) + j, seq.state_slot);
 }
 
 void CacheManager::checkpoint_state(const Sequence& seq) {

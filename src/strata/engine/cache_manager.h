@@ -34,8 +34,12 @@ struct CacheConfig {
   bool prefix_caching = true;
   int32_t state_interval = 0;  // pages between interval snapshots; 0: off
   // Speculative decoding: the pools hold the draft head's layers too (allocate_caches with
-  // with_mtp), and every sequence slot has a checkpoint slot for the state before a verify.
+  // with_mtp), and every sequence slot has a checkpoint slot for the state before a verify, or,
+  // with state_steps > 0 (the model stores per-token states: ModelInfo::state_step_tokens),
+  // state_steps slots for the states after each of a verify's tokens but the last (the first
+  // of them doubles as the checkpoint).
   bool speculative = false;
+  int32_t state_steps = 0;
 };
 
 struct PrefixHit {
@@ -96,6 +100,11 @@ class CacheManager {
   void checkpoint_state(const Sequence& seq);
   void restore_state(const Sequence& seq);
   void truncate(Sequence& seq, int32_t tokens);
+  // With config.state_steps: where a verify stores its per-token states (ForwardBatch::
+  // state_steps), and the rollback that keeps a verify's first j + 1 tokens: the state stored
+  // after token j becomes the slot's (no replay).
+  ForwardBatch::StateSteps state_steps() const;
+  void restore_step(const Sequence& seq, int32_t j);
 
   void clear_prefix_cache();
   CacheUsage usage() const;

@@ -100,9 +100,16 @@ void Engine::init() {
   // Speculative decoding prices every page with the head's KV and every slot with a checkpoint
   // copy (only sequence slots have one: the snapshot slots are over-priced, never under).
   CacheSpec priced = info.cache;
+  // With per-token states (ModelInfo::state_step_tokens), K copies a slot instead (the first
+  // doubling as the checkpoint), so that a rejection needs no replay.
+  const int32_t state_steps = spec_ && config_.speculative.num_speculative_tokens < info.state_step_tokens
+                                  ? config_.speculative.num_speculative_tokens
+                                  : 0;
   if (spec_) {
     priced.layers.insert(priced.layers.end(), info.mtp_cache.begin(), info.mtp_cache.end());
-    for (const LayerCacheSpec& l : info.cache.layers) priced.layers.push_back({{}, l.slots});
+    for (int32_t i = 0; i < std::max(1, state_steps); ++i) {
+      for (const LayerCacheSpec& l : info.cache.layers) priced.layers.push_back({{}, l.slots});
+    }
   }
   warm_up();
   plan_ = plan_memory(priced, mr, model_->device());
@@ -115,6 +122,7 @@ void Engine::init() {
   cc.prefix_caching = config_.enable_prefix_caching;
   cc.state_interval = config_.prefix_state_interval;
   cc.speculative = spec_;
+  cc.state_steps = state_steps;
   cache_ = std::make_unique<CacheManager>(*model_, cc);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
@@ -428,6 +436,10 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
   batch.token_ids.reserve(size_t(so.num_tokens));
   batch.positions.reserve(size_t(so.num_tokens));
   std::vector<bool> fed(so.chunks.size(), false);
+  // Speculative rollback by per-token states when the pools hold them and the model stores them
+  // for every sequence of this batch (a long prefill chunk beside the verifies: not).
+  bool store_steps = cache_->state_steps().count > 0;
+  for (const ScheduledChunk& c : so.chunks) store_steps = store_steps && c.q_len <= model_->info().state_step_tokens;
   std::vector<PromptLogitsRow> prompt_rows;  // logits rows for prompt logprobs still to compute
   std::vector<int32_t> sample_row(so.chunks.size(), -1);
   std::vector<StepInFlight::Verify> verifies;
@@ -467,10 +479,15 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
     const int32_t drafts = c.samples && !c.seq->drafts.empty() ? c.ctx_len + c.q_len - c.seq->num_tokens() : 0;
     if (drafts > 0) {
       // The last token's row and every draft's: row i verifies draft i + 1 (and i = drafts
-      // gives the bonus token). The state before them is kept to roll back to.
-      verifies.push_back({c.seq, c.ctx_len, int32_t(batch.logit_rows.size()), drafts});
+      // gives the bonus token). The forward stores the state after each token to roll back
+      // to, or, where it cannot, the state before them is kept.
+      verifies.push_back({c.seq, c.ctx_len, int32_t(batch.logit_rows.size()), drafts, store_steps});
       for (int32_t i = 0; i <= drafts; ++i) batch.logit_rows.push_back(s.q_start + s.q_len - 1 - drafts + i);
-      cache_->checkpoint_state(*c.seq);
+      if (store_steps) {
+        batch.state_steps = cache_->state_steps();
+      } else {
+        cache_->checkpoint_state(*c.seq);
+      }
     } else if (c.samples) {
       sample_row[ci] = int32_t(batch.logit_rows.size());
       batch.logit_rows.push_back(s.q_start + s.q_len - 1);

@@ -85,7 +85,7 @@ struct EngineConfig {
 
 struct EngineStats {
   int64_t steps = 0;
-  int64_t graph_steps = 0;             // of those, decode steps replayed as CUDA graphs
+  int64_t graph_steps = 0;             // of those, decode and verify steps replayed as CUDA graphs
   int64_t overlapped_steps = 0;        // steps launched before the previous step's draws were read
   int64_t dropped_draws = 0;           // draws for sequences that had ended meanwhile
   int64_t computed_tokens = 0;         // tokens run through the model
@@ -102,11 +102,12 @@ struct EngineStats {
   int32_t running = 0, waiting = 0;
   CacheUsage cache;
   // Speculative decoding: sequence-steps that verified drafts, the drafts verified and accepted,
-  // per draft position i the verifies that reached it and that accepted it, and the
-  // sequence-steps whose rejected drafts were rolled back by replaying the accepted tokens.
+  // per draft position i the verifies that reached it and that accepted it, the
+  // sequence-steps whose rejected drafts were rolled back, and of those the ones rolled back by
+  // replaying the accepted tokens (the others copied the state the verify stored after them).
   int64_t spec_verifies = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::vector<int64_t> spec_drafted_at, spec_accepted_at;
-  int64_t spec_replays = 0, spec_replayed_tokens = 0;
+  int64_t spec_rollbacks = 0, spec_replays = 0, spec_replayed_tokens = 0;
   int64_t spec_draft_forwards = 0;    // head forwards (one per draft depth per step)
   // Seconds in the target forwards of the steps, the replays and the head forwards.
   double spec_verify_seconds = 0, spec_replay_seconds = 0, spec_draft_seconds = 0;
@@ -176,6 +177,7 @@ class Engine {
       int32_t ctx_len = 0;
       int32_t first_row = 0;  // logits row of the sequence's last token; drafts follow it
       int32_t drafts = 0;
+      bool stored_steps = false;  // the forward stored its per-token states (else: checkpoint, replay)
     };
     std::vector<Verify> verifies;
     Tensor logits;
@@ -232,7 +234,7 @@ class Engine {
   bool spec_ = false;
   std::unique_ptr<Sampler> spec_sampler_;
   std::unique_ptr<DraftLengthPolicy> draft_policy_;  // "draft_length": "dynamic"; null: fixed K
-  Tensor hidden_, replay_logits_, draft_logits_;
+  Tensor hidden_, replay_logits_, replay_hidden_, draft_logits_;
   std::vector<double> spec_p_;
   std::vector<uint64_t> spec_allow_;  // a structured output's grammar mask (verify or draft)
   std::vector<float> spec_rows_;    // logits rows read on the host (verify or draft)

@@ -11,11 +11,15 @@
 //     accepted tokens, and pages beyond its tokens go back to the pool; entries past the
 //     computed length are never read and are overwritten later;
 //   - the Gated DeltaNet recurrent and conv states (one slot per sequence, updated in place by
-//     every token of the verify): the slot is checkpointed before the verify, and after a
+//     every token of the verify): where the model stores per-token states
+//     (ModelInfo::state_step_tokens; the Qwen3.5 family, for verify batches of sequences of up
+//     to 16 tokens), the verify also writes the state after each of its tokens but the last to
+//     K slots of the sequence (ForwardBatch::state_steps), and a rejection copies the one after
+//     the last accepted token back: no second forward. Otherwise (other families, or a batch
+//     with a long prefill chunk) the slot is checkpointed before the verify, and after a
 //     rejection it is restored and the accepted tokens are replayed through the model (a
-//     second, shorter forward). Chosen over per-position states because the CPU ops stay as
-//     they are and the replay is exact: the CPU forward is batch- and chunk-invariant, so the
-//     state after the replay is bitwise the state of a run that never drafted.
+//     second, shorter forward). Both are exact on the CPU: its forward is batch- and
+//     chunk-invariant, so the state either way is bitwise the state of a run that never drafted.
 // Page registration and state snapshots (prefix caching) happen after the rollback, so only
 // accepted state is ever cached.
 //
@@ -34,9 +38,10 @@
 // processes nothing (no logit bias, penalties, pending min_tokens or log-probabilities) is the
 // target's arg max, likewise an id; the other rows (sampled requests, processed greedy ones)
 // come back whole, K + 1 rows a verifying sequence and one a drafter, for the host's Sampler.
-// A step with a single-completion sequence runs eagerly (the verify has K + 1 tokens a sequence,
-// and the draft head needs the hidden state of every row, which the decode graphs do not keep);
-// a step of only multi-completion sequences, which never draft, keeps its graph (launch_step).
+// A step with a single-completion sequence runs forward_with_hidden (the draft head needs the
+// hidden state of every row): as a verify graph when every sequence brings the same number of
+// tokens and wants every row's logits (ModelRunner::run_with_hidden), else eagerly; a step of
+// only multi-completion sequences, which never draft, keeps its decode graph (launch_step).
 #include <algorithm>
 #include <cstring>
 
@@ -241,8 +246,13 @@ void Engine::verify_drafts(StepInFlight& f) {
     seq.num_computed = seq.num_tokens() - 1;
     STRATA_CHECK(seq.num_computed == v.ctx_len + accepted + 1, "engine: verify bookkeeping");
     if (accepted < v.drafts) {
-      cache_->restore_state(seq);
-      replays.push_back({&seq, v.ctx_len});
+      ++stats_.spec_rollbacks;
+      if (v.stored_steps) {
+        cache_->restore_step(seq, accepted);  // the state after the last kept token, stored by the verify
+      } else {
+        cache_->restore_state(seq);
+        replays.push_back({&seq, v.ctx_len});
+      }
     }
     cache_->truncate(seq, seq.num_tokens());
     verified.push_back(&seq);
@@ -266,7 +276,17 @@ void Engine::verify_drafts(StepInFlight& f) {
       b.seqs.push_back(std::move(s));
     }
     const double start = now();
-    model_->forward(b, cache_->caches(), replay_logits_);
+    // Replays of equal lengths (always at batch 1) may replay a verify graph: it wants every
+    // row's logits, unused here, as the graph's shape does; its hidden buffer is another than
+    // the verify's, whose states the head reads next (its sequences bring fewer tokens).
+    ForwardBatch every_row = b;
+    every_row.logit_rows.clear();
+    for (int32_t r = 0; r < b.num_tokens(); ++r) every_row.logit_rows.push_back(r);
+    if (runner_->graphs_with_hidden(every_row)) {
+      runner_->run_with_hidden(every_row, cache_->caches(), replay_hidden_);
+    } else {
+      model_->forward(b, cache_->caches(), replay_logits_);
+    }
     stats_.spec_replay_seconds += now() - start;
   }
   // Only now is every verified sequence's state its accepted tokens' state.

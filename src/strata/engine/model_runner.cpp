@@ -48,8 +48,26 @@ const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
   return logits_;
 }
 
+bool ModelRunner::graphs_with_hidden(const ForwardBatch& batch) const {
+#if defined(STRATA_WITH_CUDA)
+  return graphs_ && model_.info().verify_graphs && graphs_->eligible_with_hidden(batch);
+#else
+  (void)batch;
+  return false;
+#endif
+}
+
 const Tensor& ModelRunner::run_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& hidden) {
   STRATA_CHECK(batch.feed_rows.empty(), "model runner: a forward with hidden states feeds no tokens");
+#if defined(STRATA_WITH_CUDA)
+  if (graphs_with_hidden(batch)) {
+    graph_logits_ = graphs_->run_with_hidden(
+        batch, [&](const ForwardBatch& b, Tensor& out, Tensor& h) { model_.forward_with_hidden(b, caches, out, h); },
+        hidden);
+    ++graph_steps_;
+    return graph_logits_;
+  }
+#endif
   model_.forward_with_hidden(batch, caches, logits_, hidden);
   return logits_;
 }

@@ -1,7 +1,8 @@
 // How the engine runs the model for one step: on CUDA, decode steps (one new token and one
 // logits row per sequence) replay CUDA graphs padded to batch buckets when the model allows it
-// (ModelInfo::cuda_graphs) and the engine was not told --enforce-eager; every other step runs
-// eagerly. The logits stay on the model's device, where the engine samples them.
+// (ModelInfo::cuda_graphs) and the engine was not told --enforce-eager, and so do speculative
+// verify steps of equal-length sequences (run_with_hidden, ModelInfo::verify_graphs); every
+// other step runs eagerly. The logits stay on the model's device, where the engine samples them.
 #pragma once
 
 #include <memory>
@@ -26,9 +27,14 @@ class ModelRunner {
   // The batch's logits [batch.logit_rows.size(), vocab] F32 on the model's device, valid until
   // the next run.
   const Tensor& run(const ForwardBatch& batch, Caches& caches);
-  // run, eagerly, with the final-norm hidden state of every row too (Model::forward_with_hidden;
-  // speculative decoding). No fed tokens.
+  // run with the final-norm hidden state of every row too (Model::forward_with_hidden;
+  // speculative decoding); no fed tokens. A batch of sequences of equal length (1 to 16 tokens)
+  // that wants every row's logits replays a verify graph when the model allows it
+  // (ModelInfo::verify_graphs): `hidden` is then a view of the graph's buffer, valid until the
+  // next run of that shape.
   const Tensor& run_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& hidden);
+  // Whether run_with_hidden would replay a verify graph for `batch`.
+  bool graphs_with_hidden(const ForwardBatch& batch) const;
   // Decode steps run as graphs so far (0 without graphs).
   int64_t graph_steps() const { return graph_steps_; }
 

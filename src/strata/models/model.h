@@ -87,6 +87,14 @@ struct ModelInfo {
   // same launches and workspace whatever the batch's contents (engine/model_runner.h). It also
   // reads the token ids only on the device, so the engine may feed them there (core/batch.h).
   bool cuda_graphs = false;
+  // Likewise a speculative verify batch (every sequence a few tokens, forward_with_hidden over
+  // every row): the multi-token forward is capture-safe too (ops::cuda::DecodeGraphs).
+  bool verify_graphs = false;
+  // Speculative decoding rolls a rejected draft's recurrent state back by copying the state the
+  // verify stored after the last accepted token (ForwardBatch::state_steps), for batches whose
+  // sequences bring at most this many tokens; 0: the model does not store them (the engine then
+  // checkpoints the state and replays the accepted tokens).
+  int32_t state_step_tokens = 0;
   // The multi-token-prediction (draft) head, when loaded (LoadOptions::mtp): its layers, and
   // their caches, which a Caches for drafting holds after cache.layers (allocate_caches with
   // with_mtp).

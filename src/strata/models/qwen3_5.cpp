@@ -214,6 +214,11 @@ class Qwen35Model final : public Model {
     info_.bos_token_id = cfg_.bos;
     info_.weight_bytes = w.bytes_loaded();
     info_.cuda_graphs = true;  // decode: device-side routing and padding rows, no host syncs
+    // Verify steps too, but for an FP8 KV cache, whose multi-token attention decodes the visible
+    // pages through host tables.
+    info_.verify_graphs = !kv_fp8_;
+    // The fused GDN step stores per-token states (speculative rollback without a replay).
+    info_.state_step_tokens = ops::kGdnStepMaxTokens;
     for (const Layer& l : layers_) info_.cache.layers.push_back(cache_spec(l));
     if (mtp) {
       load_mtp(ckpt, origin);
@@ -616,10 +621,14 @@ class Qwen35Model final : public Model {
     const int64_t conv_dim = 2 * hk * dk + hv * dv;
     Tensor qkv = act({t, conv_dim}), z = act({t, hv, dv}), b = act({t, hv}), a = act({t, hv});
     project(r, x, l.in_proj, {qkv, z.reshape({t, hv * dv}), b, a});
-    bool single_tokens = true;
-    for (const SeqInBatch& s : batch.seqs) single_tokens = single_tokens && s.q_len == 1;
-    if (single_tokens) {
-      // Decode: conv, gates, recurrence and gated norm in one op (one kernel on CUDA).
+    bool few_tokens = true;
+    for (const SeqInBatch& s : batch.seqs) few_tokens = few_tokens && s.q_len <= ops::kGdnStepMaxTokens;
+    STRATA_CHECK(few_tokens || batch.state_steps.count == 0, "forward: per-token states are stored for sequences "
+                 "of at most ", ops::kGdnStepMaxTokens, " tokens (ModelInfo::state_step_tokens)");
+    if (few_tokens) {
+      // Decode and speculative verify steps (a few tokens a sequence): conv, gates, recurrence
+      // and gated norm in one op (one kernel on CUDA, where the chunked form would pad every
+      // sequence to a 64-token chunk). The CPU runs the same composition as below.
       Tensor normed = act({t, hv, dv});
       ops::gdn_decode_step(qkv, z, a, b, l.conv_w, cache.slots[1], l.a_log, l.dt_bias, cache.slots[0],
                            l.gdn_norm, float(cfg_.eps), batch, normed);

@@ -212,11 +212,18 @@ void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w,
 // y += x * sigmoid(gate), one gate per row of x (gate has one element per row).
 void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
 
-// One Gated DeltaNet token-mixer step for batches whose sequences all have q_len == 1, fused:
-// causal_conv1d of qkv [T, 2*Hk*Dk + Hv*Dv] with the conv state, the split into q, k, v,
-// gdn_gates(a, b [T, Hv], a_log, dt_bias), the recurrent gated delta rule on the state pool
-// [slots, Hv, Dk, Dv] (F32 or BF16, as gated_delta_rule), and rms_norm_gated with z [T, Hv, Dv]
-// and norm_w [Dv]; out [T, Hv, Dv]. The same result as those ops one after the other.
+// The most tokens a sequence may bring to gdn_decode_step (speculative verify steps bring a few).
+constexpr int kGdnStepMaxTokens = 16;
+
+// One Gated DeltaNet token-mixer step for batches whose sequences have 1..kGdnStepMaxTokens new
+// tokens each (q_len may differ between sequences), fused: causal_conv1d of qkv
+// [T, 2*Hk*Dk + Hv*Dv] with the conv state, the split into q, k, v, gdn_gates(a, b [T, Hv],
+// a_log, dt_bias), the recurrent gated delta rule on the state pool [slots, Hv, Dk, Dv] (F32 or
+// BF16, as gated_delta_rule), and rms_norm_gated with z [T, Hv, Dv] and norm_w [Dv]; out
+// [T, Hv, Dv]. A sequence's tokens run one by one, in order; the conv state and the recurrent
+// state hold the state after its last token. The same result as those ops one after the other.
+// With batch.state_steps (speculative rollback), the recurrent and conv states after each token
+// j of a sequence in slot s, j < min(q_len - 1, count), also go to slot first + s * count + j.
 void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b,
                      const Tensor& conv_w, const Tensor& conv_state, const Tensor& a_log,
                      const Tensor& dt_bias, const Tensor& state, const Tensor& norm_w, float eps,

@@ -1,5 +1,6 @@
 // CPU reference for the fused ops (ops.h, "forward scope, fused ops"): each is the composition
 // of the plain ops it replaces, so the CPU path computes exactly what it computed before.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -24,6 +25,65 @@ void check_split(const Tensor& x, const std::vector<Tensor>& outs, const char* o
     cols += o.dim(-1);
   }
   STRATA_CHECK(cols == x.dim(-1), op, ": outputs cover ", cols, " of ", x.dim(-1), " columns");
+}
+
+// Rows `rows` of x (rows first) as a new CPU tensor; put_rows writes them back.
+Tensor take_rows(const Tensor& x, const std::vector<int64_t>& rows) {
+  Shape shape = x.shape();
+  shape[0] = int64_t(rows.size());
+  Tensor out = Tensor::empty(shape, x.dtype());
+  const size_t row_bytes = x.nbytes() / size_t(x.dim(0));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes,
+                static_cast<const char*>(x.raw()) + size_t(rows[i]) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+void put_rows(const Tensor& src, const std::vector<int64_t>& rows, const Tensor& dst) {
+  const size_t row_bytes = dst.nbytes() / size_t(dst.dim(0));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(static_cast<char*>(dst.raw()) + size_t(rows[i]) * row_bytes,
+                static_cast<const char*>(src.raw()) + i * row_bytes, row_bytes);
+  }
+}
+
+// gdn_decode_step with per-token states (batch.state_steps): the same composition a token at a
+// time, token j of every sequence that has one, and after it the recurrent and conv states of
+// each sequence with a later token copied to its step slot (j < count). The CPU ops give the
+// same numbers whatever the split of a sequence into steps, so the outputs and final states
+// equal the whole batch's at once.
+void gdn_step_by_token(const Tensor& qkv, const Tensor& z, const Tensor& a, const Tensor& b,
+                       const Tensor& conv_w, const Tensor& conv_state, const Tensor& a_log,
+                       const Tensor& dt_bias, const Tensor& state, const Tensor& norm_w, float eps,
+                       const ForwardBatch& batch, const Tensor& out) {
+  int32_t longest = 0;
+  for (const SeqInBatch& s : batch.seqs) longest = std::max(longest, s.q_len);
+  for (int32_t j = 0; j < longest; ++j) {
+    ForwardBatch one;
+    std::vector<int64_t> rows;
+    std::vector<SlotCopy> steps;
+    for (const SeqInBatch& s : batch.seqs) {
+      if (s.q_len <= j) continue;
+      SeqInBatch o = s;
+      o.q_start = one.num_tokens();
+      o.q_len = 1;
+      o.ctx_len = s.ctx_len + j;
+      one.seqs.push_back(o);
+      const int64_t row = s.q_start + j;
+      rows.push_back(row);
+      one.token_ids.push_back(batch.token_ids[size_t(row)]);
+      one.positions.push_back(batch.positions[size_t(row)]);
+      if (s.state_slot >= 0 && j + 1 < s.q_len && j < batch.state_steps.count) {
+        steps.push_back({s.state_slot, batch.state_steps.first + s.state_slot * batch.state_steps.count + j});
+      }
+    }
+    const Tensor o = take_rows(out, rows);
+    gdn_decode_step(take_rows(qkv, rows), take_rows(z, rows), take_rows(a, rows), take_rows(b, rows), conv_w,
+                    conv_state, a_log, dt_bias, state, norm_w, eps, one, o);
+    put_rows(o, rows, out);
+    copy_slots({state, conv_state}, steps);
+  }
 }
 
 }  // namespace
@@ -105,8 +165,16 @@ void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const 
   expect_cpu_f32(qkv, "gdn_decode_step", "qkv");
   STRATA_CHECK(out.ndim() == 3 && state.ndim() == 4 && qkv.ndim() == 2, "gdn_decode_step: out ",
                out.describe(), ", state ", state.describe(), ", qkv ", qkv.describe());
-  for (const SeqInBatch& s : batch.seqs) {
-    STRATA_CHECK(s.q_len == 1, "gdn_decode_step: every sequence must have one new token");
+  // The composition takes any q_len; the bound is the fused kernels', so that every device
+  // takes the same batches.
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const int32_t q_len = batch.seqs[i].q_len;
+    STRATA_CHECK(q_len >= 1 && q_len <= kGdnStepMaxTokens, "gdn_decode_step: sequence ", i,
+                 " has ", q_len, " new tokens (1 to ", kGdnStepMaxTokens, ")");
+  }
+  if (batch.state_steps.count > 0) {
+    gdn_step_by_token(qkv, z, a, b, conv_w, conv_state, a_log, dt_bias, state, norm_w, eps, batch, out);
+    return;
   }
   const int64_t t = qkv.dim(0), conv_dim = qkv.dim(1), hv = out.dim(1), dv = out.dim(2);
   const int64_t dk = state.dim(2);

@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restric
   float* row_l = row_m + kBq;
   float* row_c = row_l + kBq;
 
-  const int s = tiles[2 * blockIdx.x], q0 = tiles[2 * blockIdx.x + 1];
+  const int s = tiles ? tiles[2 * blockIdx.x] : blockIdx.x, q0 = tiles ? tiles[2 * blockIdx.x + 1] : 0;
   const int h = blockIdx.y, kvh = h / (hq / hkv);
   const int qlen = b.q_len[s], ctx = b.ctx_len[s], qstart = b.q_start[s];
   const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
@@ -469,12 +469,27 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restric
   }
 }
 
+// Whether every sequence's queries fit one tile of `rows`: the kernels then take tile i as sequence
+// i's (a null tile list), so the launch depends on the batch's shape alone and nothing is
+// uploaded from the host, which lets a CUDA graph capture a speculative verify step.
+bool one_tile_each(const ForwardBatch& batch, int rows) {
+  for (const SeqInBatch& s : batch.seqs) {
+    if (s.q_len > rows) return false;
+  }
+  return true;
+}
+
 // The prefill at head dims 128 and 256: two query heads a block where the GQA group allows, the
 // tiles longest (most keys) first; the gate (null: none) applied by the kernel's epilogue.
 template <int D>
 void launch_prefill_wgmma(const bf16* qp, const bf16* kp, const bf16* vp, int64_t cache_rows, const DeviceBatch& db,
                           const ForwardBatch& batch, int hq, int hkv, int bs, float scale, const bf16* gp, bf16* op) {
   const int hpb = (hq / hkv) % 2 == 0 ? 2 : 1, qt = kWgmmaPrefillRows / hpb;
+  if (one_tile_each(batch, qt)) {  // a verify step's few tokens a sequence: no host list
+    attn_prefill_wgmma(D, qp, kp, vp, cache_rows, db, nullptr, unsigned(batch.seqs.size()), hq, hkv, bs, hpb,
+                       scale * 1.4426950408889634f, gp, op);
+    return;
+  }
   struct Tile {
     int32_t seq, q0, keys;
   };
@@ -502,21 +517,22 @@ template <int D>
 void launch_prefill_wmma(const bf16* qp, const bf16* kp, const bf16* vp, const DeviceBatch& db,
                          const ForwardBatch& batch, int hq, int hkv, int bs, float scale, bf16* op) {
   std::vector<int32_t> tiles;
-  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+  const bool one_each = one_tile_each(batch, kBq);  // then no host list (see one_tile_each)
+  for (size_t s = 0; s < batch.seqs.size() && !one_each; ++s) {
     for (int q0 = 0; q0 < batch.seqs[s].q_len; q0 += kBq) {
       tiles.push_back(int32_t(s));
       tiles.push_back(q0);
     }
   }
   Tensor keep;
-  const int32_t* d_tiles = device_ints(tiles, &keep);
+  const int32_t* d_tiles = one_each ? nullptr : device_ints(tiles, &keep);
   using L = PrefillSmem<D>;
   static const bool kAttr = [] {
     allow_shared_memory(reinterpret_cast<const void*>(attn_prefill_kernel<D>), L::kBytes, "paged_attention");
     return true;
   }();
   (void)kAttr;
-  const dim3 grid(unsigned(tiles.size() / 2), unsigned(hq));
+  const dim3 grid(unsigned(one_each ? batch.seqs.size() : tiles.size() / 2), unsigned(hq));
   launch_pdl(attn_prefill_kernel<D>, grid, 128, L::kBytes, qp, kp, vp, db, d_tiles, hq, hkv, bs, scale, op);
   check_launch("attn_prefill");
 }

@@ -122,8 +122,9 @@ __device__ __forceinline__ void wait_phase(uint32_t bar, uint32_t parity) {
   }
 }
 
-// tiles: (sequence, first query) pairs, 128 / hpb queries each; block x serves tile
-// x / (hq / hpb) for query heads hpb (x % (hq / hpb)) ... + hpb - 1. scale_log2 = scale * log2 e.
+// tiles: (sequence, first query) pairs, 128 / hpb queries each, or null: tile i is sequence i's
+// only one. Block x serves tile x / (hq / hpb) for query heads hpb (x % (hq / hpb)) ... + hpb - 1.
+// scale_log2 = scale * log2 e.
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ kc, const bf16* __restrict__ vc,
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int groups = hq / hpb, qt = kRows / hpb;  // blocks per tile, queries per block
   const int tile = blockIdx.x / groups, h0 = (blockIdx.x % groups) * hpb;
-  const int s = tiles[2 * tile], q0 = tiles[2 * tile + 1];
+  const int s = tiles ? tiles[2 * tile] : tile, q0 = tiles ? tiles[2 * tile + 1] : 0;
   const int kvh = h0 / (hq / hkv);
   const int qlen = b.q_len[s], ctx = b.ctx_len[s], qstart = b.q_start[s];
   const int kv_end = ctx + q0 + min(qt, qlen - q0);  // keys of the block's last query, plus one

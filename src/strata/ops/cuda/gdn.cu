@@ -1,7 +1,8 @@
 // CUDA: the Gated DeltaNet pieces. Causal depthwise conv1d (any span, plus the conv-state
 // update), the gates, the token-by-token recurrence (one block per sequence and value head,
-// each thread holding one column of the state in registers), and the fused single-token step
-// (conv + gates + l2 norms + recurrence + gated RMSNorm in one kernel) that decode runs.
+// each thread holding one column of the state in registers), and the fused step (conv + gates +
+// l2 norms + recurrence + gated RMSNorm in one kernel) that decode and short speculative verify
+// spans run.
 // The chunked prefill form lives in gdn_chunked.cu.
 #include <cooperative_groups.h>
 
@@ -279,9 +280,12 @@ struct DecodeArgs {
   int hk, hv, dv, kw;
   int64_t conv_dim;
   float eps;
+  // ForwardBatch::state_steps: the states after a sequence's tokens but the last also go to
+  // slots step_first + slot * step_count + j, j < step_count (0: none; multi-token kernel only).
+  int step_first, step_count;
 };
 
-// The fused single-token step. A cluster of blocks serves one (sequence, key head): `ratio`
+// The fused step. A cluster of blocks serves one (sequence, key head): `ratio`
 // value heads x `slices` column slices of `cols` state columns each, so that the whole state
 // is spread over the GPU at batch 1. Every block recomputes the key head's q, k conv and l2
 // norms (a few KB) and owns its value columns: their conv, their state columns (8 warps over the
@@ -300,25 +304,36 @@ __device__ __forceinline__ int decode_column(int lane, int m) {
   return (m / V) * 32 * V + lane * V + m % V;
 }
 
+// x, through an empty asm: the compiler cannot tell the result equals x, so expressions of it are
+// computed where they are used instead of reused from earlier ones of x.
+__device__ __forceinline__ int opaque(int x) {
+  asm("" : "+r"(x));
+  return x;
+}
+
 // Up to 4 columns a lane (DK / 8 x 4 state cells a thread) the registers are capped for two
 // blocks an SM, so that one block's state loads run while another computes (uncapped, 128 x 128
 // heads took 184 registers, one block an SM: 17.4 against 14.8 ms over 30 layers at batch 256).
 // kHist > 0: the conv keeps kHist inputs (kw - 1, known at compile time, so that the window's
 // loads issue together unpredicated); 0: any kw up to kMaxConvHistory + 1.
-// kState32: the state pool is F32, else BF16 (loaded to fp32, rounded once when stored).
-template <int DK, int CPL, int kHist, bool kState32>
+// kState32: the state pool is F32, else BF16 (loaded to fp32, rounded once when stored; with
+// several tokens, after each, as the recurrence rounds it).
+// kMulti: a sequence brings 1..kGdnStepMaxTokens tokens (speculative verify steps), run one after
+// the other with the state and the conv windows kept in registers between them and stored once,
+// after the last; else every sequence brings one token (decode).
+template <int DK, int CPL, int kHist, bool kState32, bool kMulti>
 __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decode_kernel(DecodeArgs p, DeviceBatch b, int slices,
                                                                        int cols) {
   pdl_begin();
   constexpr int kRows = DK / kDecodeWarps, kCols = 32 * CPL, kV = decode_vec(CPL);
   __shared__ float qs[DK], ks[DK], vs[kCols], delta[kCols], red[32];
   __shared__ float part[kDecodeWarps][kCols];
-  __shared__ float ss_block;
+  __shared__ float ss_block[kMulti ? 2 : 1];  // multi-token: one a token parity (see the exchange)
   cg::cluster_group cluster = cg::this_cluster();
   const int s = blockIdx.z, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int ratio = p.hv / p.hk, r = blockIdx.x / slices, slice = blockIdx.x % slices;
   const int h = kh * ratio + r, c0 = slice * cols, ncols = max(0, min(cols, p.dv - c0));
-  const int t = b.q_start[s], slot = b.slot[s];
+  const int t0 = b.q_start[s], slot = b.slot[s], tokens = kMulti ? b.q_len[s] : 1;
   const bool has_state = slot >= 0 && b.ctx_len[s] > 0;
   // First the loads that do not wait for the conv: this thread's state cells (rows warp + 8 i,
   // columns decode_column(lane, m) of the slice), the gates, and its output column's z and norm weight.
@@ -334,23 +349,35 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       ld_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * p.dv + c, has_state ? ncols - c : 0, vec, &sv[i][m]);
     }
   }
-  const int64_t gi = int64_t(t) * p.hv + h;
-  const float decay = expf(-expf(ldf(p.a_log, p.l32, h)) * softplus_torch(ldf(p.a, p.a32, gi) + ldf(p.dt_bias, p.d32, h)));
-  const float beta = 1.f / (1.f + expf(-ldf(p.b, p.b32, gi)));
-  const int64_t oi = (int64_t(t) * p.hv + h) * p.dv + c0 + tid;
-  const float zo = tid < ncols ? silu_f(bf2f(p.z[oi])) : 0.f;
+  // Token t's gates and its output column's z (the single-token step loads them up front, the
+  // multi-token one at each token).
+  float decay, beta, zo;
+  int64_t oi;  // token t's output element of this thread's column
+  auto load_token = [&](int t) {
+    const int64_t gi = int64_t(t) * p.hv + h;
+    decay = expf(-expf(ldf(p.a_log, p.l32, h)) * softplus_torch(ldf(p.a, p.a32, gi) + ldf(p.dt_bias, p.d32, h)));
+    beta = 1.f / (1.f + expf(-ldf(p.b, p.b32, gi)));
+    oi = (int64_t(t) * p.hv + h) * p.dv + c0 + tid;
+    zo = tid < ncols ? silu_f(bf2f(p.z[oi])) : 0.f;
+  };
+  if constexpr (!kMulti) load_token(t0);
   const float nw = tid < ncols ? ldf(p.norm_w, p.n32, c0 + tid) : 0.f;
   constexpr int kWin = kHist > 0 ? kHist : kMaxConvHistory;
   const int hist = kHist > 0 ? kHist : p.kw - 1;
-  // Causal conv of one channel; `win` ends holding the channel's new conv state. The loops run
-  // to the compile-time bound so that `win` stays in registers and the loads issue together.
-  auto conv = [&](int64_t ch, float* win) {
+  // A channel's conv window: its last `hist` inputs, oldest first (the conv state, or zeros). The
+  // loops run to the compile-time bound so that `win` stays in registers and the loads issue together.
+  auto load_window = [&](int64_t ch, float* win) {
 #pragma unroll
     for (int j = 0; j < kWin; ++j) {
       win[j] = has_state && j < hist
                    ? ldf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch)
                    : 0.f;
     }
+  };
+  // Causal conv of one channel at token t: `win` holds the inputs before t (the conv state, then
+  // this step's earlier tokens) and is shifted to end holding those up to t, the new conv state
+  // after the last token.
+  auto conv = [&](int64_t ch, float* win, int t) {
     const float x_new = bf2f(p.qkv[int64_t(t) * p.conv_dim + ch]);
     float acc = 0.f;
 #pragma unroll
@@ -375,90 +402,181 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       if (j < hist) stf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch, win[j]);
     }
   };
-  float qk_win[kWin];
+  float qk_win[kWin], v_win[kWin];
   const int64_t qk_ch = tid < DK ? int64_t(kh) * DK + tid : int64_t(p.hk) * DK + int64_t(kh) * DK + (tid - DK);
-  if (tid < 2 * DK) {
-    const float v = conv(qk_ch, qk_win);
-    (tid < DK ? qs[tid] : ks[tid - DK]) = v;
+  // This thread's value channel, computed where it is used (hoisted, it cost the single-token
+  // kernel registers).
+  auto v_channel = [&] { return 2 * int64_t(p.hk) * DK + int64_t(h) * p.dv + c0 + tid; };
+  if constexpr (kMulti) {
+    if (tid < 2 * DK) load_window(qk_ch, qk_win);
+    if (tid < ncols) load_window(v_channel(), v_win);
   }
-  if (tid < ncols) {
-    float win[kWin];
-    const int64_t ch = 2 * int64_t(p.hk) * DK + int64_t(h) * p.dv + c0 + tid;
-    vs[tid] = conv(ch, win);
-    if (slot >= 0) store_conv_state(ch, win);
-  }
-  __syncthreads();
-  const float qq = block_sum(tid < DK ? qs[tid] * qs[tid] : 0.f, red);
-  const float kk = block_sum(tid < DK ? ks[tid] * ks[tid] : 0.f, red);
-  __syncthreads();
-  if (tid < DK) {
-    qs[tid] *= (1.f / sqrtf(qq + 1e-6f)) * rsqrtf(float(DK));
-    ks[tid] *= 1.f / sqrtf(kk + 1e-6f);
-  }
-  __syncthreads();
-#pragma unroll
-  for (int m = 0; m < CPL; ++m) {
-    float kS = 0.f;
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      sv[i][m] *= decay;
-      kS += sv[i][m] * ks[warp + kDecodeWarps * i];
+  // tokens >= 1 (the host checks), so the test is at the end; the single-token kernel's body
+  // runs once with no loop in its code (a loop of one trip still changed its register use).
+  for (int tok = 0;; ++tok) {
+    const int t = t0 + tok;
+    if constexpr (kMulti) load_token(t);
+    if (tid < 2 * DK) {
+      if constexpr (!kMulti) load_window(qk_ch, qk_win);
+      const float v = conv(qk_ch, qk_win, t);
+      (tid < DK ? qs[tid] : ks[tid - DK]) = v;
     }
-    part[warp][decode_column<kV>(lane, m)] = kS;
-  }
-  __syncthreads();
-  if (tid < ncols) {
-    float kS = 0.f;
-    for (int w = 0; w < kDecodeWarps; ++w) kS += part[w][tid];
-    delta[tid] = (vs[tid] - kS) * beta;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int m = 0; m < CPL; ++m) {
-    const int c = decode_column<kV>(lane, m);
-    const float dl = c < ncols ? delta[c] : 0.f;
-    float o = 0.f;
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const int row = warp + kDecodeWarps * i;
-      sv[i][m] += ks[row] * dl;
-      o += sv[i][m] * qs[row];
-    }
-    part[warp][c] = o;
-  }
-  if (st) {
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-      for (int m = 0; m < CPL; m += kV) {
-        const int c = decode_column<kV>(lane, m);
-        st_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * p.dv + c, ncols - c, vec, &sv[i][m]);
+    if (tid < ncols) {
+      const int64_t v_ch = v_channel();
+      if constexpr (!kMulti) load_window(v_ch, v_win);
+      vs[tid] = conv(v_ch, v_win, t);
+      if constexpr (!kMulti) {
+        if (slot >= 0) store_conv_state(v_ch, v_win);
       }
     }
+    __syncthreads();
+    const float qq = block_sum(tid < DK ? qs[tid] * qs[tid] : 0.f, red);
+    const float kk = block_sum(tid < DK ? ks[tid] * ks[tid] : 0.f, red);
+    __syncthreads();
+    if (tid < DK) {
+      qs[tid] *= (1.f / sqrtf(qq + 1e-6f)) * rsqrtf(float(DK));
+      ks[tid] *= 1.f / sqrtf(kk + 1e-6f);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < CPL; ++m) {
+      float kS = 0.f;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        sv[i][m] *= decay;
+        kS += sv[i][m] * ks[warp + kDecodeWarps * i];
+      }
+      part[warp][decode_column<kV>(lane, m)] = kS;
+    }
+    __syncthreads();
+    if (tid < ncols) {
+      float kS = 0.f;
+      for (int w = 0; w < kDecodeWarps; ++w) kS += part[w][tid];
+      delta[tid] = (vs[tid] - kS) * beta;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < CPL; ++m) {
+      const int c = decode_column<kV>(lane, m);
+      const float dl = c < ncols ? delta[c] : 0.f;
+      float o = 0.f;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int row = warp + kDecodeWarps * i;
+        sv[i][m] += ks[row] * dl;
+        o += sv[i][m] * qs[row];
+      }
+      part[warp][c] = o;
+    }
+    if constexpr (!kMulti) {
+      if (st) {
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+          for (int m = 0; m < CPL; m += kV) {
+            const int c = decode_column<kV>(lane, m);
+            st_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * p.dv + c, ncols - c, vec, &sv[i][m]);
+          }
+        }
+      }
+    } else if constexpr (!kState32) {
+      // A BF16 state is rounded after every token, as the recurrence rounds it (and single-token
+      // steps would store it); the last token's rounding is the store's.
+      if (tok + 1 < tokens) {
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+          for (int m = 0; m < CPL; ++m) sv[i][m] = bf2f(f2bf(sv[i][m]));
+        }
+      }
+    }
+    if constexpr (kMulti) {
+      // Speculative rollback (ForwardBatch::state_steps): the state and the conv windows after
+      // this token, unless it is the last, in the sequence's step slot for it. No block of this
+      // launch reads a step slot, so the stores need no ordering with the loads.
+      if (tok + 1 < tokens && tok < p.step_count && slot >= 0) {
+        const int step = p.step_first + slot * p.step_count + tok;
+        StateT* sp = static_cast<StateT*>(p.state) + (int64_t(step) * p.hv + h) * DK * p.dv + c0;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+          for (int m = 0; m < CPL; m += kV) {
+            const int c = decode_column<kV>(lane, m);
+            st_state_run<kV>(sp + int64_t(warp + kDecodeWarps * i) * p.dv + c, ncols - c, vec, &sv[i][m]);
+          }
+        }
+        auto store_window_at = [&](int64_t ch, const float* win) {
+#pragma unroll
+          for (int j = 0; j < kWin; ++j) {
+            if (j < hist) stf(p.conv_state, p.cs32, (int64_t(step) * hist + j) * p.conv_dim + ch, win[j]);
+          }
+        };
+        if (tid < ncols) store_window_at(v_channel(), v_win);
+        if (cluster.block_rank() == 0 && tid < 2 * DK) store_window_at(qk_ch, qk_win);
+      }
+    }
+    __syncthreads();
+    float o = 0.f;
+    if (tid < ncols) {
+      for (int w = 0; w < kDecodeWarps; ++w) o += part[w][tid];
+    }
+    const float ss = block_sum(o * o, red);
+    // Multi-token, the sums alternate between two buffers: when this block writes token tok's,
+    // a peer may still be reading its token tok - 1 sum (the other buffer), but none reads token
+    // tok - 2's (this one): every peer read that before arriving at token tok - 1's cluster.sync,
+    // which this block has passed. One buffer would let a slow peer read the next token's sum.
+    float& ss_mine = ss_block[kMulti ? (tok & 1) : 0];
+    if (tid == 0) ss_mine = ss;
+    cluster.sync();  // every block has read the q, k conv state and published its sum of squares
+    if constexpr (!kMulti) {
+      if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_conv_state(qk_ch, qk_win);
+    }
+    float total = 0.f;
+    for (int j = 0; j < slices; ++j) total += *cluster.map_shared_rank(&ss_mine, unsigned(r * slices + j));
+    if (tid < ncols) {
+      const float inv = 1.f / sqrtf(total / float(p.dv) + p.eps);
+      p.out[oi] = f2bf(nw * (o * inv) * zo);
+    }
+    if constexpr (!kMulti) {
+      break;
+    } else if (tok + 1 == tokens) {
+      break;
+    }
   }
-  __syncthreads();
-  float o = 0.f;
-  if (tid < ncols) {
-    for (int w = 0; w < kDecodeWarps; ++w) o += part[w][tid];
-  }
-  const float ss = block_sum(o * o, red);
-  if (tid == 0) ss_block = ss;
-  cluster.sync();  // every block has read the q, k conv state and published its sum of squares
-  if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_conv_state(qk_ch, qk_win);
-  float total = 0.f;
-  for (int j = 0; j < slices; ++j) total += *cluster.map_shared_rank(&ss_block, unsigned(r * slices + j));
-  if (tid < ncols) {
-    const float inv = 1.f / sqrtf(total / float(p.dv) + p.eps);
-    p.out[oi] = f2bf(nw * (o * inv) * zo);
+  if constexpr (kMulti) {
+    // The state and the conv windows after the last token. The q, k conv state is safe to write:
+    // every block of the cluster read it before the loop, so before its first cluster.sync. The
+    // addresses come from opaque copies of dv and slot, so that they are computed again here
+    // rather than held in registers through the loop from the loads before it (the state's alone
+    // are DK / 4 of them, 64-bit: the 128 x 128 heads spilled).
+    const int dv = opaque(p.dv), cs_slot = opaque(slot);
+    if (st) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+        for (int m = 0; m < CPL; m += kV) {
+          const int c = decode_column<kV>(lane, m);
+          st_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * dv + c, ncols - c, vec, &sv[i][m]);
+        }
+      }
+    }
+    auto store_window = [&](int64_t ch, const float* win) {
+#pragma unroll
+      for (int j = 0; j < kWin; ++j) {
+        if (j < hist) stf(p.conv_state, p.cs32, (int64_t(cs_slot) * hist + j) * p.conv_dim + ch, win[j]);
+      }
+    };
+    if (slot >= 0 && tid < ncols) store_window(v_channel(), v_win);
+    if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_window(qk_ch, qk_win);
   }
   cluster.sync();  // no block leaves while another reads its shared memory
 }
 
-template <int DK, int CPL, int kHist>
-void launch_decode_hist(const DecodeArgs& p, bool state32, const DeviceBatch& db, int t, int slices, int cols) {
+template <int DK, int CPL, int kHist, bool kMulti>
+void launch_decode_kernel(const DecodeArgs& p, bool state32, const DeviceBatch& db, int seqs, int slices, int cols) {
   const int ratio = p.hv / p.hk;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(ratio * slices), unsigned(p.hk), unsigned(t));
+  cfg.gridDim = dim3(unsigned(ratio * slices), unsigned(p.hk), unsigned(seqs));
   cfg.blockDim = dim3(kDecodeWarps * 32);
   cfg.stream = stream();
   cudaLaunchAttribute attrs[2]{};
@@ -471,33 +589,45 @@ void launch_decode_hist(const DecodeArgs& p, bool state32, const DeviceBatch& db
   cfg.attrs = attrs;
   cfg.numAttrs = 2;
   if (state32) {
-    STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL, kHist, true>, p, db, slices, cols));
+    STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL, kHist, true, kMulti>, p, db, slices, cols));
   } else {
-    STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL, kHist, false>, p, db, slices, cols));
+    STRATA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdn_decode_kernel<DK, CPL, kHist, false, kMulti>, p, db, slices, cols));
   }
+}
+
+// The single-token kernel unless some sequence brings several tokens. A run-time conv width
+// (kHist 0, no model's) has only the multi-token kernel, which runs single tokens as well: half
+// the instantiations of a path that only tests take.
+template <int DK, int CPL, int kHist>
+void launch_decode_hist(const DecodeArgs& p, bool state32, const DeviceBatch& db, int seqs, bool multi, int slices,
+                        int cols) {
+  if (kHist == 0 || multi) return launch_decode_kernel<DK, CPL, kHist, true>(p, state32, db, seqs, slices, cols);
+  if constexpr (kHist > 0) launch_decode_kernel<DK, CPL, kHist, false>(p, state32, db, seqs, slices, cols);
 }
 
 // The models' conv width 4 compiled in; any other width at run time.
 template <int DK, int CPL>
-void launch_decode(const DecodeArgs& p, bool state32, const DeviceBatch& db, int t, int slices, int cols) {
-  if (p.kw == 4) return launch_decode_hist<DK, CPL, 3>(p, state32, db, t, slices, cols);
-  launch_decode_hist<DK, CPL, 0>(p, state32, db, t, slices, cols);
+void launch_decode(const DecodeArgs& p, bool state32, const DeviceBatch& db, int seqs, bool multi, int slices,
+                   int cols) {
+  if (p.kw == 4) return launch_decode_hist<DK, CPL, 3>(p, state32, db, seqs, multi, slices, cols);
+  launch_decode_hist<DK, CPL, 0>(p, state32, db, seqs, multi, slices, cols);
 }
 
+// One cluster a (sequence, key head) whatever its tokens: the slicing follows the sequences.
 template <int DK>
-void launch_decode_dk(const DecodeArgs& p, bool state32, const DeviceBatch& db, int t) {
+void launch_decode_dk(const DecodeArgs& p, bool state32, const DeviceBatch& db, int seqs, bool multi) {
   // Column slices (at least 32 columns each, as many as a cluster holds) only while the batch
   // alone leaves SMs idle: each slice repeats the key head's conv and norms.
   const int ratio = p.hv / p.hk;
-  const int want = (2 * sm_count() + t * p.hv - 1) / (t * p.hv);
+  const int want = (2 * sm_count() + seqs * p.hv - 1) / (seqs * p.hv);
   const int slices = std::max(1, std::min({kMaxCluster / ratio, (p.dv + 31) / 32, want}));
   const int cols = (p.dv + slices - 1) / slices;
   switch ((cols + 31) / 32) {
-    case 1: return launch_decode<DK, 1>(p, state32, db, t, slices, cols);
-    case 2: return launch_decode<DK, 2>(p, state32, db, t, slices, cols);
+    case 1: return launch_decode<DK, 1>(p, state32, db, seqs, multi, slices, cols);
+    case 2: return launch_decode<DK, 2>(p, state32, db, seqs, multi, slices, cols);
     case 3:
-    case 4: return launch_decode<DK, 4>(p, state32, db, t, slices, cols);
-    default: return launch_decode<DK, 8>(p, state32, db, t, slices, cols);
+    case 4: return launch_decode<DK, 4>(p, state32, db, seqs, multi, slices, cols);
+    default: return launch_decode<DK, 8>(p, state32, db, seqs, multi, slices, cols);
   }
 }
 
@@ -661,24 +791,35 @@ void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const 
   const int64_t hk = qk_cols / (2 * dk);
   STRATA_CHECK(hv % hk == 0 && dv <= 256, "gdn_decode_step: ", hv, " value heads of ", dv, " for ", hk,
                " key heads");
-  STRATA_CHECK(int64_t(batch.seqs.size()) == t, "gdn_decode_step: ", batch.seqs.size(), " sequences for ", t,
-               " rows");
-  for (const SeqInBatch& s : batch.seqs) {
-    STRATA_CHECK(s.q_len == 1, "gdn_decode_step: every sequence must have one new token");
+  // A cluster runs each sequence's tokens in order; the multi-token kernel only when some
+  // sequence brings several (decode batches keep the single-token one).
+  int64_t rows = 0;
+  bool multi = false;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const SeqInBatch& s = batch.seqs[i];
+    STRATA_CHECK(s.q_len >= 1 && s.q_len <= kGdnStepMaxTokens, "gdn_decode_step: sequence ", i, " has ", s.q_len,
+                 " new tokens (1 to ", kGdnStepMaxTokens, ")");
+    STRATA_CHECK(s.q_start >= 0 && s.q_start + s.q_len <= t, "gdn_decode_step: sequence ", i, "'s rows [",
+                 s.q_start, ", +", s.q_len, ") are not in qkv's ", t);
+    rows += s.q_len;
+    multi = multi || s.q_len > 1;
   }
+  STRATA_CHECK(rows == t, "gdn_decode_step: ", batch.seqs.size(), " sequences of ", rows, " tokens for ", t, " rows");
   if (t == 0) return;
+  const int seqs = int(batch.seqs.size());
   const DeviceBatch& db = device_batch(batch);
   DecodeArgs p{static_cast<const bf16*>(qkv.raw()), static_cast<const bf16*>(z.raw()), a.raw(), b.raw(),
                conv_w.raw(), conv_state.raw(), a_log.raw(), dt_bias.raw(), state.raw(), norm_w.raw(),
                static_cast<bf16*>(out.raw()), is_f32(a), is_f32(b), is_f32(conv_w), is_f32(conv_state),
-               is_f32(a_log), is_f32(dt_bias), is_f32(norm_w), int(hk), int(hv), int(dv), int(kw), conv_dim, eps};
+               is_f32(a_log), is_f32(dt_bias), is_f32(norm_w), int(hk), int(hv), int(dv), int(kw), conv_dim, eps,
+               batch.state_steps.first, batch.state_steps.count};
   STRATA_CHECK(hv / hk <= kMaxCluster, "gdn_decode_step: ", hv / hk, " value heads per key head (at most ",
                kMaxCluster, " on CUDA)");
   switch (dk) {
-    case 16: launch_decode_dk<16>(p, is_f32(state), db, int(t)); break;
-    case 32: launch_decode_dk<32>(p, is_f32(state), db, int(t)); break;
-    case 64: launch_decode_dk<64>(p, is_f32(state), db, int(t)); break;
-    case 128: launch_decode_dk<128>(p, is_f32(state), db, int(t)); break;
+    case 16: launch_decode_dk<16>(p, is_f32(state), db, seqs, multi); break;
+    case 32: launch_decode_dk<32>(p, is_f32(state), db, seqs, multi); break;
+    case 64: launch_decode_dk<64>(p, is_f32(state), db, seqs, multi); break;
+    case 128: launch_decode_dk<128>(p, is_f32(state), db, seqs, multi); break;
     default: fail("gdn_decode_step: key head dim ", dk, " is not supported on CUDA (16, 32, 64 or 128)");
   }
   check_launch("gdn_decode");

@@ -39,30 +39,49 @@ bool DecodeGraphs::eligible(const ForwardBatch& batch) const {
   return true;
 }
 
+bool DecodeGraphs::eligible_with_hidden(const ForwardBatch& batch) const {
+  const size_t n = batch.seqs.size();
+  if (n == 0 || int(n) > buckets_.back() || !batch.feed_rows.empty()) return false;
+  const int q = batch.seqs[0].q_len;
+  if (q < 1 || q > kMaxTokensPerSeq || bucket_of(int(n)) * q > kMaxHiddenRows) return false;
+  const size_t rows = n * size_t(q);
+  if (batch.token_ids.size() != rows || batch.logit_rows.size() != rows) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (batch.seqs[i].q_len != q || batch.seqs[i].q_start != int32_t(i) * q) return false;
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    if (batch.logit_rows[r] != int32_t(r)) return false;
+  }
+  return true;
+}
+
 int DecodeGraphs::captured() const {
   int c = 0;
   for (const auto& [size, b] : graphs_) c += b.exec != nullptr;
+  for (const auto& [key, b] : verifies_) c += b.exec != nullptr;
   return c;
 }
 
-ForwardBatch DecodeGraphs::padded(const ForwardBatch& batch, int size) const {
+ForwardBatch DecodeGraphs::padded(const ForwardBatch& batch, int size, int tokens) const {
   ForwardBatch p = batch;
   for (int i = int(batch.seqs.size()); i < size; ++i) {
     SeqInBatch s;
-    s.q_start = i;
-    s.q_len = 1;
+    s.q_start = i * tokens;
+    s.q_len = tokens;
     s.ctx_len = 0;
     s.block_table = {0};  // valid on the host; the upload marks it -1 on the device
     s.state_slot = 0;
     p.seqs.push_back(s);
-    p.token_ids.push_back(0);
-    p.positions.push_back(0);
-    p.logit_rows.push_back(i);
+    for (int j = 0; j < tokens; ++j) {
+      p.token_ids.push_back(0);
+      p.positions.push_back(j);
+      p.logit_rows.push_back(i * tokens + j);
+    }
   }
   return p;
 }
 
-void DecodeGraphs::capture(Bucket& b, const ForwardBatch& batch, const Forward& forward) {
+void DecodeGraphs::capture(Bucket& b, const ForwardBatch& batch, const std::function<void()>& forward) {
   if (b.exec) {
     (void)cudaGraphExecDestroy(b.exec);
     b.exec = nullptr;
@@ -71,7 +90,7 @@ void DecodeGraphs::capture(Bucket& b, const ForwardBatch& batch, const Forward& 
   cudaGraph_t graph = nullptr;
   STRATA_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   try {
-    forward(batch, b.logits);
+    forward();
   } catch (...) {
     (void)cudaStreamEndCapture(stream(), &graph);
     if (graph) (void)cudaGraphDestroy(graph);
@@ -83,17 +102,10 @@ void DecodeGraphs::capture(Bucket& b, const ForwardBatch& batch, const Forward& 
   check_cuda(e, "cudaGraphInstantiate");
 }
 
-Tensor DecodeGraphs::run(const ForwardBatch& batch, const Forward& forward) {
-  STRATA_CHECK(eligible(batch), "DecodeGraphs: the batch is not a decode batch of at most ", buckets_.back(),
-               " sequences");
-  const int n = int(batch.seqs.size());
-  const int size = *std::lower_bound(buckets_.begin(), buckets_.end(), n);
-  Bucket& b = graphs_[size];
-  if (!b.logits.defined()) b.logits = persistent({size, vocab_}, DType::kF32);
-  const ForwardBatch p = padded(batch, size);
-  PaddingScope padding(n);
+void DecodeGraphs::launch(Bucket& b, const ForwardBatch& p, int real_seqs, const std::function<void()>& forward) {
+  PaddingScope padding(real_seqs);
   if (b.runs == 0) {
-    forward(p, b.logits);  // eager: sizes the arena, warms cuBLASLt
+    forward();  // eager: sizes the arena, warms cuBLASLt, allocates the outputs
   } else if (!b.exec) {
     capture(b, p, forward);
     STRATA_CUDA_CHECK(cudaGraphLaunch(b.exec, stream()));
@@ -103,7 +115,30 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const Forward& forward) {
     STRATA_CUDA_CHECK(cudaGraphLaunch(b.exec, stream()));
   }
   ++b.runs;
+}
+
+Tensor DecodeGraphs::run(const ForwardBatch& batch, const Forward& forward) {
+  STRATA_CHECK(eligible(batch), "DecodeGraphs: the batch is not a decode batch of at most ", buckets_.back(),
+               " sequences");
+  const int n = int(batch.seqs.size()), size = bucket_of(n);
+  Bucket& b = graphs_[size];
+  if (!b.logits.defined()) b.logits = persistent({size, vocab_}, DType::kF32);
+  const ForwardBatch p = padded(batch, size);
+  launch(b, p, n, [&] { forward(p, b.logits); });
   return b.logits.rows(0, n);
+}
+
+Tensor DecodeGraphs::run_with_hidden(const ForwardBatch& batch, const ForwardWithHidden& forward, Tensor& hidden) {
+  STRATA_CHECK(eligible_with_hidden(batch), "DecodeGraphs: the batch is not a verify batch of at most ",
+               buckets_.back(), " sequences of at most ", kMaxTokensPerSeq, " tokens each with every row's logits");
+  const int n = int(batch.seqs.size()), q = batch.seqs[0].q_len, size = bucket_of(n);
+  Bucket& b = verifies_[{size, q, batch.state_steps.count > 0}];
+  if (!b.logits.defined()) b.logits = persistent({int64_t(size) * q, vocab_}, DType::kF32);
+  const ForwardBatch p = padded(batch, size, q);
+  // The first, eager run allocates `hidden` (outside its workspace); the graphs reuse it.
+  launch(b, p, n, [&] { forward(p, b.logits, b.hidden); });
+  hidden = b.hidden.rows(0, int64_t(n) * q);
+  return b.logits.rows(0, int64_t(n) * q);
 }
 
 }  // namespace strata::ops::cuda

@@ -9,8 +9,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "strata/core/batch.h"
@@ -35,6 +37,24 @@ class DecodeGraphs {
   // Runs an eligible batch; returns its logits [n, vocab] (a view of the bucket's logits,
   // valid until that bucket runs again).
   Tensor run(const ForwardBatch& batch, const Forward& forward);
+  // Speculative verify steps: forward(batch, logits, hidden) runs the model writing the logits of
+  // every row and the final-norm hidden state of every row (Model::forward_with_hidden).
+  using ForwardWithHidden = std::function<void(const ForwardBatch& batch, Tensor& logits, Tensor& hidden)>;
+  // True when `batch` can run as a verify graph: every sequence brings the same number of tokens
+  // Q (1 .. kMaxTokensPerSeq), in order, every row wants its logits, and the padded batch has at
+  // most kMaxHiddenRows rows. Mixed lengths (dynamic K, drafts cut short) run eagerly: padding
+  // a real sequence with dead tokens would advance its recurrent state.
+  bool eligible_with_hidden(const ForwardBatch& batch) const;
+  // Runs such a batch as the graph of its (bucket, Q, stores per-token states), padded with
+  // Q-token padding sequences;
+  // returns the logits [rows, vocab] and sets `hidden` to the hidden states [rows, H], views of
+  // that graph's buffers, valid until it runs again (each (bucket, Q) has its own).
+  Tensor run_with_hidden(const ForwardBatch& batch, const ForwardWithHidden& forward, Tensor& hidden);
+  static constexpr int kMaxTokensPerSeq = 16;
+  // Rows of a verify graph: past this a step is bound by its GEMMs, and each row holds a
+  // vocabulary's F32 logits (1 MB a row at 248k).
+  static constexpr int kMaxHiddenRows = 256;
+
   // Graphs captured so far (for reports).
   int captured() const;
 
@@ -43,14 +63,21 @@ class DecodeGraphs {
     int runs = 0;
     cudaGraphExec_t exec = nullptr;
     uint64_t generation = 0;
-    Tensor logits;
+    Tensor logits, hidden;
   };
-  ForwardBatch padded(const ForwardBatch& batch, int size) const;
-  void capture(Bucket& b, const ForwardBatch& batch, const Forward& forward);
+  // A batch padded to `size` sequences of `tokens` tokens each.
+  ForwardBatch padded(const ForwardBatch& batch, int size, int tokens = 1) const;
+  // The first step of a graph runs eagerly, the second is captured, later ones replay.
+  void launch(Bucket& b, const ForwardBatch& padded_batch, int real_seqs, const std::function<void()>& forward);
+  void capture(Bucket& b, const ForwardBatch& batch, const std::function<void()>& forward);
+  int bucket_of(int seqs) const { return *std::lower_bound(buckets_.begin(), buckets_.end(), seqs); }
 
   int64_t vocab_;
   std::vector<int> buckets_;
-  std::map<int, Bucket> graphs_;
+  std::map<int, Bucket> graphs_;                    // decode steps, by bucket
+  // Verify steps, by (bucket, tokens a sequence, whether the forward stores per-token states:
+  // ForwardBatch::state_steps, whose slots a graph bakes in).
+  std::map<std::tuple<int, int, bool>, Bucket> verifies_;
 };
 
 }  // namespace strata::ops::cuda
