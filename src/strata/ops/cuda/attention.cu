@@ -384,8 +384,10 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const bf16* __restric
     for (int i = tid; i < kBk * kVecs; i += blockDim.x) {
       const int r = i / kVecs, c = i % kVecs, j = kt + r;
       uint4 ku = make_uint4(0, 0, 0, 0), vu = ku;
-      if (j < kv_end) {
-        const int64_t off = ((int64_t(bt[j / bs]) * bs + j % bs) * hkv + kvh) * D + c * 8;
+      // Page -1: a padding sequence of a captured verify graph (its keys stay zeros).
+      const int page = j < kv_end ? bt[j / bs] : -1;
+      if (page >= 0) {
+        const int64_t off = ((int64_t(page) * bs + j % bs) * hkv + kvh) * D + c * 8;
         ku = __ldg(reinterpret_cast<const uint4*>(kc + off));
         vu = __ldg(reinterpret_cast<const uint4*>(vc + off));
       }

@@ -26,6 +26,9 @@ DecodeGraphs::~DecodeGraphs() {
   for (auto& [size, b] : graphs_) {
     if (b.exec) (void)cudaGraphExecDestroy(b.exec);
   }
+  for (auto& [key, b] : verifies_) {
+    if (b.exec) (void)cudaGraphExecDestroy(b.exec);
+  }
 }
 
 bool DecodeGraphs::eligible(const ForwardBatch& batch) const {
@@ -132,7 +135,7 @@ Tensor DecodeGraphs::run_with_hidden(const ForwardBatch& batch, const ForwardWit
   STRATA_CHECK(eligible_with_hidden(batch), "DecodeGraphs: the batch is not a verify batch of at most ",
                buckets_.back(), " sequences of at most ", kMaxTokensPerSeq, " tokens each with every row's logits");
   const int n = int(batch.seqs.size()), q = batch.seqs[0].q_len, size = bucket_of(n);
-  Bucket& b = verifies_[{size, q, batch.state_steps.count > 0}];
+  Bucket& b = verifies_[{size, q, batch.state_steps.first, batch.state_steps.count}];
   if (!b.logits.defined()) b.logits = persistent({int64_t(size) * q, vocab_}, DType::kF32);
   const ForwardBatch p = padded(batch, size, q);
   // The first, eager run allocates `hidden` (outside its workspace); the graphs reuse it.

@@ -45,7 +45,7 @@ class DecodeGraphs {
   // most kMaxHiddenRows rows. Mixed lengths (dynamic K, drafts cut short) run eagerly: padding
   // a real sequence with dead tokens would advance its recurrent state.
   bool eligible_with_hidden(const ForwardBatch& batch) const;
-  // Runs such a batch as the graph of its (bucket, Q, stores per-token states), padded with
+  // Runs such a batch as the graph of its (bucket, Q, per-token state slots), padded with
   // Q-token padding sequences;
   // returns the logits [rows, vocab] and sets `hidden` to the hidden states [rows, H], views of
   // that graph's buffers, valid until it runs again (each (bucket, Q) has its own).
@@ -75,9 +75,9 @@ class DecodeGraphs {
   int64_t vocab_;
   std::vector<int> buckets_;
   std::map<int, Bucket> graphs_;                    // decode steps, by bucket
-  // Verify steps, by (bucket, tokens a sequence, whether the forward stores per-token states:
-  // ForwardBatch::state_steps, whose slots a graph bakes in).
-  std::map<std::tuple<int, int, bool>, Bucket> verifies_;
+  // Verify steps, by (bucket, tokens a sequence, ForwardBatch::state_steps' first slot and count:
+  // a graph bakes them into its launches).
+  std::map<std::tuple<int, int, int, int>, Bucket> verifies_;
 };
 
 }  // namespace strata::ops::cuda
