@@ -234,6 +234,55 @@ TEST(CudaDefaultModel, PromptLogprobsFollowTheCpuEngine) {
 }
 
 #if defined(STRATA_WITH_CUDA)
+// The graph tests' common part: the default model with its MTP head on CUDA, two sets of caches
+// (one for the eager forwards, one for the graphs) for three sequences, and the prefill batch of
+// their first 24, 29 and 34 prompt tokens (each one's last row's logits).
+struct GraphRig {
+  static constexpr int kSeqs = 3, kBlock = 16, kPages = 8;
+  std::unique_ptr<Model> model;
+  Caches eager, graph;
+  ForwardBatch pre;
+  std::vector<std::vector<int32_t>> tokens;
+  GraphRig() {
+    LoadOptions o;
+    o.device = Device::kCuda;
+    o.mtp = true;
+    model = load_model(kDir, o);
+    const std::vector<Prompt> ps = prompts();
+    eager = model->allocate_caches(kSeqs * kPages, kBlock, kSeqs, true);
+    graph = model->allocate_caches(kSeqs * kPages, kBlock, kSeqs, true);
+    for (int s = 0; s < kSeqs; ++s) {
+      SeqInBatch q;
+      q.q_start = pre.num_tokens();
+      q.q_len = int32_t(std::min<size_t>(24 + 5 * s, ps[s].ids.size()));
+      q.state_slot = s;
+      for (int p = 0; p < kPages; ++p) q.block_table.push_back(s * kPages + p);
+      tokens.emplace_back(ps[s].ids.begin(), ps[s].ids.begin() + q.q_len);
+      for (int32_t i = 0; i < q.q_len; ++i) {
+        pre.token_ids.push_back(tokens[s][i]);
+        pre.positions.push_back(i);
+      }
+      pre.logit_rows.push_back(q.q_start + q.q_len - 1);
+      pre.seqs.push_back(q);
+    }
+  }
+};
+
+// Graph against eager: the largest logit and hidden-state differences over the steps, and the
+// largest magnitudes (the bounds' scale).
+struct GraphDiff {
+  double logit = 0, hidden = 0, logit_scale = 0, hidden_scale = 0;
+  void add(const Tensor& graph_logits, const Tensor& eager_logits, const Tensor& graph_hidden,
+           const Tensor& eager_hidden) {
+    const Tensor le = eager_logits.to(Device::kCpu), lg = graph_logits.to(Device::kCpu);
+    const Tensor he = eager_hidden.to(Device::kCpu).to_f32(), hg = graph_hidden.to(Device::kCpu).to_f32();
+    logit = std::max(logit, max_abs_diff(lg, le));
+    hidden = std::max(hidden, max_abs_diff(hg, he));
+    for (int64_t i = 0; i < le.numel(); ++i) logit_scale = std::max(logit_scale, double(std::fabs(le.data<float>()[i])));
+    for (int64_t i = 0; i < he.numel(); ++i) hidden_scale = std::max(hidden_scale, double(std::fabs(he.data<float>()[i])));
+  }
+};
+
 // Speculative verify steps as CUDA graphs (DecodeGraphs::run_with_hidden) against the same steps
 // run eagerly on a second set of caches: three sequences (bucket 4: one padding sequence of Q
 // tokens) bring Q = 2, 2, 4, 4, 4, 1, 1 tokens a step, every row's logits and hidden state
@@ -242,31 +291,13 @@ TEST(CudaDefaultModel, PromptLogprobsFollowTheCpuEngine) {
 // logits are not eligible.
 TEST(CudaDefaultModel, VerifyGraphsFollowEagerForwards) {
   STRATA_REQUIRE_GPU();
-  LoadOptions o;
-  o.device = Device::kCuda;
-  o.mtp = true;
-  std::unique_ptr<Model> model = load_model(kDir, o);
+  GraphRig rig;
+  Model* model = rig.model.get();
   ASSERT_TRUE(model->info().verify_graphs);
-  const std::vector<Prompt> ps = prompts();
-  const int seqs = 3, block = 16, pages = 8;
-  Caches eager = model->allocate_caches(seqs * pages, block, seqs, true);
-  Caches graph = model->allocate_caches(seqs * pages, block, seqs, true);
-  std::vector<std::vector<int32_t>> tokens;
-  ForwardBatch pre;
-  for (int s = 0; s < seqs; ++s) {
-    SeqInBatch q;
-    q.q_start = pre.num_tokens();
-    q.q_len = int32_t(std::min<size_t>(24 + 5 * s, ps[s].ids.size()));
-    q.state_slot = s;
-    for (int p = 0; p < pages; ++p) q.block_table.push_back(s * pages + p);
-    tokens.emplace_back(ps[s].ids.begin(), ps[s].ids.begin() + q.q_len);
-    for (int32_t i = 0; i < q.q_len; ++i) {
-      pre.token_ids.push_back(tokens[s][i]);
-      pre.positions.push_back(i);
-    }
-    pre.logit_rows.push_back(q.q_start + q.q_len - 1);
-    pre.seqs.push_back(q);
-  }
+  const int seqs = GraphRig::kSeqs;
+  Caches &eager = rig.eager, &graph = rig.graph;
+  const ForwardBatch& pre = rig.pre;
+  std::vector<std::vector<int32_t>>& tokens = rig.tokens;
   Tensor l1, l2;
   model->forward(pre, eager, l1);
   model->forward(pre, graph, l2);
@@ -274,7 +305,7 @@ TEST(CudaDefaultModel, VerifyGraphsFollowEagerForwards) {
   std::vector<int32_t> next(seqs);
   for (int s = 0; s < seqs; ++s) next[s] = int32_t((s * 37 + 11) % vocab);
   ops::cuda::DecodeGraphs graphs(vocab);
-  double worst_logit = 0, worst_hidden = 0, scale = 0, hidden_scale = 0;
+  GraphDiff diff;
   for (const int q : {2, 2, 4, 4, 4, 1, 1}) {
     ForwardBatch b;
     for (int s = 0; s < seqs; ++s) {
@@ -296,14 +327,8 @@ TEST(CudaDefaultModel, VerifyGraphsFollowEagerForwards) {
         b, [&](const ForwardBatch& fb, Tensor& l, Tensor& h) { model->forward_with_hidden(fb, graph, l, h); }, hg);
     ASSERT_EQ(lg.shape(), le.shape());
     ASSERT_EQ(hg.shape(), he.shape());
-    const Tensor le_h = le.to(Device::kCpu), lg_h = lg.to(Device::kCpu);
-    const Tensor he_h = he.to(Device::kCpu).to_f32(), hg_h = hg.to(Device::kCpu).to_f32();
-    worst_logit = std::max(worst_logit, max_abs_diff(lg_h, le_h));
-    worst_hidden = std::max(worst_hidden, max_abs_diff(hg_h, he_h));
-    for (int64_t i = 0; i < le_h.numel(); ++i) scale = std::max(scale, double(std::fabs(le_h.data<float>()[i])));
-    for (int64_t i = 0; i < he_h.numel(); ++i) {
-      hidden_scale = std::max(hidden_scale, double(std::fabs(he_h.data<float>()[i])));
-    }
+    diff.add(lg, le, hg, he);
+    const Tensor le_h = le.to(Device::kCpu);
     for (int s = 0; s < seqs; ++s) {  // every token of the step is kept; the eager arg max comes next
       for (int i = 0; i < q; ++i) tokens[s].push_back(b.token_ids[size_t(s * q + i)]);
       const float* row = le_h.data<float>() + int64_t(s * q + q - 1) * vocab;
@@ -311,10 +336,11 @@ TEST(CudaDefaultModel, VerifyGraphsFollowEagerForwards) {
     }
   }
   std::printf("default model verify graphs vs eager: max |d logit| %.4g (max |logit| %.3g), max |d hidden| %.4g "
-              "(max |hidden| %.3g), %d graphs\n", worst_logit, scale, worst_hidden, hidden_scale, graphs.captured());
+              "(max |hidden| %.3g), %d graphs\n", diff.logit, diff.logit_scale, diff.hidden, diff.hidden_scale,
+              graphs.captured());
   EXPECT_EQ(graphs.captured(), 3);
-  EXPECT_LE(worst_logit, 0.02 * scale);
-  EXPECT_LE(worst_hidden, 0.02 * hidden_scale);
+  EXPECT_LE(diff.logit, 0.02 * diff.logit_scale);
+  EXPECT_LE(diff.hidden, 0.02 * diff.hidden_scale);
   // Not eligible: mixed lengths, more than 16 tokens a sequence, the last row's logits only.
   ForwardBatch mixed;
   for (int s = 0; s < 2; ++s) {
@@ -347,6 +373,98 @@ TEST(CudaDefaultModel, VerifyGraphsFollowEagerForwards) {
   EXPECT_FALSE(graphs.eligible_with_hidden(long_seq));
   for (int i = 0; i < 15; ++i) long_seq.logit_rows.insert(long_seq.logit_rows.begin() + i, i);
   EXPECT_TRUE(graphs.eligible_with_hidden(long_seq));
+}
+
+// The MTP head's steps as CUDA graphs (DecodeGraphs::run_head) against the same steps run
+// eagerly on a second set of caches: three sequences (bucket 4: one padding sequence) bring
+// Q = 2, 2, 3, 3, 3, 1, 1, 1 tokens a head step, as the engine's depth-1 (the accepted tokens)
+// and deeper (one draft) head forwards do, with the last row's logits and every row's head
+// hidden state compared; the head's input is the target's hidden states of the prompts. One
+// graph per (bucket, Q). A batch without each sequence's last-row logits, or with every row's,
+// is not eligible.
+TEST(CudaDefaultModel, HeadGraphsFollowEagerForwards) {
+  STRATA_REQUIRE_GPU();
+  GraphRig rig;
+  Model& model = *rig.model;
+  ASSERT_TRUE(model.info().verify_graphs);
+  std::vector<int32_t> ctx;
+  for (const SeqInBatch& q : rig.pre.seqs) ctx.push_back(q.q_len);
+  // The target over the prompts gives the head's inputs; the head's first pass fills its KV on both.
+  Tensor l, target_hidden, hl, hh;
+  model.forward_with_hidden(rig.pre, rig.eager, l, target_hidden);
+  model.mtp_forward_with_hidden(rig.pre, target_hidden, rig.eager, hl, hh);
+  model.mtp_forward_with_hidden(rig.pre, target_hidden, rig.graph, hl, hh);
+  const int64_t vocab = model.info().vocab_size, hsz = target_hidden.dim(1);
+  ops::cuda::DecodeGraphs graphs(vocab);
+  GraphDiff diff;
+  const void* logits_at = nullptr;
+  int step = 0;
+  for (const int q : {2, 2, 3, 3, 3, 1, 1, 1}) {
+    ForwardBatch b;
+    std::vector<int32_t> input_rows;
+    for (int s = 0; s < GraphRig::kSeqs; ++s) {
+      SeqInBatch sq = rig.pre.seqs[s];
+      sq.q_start = s * q;
+      sq.ctx_len = ctx[s];
+      sq.q_len = q;
+      b.seqs.push_back(sq);
+      for (int i = 0; i < q; ++i) {
+        b.token_ids.push_back(int32_t((s * 31 + step * 7 + i * 13) % vocab));
+        b.positions.push_back(ctx[s] + i);
+        input_rows.push_back(int32_t((s * 11 + step * 5 + i) % target_hidden.dim(0)));
+      }
+      b.logit_rows.push_back(s * q + q - 1);
+      ctx[s] += q;
+    }
+    ++step;
+    ASSERT_TRUE(graphs.eligible_head(b));
+    Tensor input = Tensor::empty({b.num_tokens(), hsz}, target_hidden.dtype(), Device::kCuda);
+    ops::gather_rows(target_hidden, input_rows, input);
+    Tensor le, he, hg;
+    model.mtp_forward_with_hidden(b, input, rig.eager, le, he);
+    const Tensor lg = graphs.run_head(
+        b, input,
+        [&](const ForwardBatch& fb, const Tensor& in, Tensor& lo, Tensor& h) {
+          model.mtp_forward_with_hidden(fb, in, rig.graph, lo, h);
+        },
+        hg);
+    ASSERT_EQ(lg.shape(), le.shape());
+    ASSERT_EQ(hg.shape(), he.shape());
+    if (!logits_at) logits_at = lg.raw();
+    EXPECT_EQ(lg.raw(), logits_at) << "every graph writes its logits into the one shared buffer";
+    diff.add(lg, le, hg, he);
+  }
+  EXPECT_EQ(graphs.logits_bytes(), size_t(ops::cuda::DecodeGraphs::kMaxHiddenRows) * size_t(vocab) * sizeof(float));
+  std::printf("default model head graphs vs eager: max |d logit| %.4g (max |logit| %.3g), max |d hidden| %.4g "
+              "(max |hidden| %.3g), %d graphs\n", diff.logit, diff.logit_scale, diff.hidden, diff.hidden_scale,
+              graphs.captured());
+  EXPECT_EQ(graphs.captured(), 3);
+  EXPECT_GT(diff.logit_scale, 0.0);
+  EXPECT_LE(diff.logit, 0.02 * diff.logit_scale);
+  EXPECT_LE(diff.hidden, 0.02 * diff.hidden_scale);
+  // Not eligible: a sequence without its last row's logits, every row's logits, mixed lengths.
+  ForwardBatch b;
+  for (int s = 0; s < 2; ++s) {
+    SeqInBatch sq = rig.pre.seqs[s];
+    sq.q_start = 2 * s;
+    sq.q_len = 2;
+    b.seqs.push_back(sq);
+    for (int i = 0; i < 2; ++i) {
+      b.token_ids.push_back(1);
+      b.positions.push_back(60 + i);
+    }
+  }
+  b.logit_rows = {1};
+  EXPECT_FALSE(graphs.eligible_head(b));
+  b.logit_rows = {0, 1, 2, 3};
+  EXPECT_FALSE(graphs.eligible_head(b));
+  b.logit_rows = {1, 3};
+  EXPECT_TRUE(graphs.eligible_head(b));
+  b.seqs[1].q_len = 1;
+  b.token_ids.pop_back();
+  b.positions.pop_back();
+  b.logit_rows = {1, 2};
+  EXPECT_FALSE(graphs.eligible_head(b));
 }
 #endif
 

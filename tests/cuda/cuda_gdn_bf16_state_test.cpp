@@ -102,18 +102,12 @@ TEST(CudaGdnBf16State, FusedDecodeStepAtBatch256) {
   for (int64_t s = 0; s < t; ++s) ctx[s] = s % 5 == 0 ? 0 : int32_t(1 + s * 7 % 900);  // some from zeros
   int blocks = 0;
   ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
-  const int64_t conv_dim = 2 * hk * dk + hv * dv;
-  Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
-  Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
-  Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
-  Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
-  Tensor cs = rand_bf16_values({t, kw - 1, conv_dim}, rng);
-  Tensor st = cpu_bf16(rand_bf16_values({t, hv, dk, dv}, rng, 0.1f));
+  GdnStepInputs in(rng, t, t, hk, hv, dk, dv, kw);
+  in.state = cpu_bf16(in.state);
+  const Tensor &cs = in.conv_state, &st = in.state;
   Tensor gcs = to_gpu(cs), gst = st.to(Device::kCuda);
   Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
-  ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
-  ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
-                       to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
+  in.run(batch, ref, gcs, gst, got);
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
   const double err = bf16_state_err(gst, st);
   std::printf("  decode step, batch 256, bf16 state: state error beyond one bf16 step %.3g\n", err);
@@ -134,18 +128,13 @@ TEST(CudaGdnBf16State, FusedDecodeStepOfSeveralTokens) {
   }
   int blocks = 0;
   ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
-  const int64_t t = batch.num_tokens(), conv_dim = 2 * hk * dk + hv * dv;
-  Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
-  Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
-  Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
-  Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
-  Tensor cs = rand_bf16_values({n, kw - 1, conv_dim}, rng);
-  Tensor st = cpu_bf16(rand_bf16_values({n, hv, dk, dv}, rng, 0.1f));
+  const int64_t t = batch.num_tokens();
+  GdnStepInputs in(rng, t, n, hk, hv, dk, dv, kw);
+  in.state = cpu_bf16(in.state);
+  const Tensor &cs = in.conv_state, &st = in.state;
   Tensor gcs = to_gpu(cs), gst = st.to(Device::kCuda);
   Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
-  ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
-  ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
-                       to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
+  in.run(batch, ref, gcs, gst, got);
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
   const double err = bf16_state_err(gst, st);
   std::printf("  decode step, 64 sequences of 1 to 4 tokens, bf16 state: state error beyond one bf16 step %.3g\n",

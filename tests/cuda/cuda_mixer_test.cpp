@@ -274,17 +274,11 @@ TEST(CudaMixer, FusedGdnDecodeStep) {
         int blocks = 0;
         ForwardBatch batch = make_batch({1, 1, 1}, {0, 4, 17}, 16, &blocks);
         const int64_t t = 3, hk = 2, hv = hk * ratio;
-        const int64_t conv_dim = 2 * hk * dk + hv * dv;
-        Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
-        Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
-        Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
-        Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
-        Tensor cs = rand_bf16_values({3, kw - 1, conv_dim}, rng), st = rand_bf16_values({3, hv, dk, dv}, rng, 0.1f);
+        const GdnStepInputs in(rng, t, 3, hk, hv, dk, dv, kw);
+        const Tensor &cs = in.conv_state, &st = in.state;
         Tensor gcs = to_gpu(cs), gst = to_gpu(st, DType::kF32);
         Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
-        ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
-        ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
-                             to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
+        in.run(batch, ref, gcs, gst, got);
         const std::string at = "dk " + std::to_string(dk) + " dv " + std::to_string(dv) + " ratio " +
                                std::to_string(ratio) + " conv width " + std::to_string(kw);
         EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
@@ -305,17 +299,11 @@ void check_decode_step_tokens(int64_t dk, int64_t dv, int64_t hk, int64_t ratio,
   int blocks = 0;
   ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
   const int64_t t = batch.num_tokens(), slots = int64_t(q_lens.size()), hv = hk * ratio;
-  const int64_t conv_dim = 2 * hk * dk + hv * dv;
-  Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
-  Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
-  Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
-  Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
-  Tensor cs = rand_bf16_values({slots, kw - 1, conv_dim}, rng), st = rand_bf16_values({slots, hv, dk, dv}, rng, 0.1f);
+  const GdnStepInputs in(rng, t, slots, hk, hv, dk, dv, kw);
+  const Tensor &cs = in.conv_state, &st = in.state;
   Tensor gcs = to_gpu(cs), gst = to_gpu(st, DType::kF32);
   Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
-  ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
-  ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs, to_gpu(a_log, DType::kF32),
-                       to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f, batch, got);
+  in.run(batch, ref, gcs, gst, got);
   const std::string at = "dk " + std::to_string(dk) + " dv " + std::to_string(dv) + ", " + std::to_string(hk) +
                          " key heads, ratio " + std::to_string(ratio) + ", conv width " + std::to_string(kw);
   // The single-token test's bounds: both sides keep the conv outputs and the state in fp32.
@@ -367,20 +355,13 @@ TEST(CudaMixer, FusedGdnDecodeStepPerTokenStates) {
       ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
       const int64_t t = batch.num_tokens(), seqs = int64_t(q_lens.size()), slots = seqs * (1 + count);
       batch.state_steps = {int32_t(seqs), int32_t(count)};
-      const int64_t conv_dim = 2 * hk * dk + hv * dv;
-      Tensor qkv = rand_bf16_values({t, conv_dim}, rng), z = rand_bf16_values({t, hv, dv}, rng);
-      Tensor a = rand_bf16_values({t, hv}, rng), b = rand_bf16_values({t, hv}, rng);
-      Tensor conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f), a_log = rand_bf16_values({hv}, rng);
-      Tensor dt = rand_bf16_values({hv}, rng), norm_w = rand_bf16_values({dv}, rng);
       // bf16 values, so that the BF16 pool on the GPU starts from the CPU's F32 pool exactly.
-      Tensor cs = rand_bf16_values({slots, kw - 1, conv_dim}, rng), st = rand_bf16_values({slots, hv, dk, dv}, rng, 0.1f);
+      const GdnStepInputs in(rng, t, slots, hk, hv, dk, dv, kw);
+      const Tensor &cs = in.conv_state, &st = in.state;
       const Tensor cs0 = to_host_f32(to_gpu(cs)), st0 = to_host_f32(to_gpu(st, DType::kF32));
       Tensor gcs = to_gpu(cs), gst = to_gpu(st, state_dtype);
       Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
-      ops::gdn_decode_step(qkv, z, a, b, conv_w, cs, a_log, dt, st, norm_w, 1e-6f, batch, ref);
-      ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gcs,
-                           to_gpu(a_log, DType::kF32), to_gpu(dt, DType::kF32), gst, to_gpu(norm_w, DType::kF32), 1e-6f,
-                           batch, got);
+      in.run(batch, ref, gcs, gst, got);
       const Tensor hst = to_host_f32(gst), hcs = to_host_f32(gcs);
       const std::string at = std::to_string(hk) + " x " + std::to_string(dk) + ", " + std::string(dtype_name(state_dtype));
       EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;

@@ -126,11 +126,12 @@ TEST(CudaSpeculative, GreedyFollowsThePlainEngineAtK1To3) {
     const EngineStats& s = spec.stats;
     std::printf("CUDA speculation K=%d: %d of %zu outputs equal in full; %lld verifies, %lld drafted, %lld accepted "
                 "(rate %.3f, mean acceptance length %.2f), %lld rollbacks (%lld replays), %lld steps against %lld "
-                "without, %lld graph steps\n",
+                "without, %lld graph steps, %lld of %lld head forwards as graphs\n",
                 k, whole, ps.size(), (long long)s.spec_verifies, (long long)s.spec_draft_tokens,
                 (long long)s.spec_accepted_tokens, s.spec_acceptance_rate(), s.spec_mean_acceptance_length(),
                 (long long)s.spec_rollbacks, (long long)s.spec_replays, (long long)s.steps, (long long)plain.stats.steps,
-                (long long)s.graph_steps);
+                (long long)s.graph_steps, (long long)s.spec_draft_graphs, (long long)s.spec_draft_forwards);
+    EXPECT_GT(s.spec_draft_graphs, 0) << "K = " << k << ": no head forward replayed a graph";
     EXPECT_GE(whole, int(ps.size()) / 2) << "K = " << k << ": most outputs should be equal in full";
     EXPECT_GT(s.spec_verifies, 0);
     EXPECT_GT(s.spec_rollbacks, 0) << "no rejection was rolled back: the rollback is untested";

@@ -106,4 +106,34 @@ inline ErrorProfile error_profile(const Tensor& got, const Tensor& ref) {
   return p;
 }
 
+// The fused Gated DeltaNet step's inputs (ops::gdn_decode_step) for a batch of t tokens over
+// `slots` state slots: hk key heads of dk, hv value heads of dv, conv width kw; random bf16
+// values on the CPU (the conv weights scaled by 0.5, the state by 0.1). run() steps the CPU op
+// (outputs into ref, its states updated in place) and the GPU op on the given GPU states (its
+// outputs, bf16, into got).
+struct GdnStepInputs {
+  Tensor qkv, z, a, b, conv_w, a_log, dt, norm_w, conv_state, state;
+  GdnStepInputs(std::mt19937& rng, int64_t t, int64_t slots, int64_t hk, int64_t hv, int64_t dk, int64_t dv,
+                int64_t kw) {
+    const int64_t conv_dim = 2 * hk * dk + hv * dv;
+    qkv = rand_bf16_values({t, conv_dim}, rng);
+    z = rand_bf16_values({t, hv, dv}, rng);
+    a = rand_bf16_values({t, hv}, rng);
+    b = rand_bf16_values({t, hv}, rng);
+    conv_w = rand_bf16_values({conv_dim, kw}, rng, 0.5f);
+    a_log = rand_bf16_values({hv}, rng);
+    dt = rand_bf16_values({hv}, rng);
+    norm_w = rand_bf16_values({dv}, rng);
+    conv_state = rand_bf16_values({slots, kw - 1, conv_dim}, rng);
+    state = rand_bf16_values({slots, hv, dk, dv}, rng, 0.1f);
+  }
+  void run(const ForwardBatch& batch, const Tensor& ref, const Tensor& gpu_conv_state, const Tensor& gpu_state,
+           const Tensor& got) const {
+    ops::gdn_decode_step(qkv, z, a, b, conv_w, conv_state, a_log, dt, state, norm_w, 1e-6f, batch, ref);
+    ops::gdn_decode_step(to_gpu(qkv), to_gpu(z), to_gpu(a), to_gpu(b), to_gpu(conv_w), gpu_conv_state,
+                         to_gpu(a_log, DType::kF32), to_gpu(dt, DType::kF32), gpu_state, to_gpu(norm_w, DType::kF32),
+                         1e-6f, batch, got);
+  }
+};
+
 }  // namespace strata::testing

@@ -77,6 +77,9 @@ TEST(DraftLength, ExpectedTokensAndCost) {
   // k = 2: 1 + 2 verify rows + 1 head row + replays (0.5 * 1 + 0.25 * 2).
   EXPECT_DOUBLE_EQ(p.cost(0.5, 2), 1 + 1.0 + 0.25 + 1.0);
   EXPECT_DOUBLE_EQ(p.cost(1.0, 3), 1 + 1.5 + 0.5);  // nothing replayed
+  c.replays = false;  // per-token states: a rejection is a slot copy
+  const DraftLengthPolicy q(3, c);
+  EXPECT_DOUBLE_EQ(q.cost(0.5, 2), 1 + 1.0 + 0.25);
 }
 
 // The fixed cost of a speculating step (the replay, the deeper head forwards) is shared by the
@@ -95,6 +98,13 @@ TEST(DraftLength, BatchRuleDropsSpeculationThatCostsMore) {
   EXPECT_LT(p.batch_gain({&h}, {1}, 0), 1.0);
   EXPECT_EQ(p.plan({&h}, {2}, 0), std::vector<int32_t>{0}) << "one sequence: the step's fixed cost is not won back";
   EXPECT_EQ(h.idle_steps, 1);
+  // Without replays (per-token states) the same sequence alone wins its step back:
+  // (1.4 / (2 + 1.05)) / (1 / 3) = 1.38, against 0.96 with the replay charged.
+  DraftCosts no_replay = c;
+  no_replay.replays = false;
+  const DraftLengthPolicy states(2, no_replay);
+  EXPECT_NEAR(states.batch_gain({&h}, {1}, 0), 1.4 / 3.05 * 3, 1e-12);
+  EXPECT_NEAR(p.batch_gain({&h}, {1}, 0), 1.4 / (2 + 1.05 + 0.2 * 0.6 + 2 * 0.6) * 3, 1e-12);
   std::vector<DraftHistory> many(16, h);
   std::vector<DraftHistory*> ptrs;
   for (DraftHistory& m : many) ptrs.push_back(&m);

@@ -2,7 +2,7 @@
 # One device call for what a session built, after tools/device/pack.sh, in order of need, each
 # step started only while its time limit fits before SECONDS (default 540) have passed:
 #   1. the new CUDA tests: FP8 routed experts (CudaMoeFp8, the FP8 fixture through the golden
-#      suite), the multi-token GDN step, verify graphs, CUDA speculation;
+#      suite), the multi-token GDN step, verify and draft-head graphs, CUDA speculation;
 #   2. `strata bench --roofline` of the 40-layer Qwen3.5-35B-A3B shape with bf16 and with FP8
 #      experts (tools/device/qwen3_5_35b_a3b_fp8: the published quantization_config), decode at
 #      batches 1, 16, 64, 256 with verify steps of K = 3 (graphs and eager) at 1 and 16;
@@ -18,7 +18,7 @@ tar xJf .dev/devbin.tar.xz -C /tmp/strata-dev
 bin=/tmp/strata-dev/devbin
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 if [ "$(pwd -P)" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$(pwd -P)" /work/main; fi
-[ -e models/default/model.safetensors ] || tar xJf models/default/weights.tar.xz -C models/default model.safetensors
+[ -e models/default/reference/mtp_logits.npy ] || tar xJf models/default/weights.tar.xz -C models/default model.safetensors reference/mtp_logits.npy
 left() { echo $((deadline - SECONDS)); }
 step() {  # step NAME LIMIT COMMAND...: runs when LIMIT seconds are left, within them
   local name=$1 limit=$2
@@ -54,7 +54,7 @@ PY
   echo "== less than 100 GB of GPU memory: both shapes cut to 20 layers"
 fi
 step new_tests 150 "$bin/strata_cuda_tests" \
-  --gtest_filter='CudaMoeFp8*:*Fp8*:Fixtures/CudaGolden.*/3:*SeveralTokens*:*PerTokenStates*:CudaDefaultModel.Verify*:*Speculat*'
+  --gtest_filter='CudaMoeFp8*:*Fp8*:Fixtures/CudaGolden.*/3:*SeveralTokens*:*PerTokenStates*:CudaDefaultModel.*Graphs*:*Speculat*'
 grep -E "^\[  (FAILED|PASSED) |fp8 fixture|qwen3_5_moe_fp8_tiny|verify graphs|speculation|Failure" "$out/new_tests.log" | head -40
 step roofline_bf16 150 "$bin/strata" bench --roofline --model $bf16 --load-format dummy \
   --batches 1,16,64,256 --prefill 8192 --steps 16 --verify 3 --out "$out/roofline_bf16.md"

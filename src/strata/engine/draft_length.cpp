@@ -23,7 +23,7 @@ double DraftLengthPolicy::cost(double a, int32_t k) const {
     replayed += run * (1 - a) * (j + 1);
     run *= a;
   }
-  return 1 + costs_.verify_row * k + costs_.head_row * (k - 1) + costs_.replay_row * replayed;
+  return 1 + costs_.verify_row * k + costs_.head_row * (k - 1) + (costs_.replays ? costs_.replay_row * replayed : 0.0);
 }
 
 int32_t DraftLengthPolicy::best(double a, int32_t limit) const {
@@ -53,7 +53,8 @@ double DraftLengthPolicy::batch_gain(const std::vector<DraftHistory*>& histories
     deepest = std::max(deepest, ks[i]);
   }
   if (deepest == 0 || rows == 0) return 1;
-  spent += costs_.forward * ((1 - all_accepted) + (deepest - 1));  // the replay, the deeper head forwards
+  // The replay (where rejections replay), the deeper head forwards.
+  spent += costs_.forward * ((costs_.replays ? 1 - all_accepted : 0.0) + (deepest - 1));
   return (tokens / spent) / (rows / (costs_.forward + rows));
 }
 

@@ -8,11 +8,12 @@
 // a plain decode step (DraftCosts):
 //   cost(k) = 1 + verify_row * k + head_row * (k - 1) + replay_row * R(k)
 // where R(k) = sum_{j<k} a^j (1 - a) (j + 1) is the expected replayed tokens (a rejection after j
-// accepted drafts replays j + 1). Each sequence takes the k with the largest E(k) / cost(k)
+// accepted drafts replays j + 1; no replay term where the model keeps per-token states). Each sequence takes the k with the largest E(k) / cost(k)
 // (k = 0: 1 / 1; ties to the smaller k). The head's first forward over the step's positions is
 // paid at every k (it keeps the head's KV complete), so it is in neither side.
 // The batch rule adds what a speculating step pays once: `forward` (the fixed part of a forward)
-// for the replay when any draft is rejected and for each head forward past the first. If the
+// for the replay when any draft is rejected (where rejections replay) and for each head forward
+// past the first. If the
 // batch's tokens per cost with speculation, against B tokens per (forward + B) without, is below
 // 1, every sequence gets k = 0 for this step.
 // Recovery: a sequence that has had k = 0 for kProbeInterval steps (by its own choice or the
@@ -35,6 +36,10 @@ struct DraftCosts {
   double head_row = 0.22;
   double replay_row = 1.0;
   double forward = 0.25;
+  // A rejection replays the accepted tokens (a second forward). False where the model stores the
+  // verify's per-token states (ModelInfo::state_step_tokens): a rejection is then a slot copy,
+  // and neither the replayed rows nor the replay's forward are charged.
+  bool replays = true;
 };
 
 // One sequence's acceptance history (kept in its Sequence, across preemption).

@@ -111,6 +111,9 @@ void Engine::init() {
       for (const LayerCacheSpec& l : info.cache.layers) priced.layers.push_back({{}, l.slots});
     }
   }
+  // Before the plan: on CUDA the runner's graphs hold one logits buffer for all of them (256 rows
+  // of the vocabulary, 254 MB at 248k), which the free memory the plan reads then leaves out.
+  runner_ = std::make_unique<ModelRunner>(*model_, config_.enforce_eager);
   warm_up();
   plan_ = plan_memory(priced, mr, model_->device());
   if (config_.log_capacity) std::fprintf(stderr, "strata: %s\n", plan_.describe().c_str());
@@ -127,7 +130,6 @@ void Engine::init() {
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
   sampler_ = std::make_unique<BatchSampler>(info.vocab_size, config_.logprobs_mode);
-  runner_ = std::make_unique<ModelRunner>(*model_, config_.enforce_eager);
   overlap_ = overlap_possible() && !spec_;  // a verify's result decides the next step's batch
 }
 

@@ -109,6 +109,7 @@ struct EngineStats {
   std::vector<int64_t> spec_drafted_at, spec_accepted_at;
   int64_t spec_rollbacks = 0, spec_replays = 0, spec_replayed_tokens = 0;
   int64_t spec_draft_forwards = 0;    // head forwards (one per draft depth per step)
+  int64_t spec_draft_graphs = 0;      // of those, replayed as CUDA graphs
   // Seconds in the target forwards of the steps, the replays and the head forwards.
   double spec_verify_seconds = 0, spec_replay_seconds = 0, spec_draft_seconds = 0;
   double spec_acceptance_rate() const {

@@ -28,6 +28,9 @@
 // target's final hidden state at p with the token at p + 1. The last position's logits give d1;
 // d(j+1) comes from the head at the next position, fed d(j) and the head's own hidden state
 // (the target's is not known there), one head forward per depth for all drafting sequences.
+// On CUDA a head forward whose sequences bring the same number of tokens and all draft replays
+// a head graph (ModelRunner::run_head): depths 2..K always (one token a sequence), depth 1 when
+// every sequence accepted as many tokens (always at batch 1).
 // Structured outputs (spec_grammar.h): drafts are picked under the grammar's mask after the
 // drafts before them (drafting stops at an end token or a complete grammar), and verify rows
 // under the mask after the tokens emitted so far; the grammar ends at the emitted tokens' state.
@@ -66,7 +69,12 @@ void Engine::init_speculation() {
   spec_sampler_ = std::make_unique<Sampler>(model_->info().vocab_size, config_.logprobs_mode);
   stats_.spec_drafted_at.assign(size_t(sc.num_speculative_tokens), 0);
   stats_.spec_accepted_at.assign(size_t(sc.num_speculative_tokens), 0);
-  if (sc.dynamic) draft_policy_ = std::make_unique<DraftLengthPolicy>(sc.num_speculative_tokens, sc.costs);
+  if (sc.dynamic) {
+    DraftCosts costs = sc.costs;
+    // A verify of K + 1 tokens a sequence stores its per-token states: rejections copy a slot.
+    if (model_->info().state_step_tokens > sc.num_speculative_tokens) costs.replays = false;
+    draft_policy_ = std::make_unique<DraftLengthPolicy>(sc.num_speculative_tokens, costs);
+  }
 }
 
 // Fixed: K for every sequence that may draft; dynamic: the policy's k over the step's drafters
@@ -357,13 +365,30 @@ void Engine::draft_tokens(const StepInFlight& f) {
     b.seqs.push_back(std::move(s));
   }
   if (b.seqs.empty()) return;  // also every step that ran without the hidden states (only n > 1)
+  // A head batch of equal-length sequences replays a head graph only when each one wants its last
+  // row's logits: those that draft nothing (k = 0) then ask for theirs too, unused (the head's
+  // lm_head rows cost less than an eager forward: at batch 16 of the 35B-A3B shape an eager head
+  // forward took 2 ms).
+  if (b.logit_rows.size() < b.seqs.size()) {
+    ForwardBatch every_last = b;
+    every_last.logit_rows.clear();
+    for (const SeqInBatch& s : b.seqs) every_last.logit_rows.push_back(s.q_start + s.q_len - 1);
+    if (runner_->graphs_for_head(every_last)) {
+      const std::vector<int32_t>& rows = every_last.logit_rows;
+      for (Drafter& d : drafters) {
+        const int32_t at = b.logit_rows[size_t(d.row)];
+        d.row = int32_t(std::lower_bound(rows.begin(), rows.end(), at) - rows.begin());
+      }
+      b = std::move(every_last);
+    }
+  }
   const double start = now();
   // The width is the model's choice (DeepSeek-V4, Qwen4-Exp: their residual streams).
   const int64_t hsz = hidden_.dim(1);
   Tensor hidden = Tensor::empty({b.num_tokens(), hsz}, hidden_.dtype(), hidden_.device());
   ops::gather_rows(hidden_, hidden_rows, hidden);
   Tensor head_hidden;
-  model_->mtp_forward_with_hidden(b, hidden, cache_->caches(), draft_logits_, head_hidden);
+  draft_logits_ = runner_->run_head(b, hidden, cache_->caches(), head_hidden);
   ++stats_.spec_draft_forwards;
   std::vector<Drafter*> all;
   for (Drafter& d : drafters) all.push_back(&d);
@@ -395,7 +420,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
     if (active.empty()) break;
     Tensor h = Tensor::empty({cb.num_tokens(), hsz}, head_hidden.dtype(), head_hidden.device());
     ops::gather_rows(head_hidden, hidden_rows, h);
-    model_->mtp_forward_with_hidden(cb, h, cache_->caches(), draft_logits_, head_hidden);
+    draft_logits_ = runner_->run_head(cb, h, cache_->caches(), head_hidden);
     ++stats_.spec_draft_forwards;
     for (size_t i = 0; i < active.size(); ++i) active[i]->row = int32_t(i);
     take_drafts(active);
@@ -403,6 +428,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
   // The verify advances the grammars by what it emits: they go back to the emitted tokens' state.
   for (Drafter& d : drafters) rewind_draft_grammar(*d.seq, d.grammar_steps);
   stats_.spec_draft_seconds += now() - start;
+  stats_.spec_draft_graphs = runner_->head_graph_steps();
 }
 
 }  // namespace strata

@@ -41,8 +41,8 @@ struct MemoryRequest {
 };
 
 // The budget is --kv-cache-memory when given; on CUDA otherwise gpu_memory_utilization of the
-// device's total memory minus what is in use now (weights loaded, and the workspace of the
-// engine's start-up step, Engine::warm_up); on the CPU otherwise what
+// device's total memory minus what is in use now (weights loaded, the CUDA graphs' shared logits
+// buffer, and the workspace of the engine's start-up step, Engine::warm_up); on the CPU otherwise what
 // min(max_num_seqs, kCpuDefaultSequences) sequences of max_model_len tokens need (their pages,
 // a state slot each and as many snapshot slots), at most a quarter of the physical memory.
 // State slots (max_num_seqs + snapshot slots) are taken first, the rest becomes pages. When the

@@ -72,4 +72,31 @@ const Tensor& ModelRunner::run_with_hidden(const ForwardBatch& batch, Caches& ca
   return logits_;
 }
 
+bool ModelRunner::graphs_for_head(const ForwardBatch& batch) const {
+#if defined(STRATA_WITH_CUDA)
+  return graphs_ && graphs_->eligible_head(batch) && (batch.seqs[0].q_len == 1 || model_.info().verify_graphs);
+#else
+  (void)batch;
+  return false;
+#endif
+}
+
+const Tensor& ModelRunner::run_head(const ForwardBatch& batch, const Tensor& input, Caches& caches, Tensor& hidden) {
+#if defined(STRATA_WITH_CUDA)
+  if (graphs_for_head(batch)) {
+    head_graph_logits_ = graphs_->run_head(
+        batch, input,
+        [&](const ForwardBatch& b, const Tensor& in, Tensor& out, Tensor& h) {
+          model_.mtp_forward_with_hidden(b, in, caches, out, h);
+        },
+        hidden);
+    ++head_graph_steps_;
+    return head_graph_logits_;
+  }
+#endif
+  model_.mtp_forward_with_hidden(batch, input, caches, head_logits_, head_hidden_);
+  hidden = head_hidden_;
+  return head_logits_;
+}
+
 }  // namespace strata

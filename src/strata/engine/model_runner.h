@@ -1,8 +1,8 @@
 // How the engine runs the model for one step: on CUDA, decode steps (one new token and one
 // logits row per sequence) replay CUDA graphs padded to batch buckets when the model allows it
 // (ModelInfo::cuda_graphs) and the engine was not told --enforce-eager, and so do speculative
-// verify steps of equal-length sequences (run_with_hidden, ModelInfo::verify_graphs); every
-// other step runs eagerly. The logits stay on the model's device, where the engine samples them.
+// verify steps of equal-length sequences (run_with_hidden, ModelInfo::verify_graphs) and the
+// draft head's steps of equal-length sequences (run_head); every other step runs eagerly. The logits stay on the model's device, where the engine samples them.
 #pragma once
 
 #include <memory>
@@ -35,14 +35,25 @@ class ModelRunner {
   const Tensor& run_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& hidden);
   // Whether run_with_hidden would replay a verify graph for `batch`.
   bool graphs_with_hidden(const ForwardBatch& batch) const;
-  // Decode steps run as graphs so far (0 without graphs).
+  // The draft head's forward (Model::mtp_forward_with_hidden) on the hidden states `input`: the
+  // logits of batch.logit_rows on the model's device, and the head's hidden state of every row in
+  // `hidden`. A batch of sequences of equal length (1 to 16 tokens) that wants each one's last
+  // row replays a head graph when the model allows it (ModelInfo::cuda_graphs for one token a
+  // sequence, verify_graphs for more); both are then views of the graph's buffers, valid until
+  // the next run of that shape.
+  const Tensor& run_head(const ForwardBatch& batch, const Tensor& input, Caches& caches, Tensor& hidden);
+  // Whether run_head would replay a head graph for `batch`.
+  bool graphs_for_head(const ForwardBatch& batch) const;
+  // Decode and verify steps run as graphs so far (0 without graphs).
   int64_t graph_steps() const { return graph_steps_; }
+  // Draft-head forwards run as graphs so far.
+  int64_t head_graph_steps() const { return head_graph_steps_; }
 
  private:
   Model& model_;
   std::unique_ptr<ops::cuda::DecodeGraphs> graphs_;
-  Tensor logits_, graph_logits_;
-  int64_t graph_steps_ = 0;
+  Tensor logits_, graph_logits_, head_logits_, head_hidden_, head_graph_logits_;
+  int64_t graph_steps_ = 0, head_graph_steps_ = 0;
 };
 
 }  // namespace strata

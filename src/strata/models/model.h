@@ -89,6 +89,9 @@ struct ModelInfo {
   bool cuda_graphs = false;
   // Likewise a speculative verify batch (every sequence a few tokens, forward_with_hidden over
   // every row): the multi-token forward is capture-safe too (ops::cuda::DecodeGraphs).
+  // These two also speak for the draft head (mtp_forward_with_hidden): its decode-shaped steps
+  // (one token a sequence) may run as graphs when cuda_graphs is set, and its multi-token ones
+  // (every sequence a few tokens, the last one's logits) when verify_graphs is.
   bool verify_graphs = false;
   // Speculative decoding rolls a rejected draft's recurrent state back by copying the state the
   // verify stored after the last accepted token (ForwardBatch::state_steps), for batches whose

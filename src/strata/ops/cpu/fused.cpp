@@ -27,20 +27,17 @@ void check_split(const Tensor& x, const std::vector<Tensor>& outs, const char* o
   STRATA_CHECK(cols == x.dim(-1), op, ": outputs cover ", cols, " of ", x.dim(-1), " columns");
 }
 
-// Rows `rows` of x (rows first) as a new CPU tensor; put_rows writes them back.
-Tensor take_rows(const Tensor& x, const std::vector<int64_t>& rows) {
+// Rows `rows` of x (rows first) as a new CPU tensor (gather_rows over its [rows, -1] view);
+// put_rows writes them back.
+Tensor take_rows(const Tensor& x, const std::vector<int32_t>& rows) {
   Shape shape = x.shape();
   shape[0] = int64_t(rows.size());
   Tensor out = Tensor::empty(shape, x.dtype());
-  const size_t row_bytes = x.nbytes() / size_t(x.dim(0));
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes,
-                static_cast<const char*>(x.raw()) + size_t(rows[i]) * row_bytes, row_bytes);
-  }
+  gather_rows(x.reshape({x.dim(0), -1}), rows, out.reshape({int64_t(rows.size()), -1}));
   return out;
 }
 
-void put_rows(const Tensor& src, const std::vector<int64_t>& rows, const Tensor& dst) {
+void put_rows(const Tensor& src, const std::vector<int32_t>& rows, const Tensor& dst) {
   const size_t row_bytes = dst.nbytes() / size_t(dst.dim(0));
   for (size_t i = 0; i < rows.size(); ++i) {
     std::memcpy(static_cast<char*>(dst.raw()) + size_t(rows[i]) * row_bytes,
@@ -61,7 +58,7 @@ void gdn_step_by_token(const Tensor& qkv, const Tensor& z, const Tensor& a, cons
   for (const SeqInBatch& s : batch.seqs) longest = std::max(longest, s.q_len);
   for (int32_t j = 0; j < longest; ++j) {
     ForwardBatch one;
-    std::vector<int64_t> rows;
+    std::vector<int32_t> rows;
     std::vector<SlotCopy> steps;
     for (const SeqInBatch& s : batch.seqs) {
       if (s.q_len <= j) continue;
@@ -71,7 +68,7 @@ void gdn_step_by_token(const Tensor& qkv, const Tensor& z, const Tensor& a, cons
       o.ctx_len = s.ctx_len + j;
       one.seqs.push_back(o);
       const int64_t row = s.q_start + j;
-      rows.push_back(row);
+      rows.push_back(int32_t(row));
       one.token_ids.push_back(batch.token_ids[size_t(row)]);
       one.positions.push_back(batch.positions[size_t(row)]);
       if (s.state_slot >= 0 && j + 1 < s.q_len && j < batch.state_steps.count) {

@@ -282,6 +282,10 @@ struct DecodeArgs {
   float eps;
   // ForwardBatch::state_steps: the states after a sequence's tokens but the last also go to
   // slots step_first + slot * step_count + j, j < step_count (0: none; multi-token kernel only).
+  // These two make the struct 136 bytes, which changes the single-token kernel's register
+  // allocation; packed into 128 (step_count a byte in the bools' padding) it measured 171 us
+  // against 180 us a step at batch 1 but 8.79 ms against 7.44 ms at batch 256 (20 layers of the
+  // 35B-A3B shape, H100, sessions 21-22), so they stay as they are.
   int step_first, step_count;
 };
 
@@ -396,17 +400,30 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
     }
     return silu_f(acc);
   };
-  auto store_conv_state = [&](int64_t ch, const float* win) {
-#pragma unroll
-    for (int j = 0; j < kWin; ++j) {
-      if (j < hist) stf(p.conv_state, p.cs32, (int64_t(slot) * hist + j) * p.conv_dim + ch, win[j]);
-    }
-  };
   float qk_win[kWin], v_win[kWin];
   const int64_t qk_ch = tid < DK ? int64_t(kh) * DK + tid : int64_t(p.hk) * DK + int64_t(kh) * DK + (tid - DK);
   // This thread's value channel, computed where it is used (hoisted, it cost the single-token
   // kernel registers).
   auto v_channel = [&] { return 2 * int64_t(p.hk) * DK + int64_t(h) * p.dv + c0 + tid; };
+  // This thread's state cells into `dst` (a slot's state of head h at slice column c0; row stride
+  // dv), and a channel's conv window into slot `at`'s conv state: after a single token, after a
+  // verify token (per-token states) and after a multi-token step's last token.
+  auto store_state = [&](StateT* dst, int dv) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+      for (int m = 0; m < CPL; m += kV) {
+        const int c = decode_column<kV>(lane, m);
+        st_state_run<kV>(dst + int64_t(warp + kDecodeWarps * i) * dv + c, ncols - c, vec, &sv[i][m]);
+      }
+    }
+  };
+  auto store_window = [&](int at, int64_t ch, const float* win) {
+#pragma unroll
+    for (int j = 0; j < kWin; ++j) {
+      if (j < hist) stf(p.conv_state, p.cs32, (int64_t(at) * hist + j) * p.conv_dim + ch, win[j]);
+    }
+  };
   if constexpr (kMulti) {
     if (tid < 2 * DK) load_window(qk_ch, qk_win);
     if (tid < ncols) load_window(v_channel(), v_win);
@@ -426,7 +443,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       if constexpr (!kMulti) load_window(v_ch, v_win);
       vs[tid] = conv(v_ch, v_win, t);
       if constexpr (!kMulti) {
-        if (slot >= 0) store_conv_state(v_ch, v_win);
+        if (slot >= 0) store_window(slot, v_ch, v_win);
       }
     }
     __syncthreads();
@@ -469,16 +486,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       part[warp][c] = o;
     }
     if constexpr (!kMulti) {
-      if (st) {
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-          for (int m = 0; m < CPL; m += kV) {
-            const int c = decode_column<kV>(lane, m);
-            st_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * p.dv + c, ncols - c, vec, &sv[i][m]);
-          }
-        }
-      }
+      if (st) store_state(st, p.dv);
     } else if constexpr (!kState32) {
       // A BF16 state is rounded after every token, as the recurrence rounds it (and single-token
       // steps would store it); the last token's rounding is the store's.
@@ -496,23 +504,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       // launch reads a step slot, so the stores need no ordering with the loads.
       if (tok + 1 < tokens && tok < p.step_count && slot >= 0) {
         const int step = p.step_first + slot * p.step_count + tok;
-        StateT* sp = static_cast<StateT*>(p.state) + (int64_t(step) * p.hv + h) * DK * p.dv + c0;
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-          for (int m = 0; m < CPL; m += kV) {
-            const int c = decode_column<kV>(lane, m);
-            st_state_run<kV>(sp + int64_t(warp + kDecodeWarps * i) * p.dv + c, ncols - c, vec, &sv[i][m]);
-          }
-        }
-        auto store_window_at = [&](int64_t ch, const float* win) {
-#pragma unroll
-          for (int j = 0; j < kWin; ++j) {
-            if (j < hist) stf(p.conv_state, p.cs32, (int64_t(step) * hist + j) * p.conv_dim + ch, win[j]);
-          }
-        };
-        if (tid < ncols) store_window_at(v_channel(), v_win);
-        if (cluster.block_rank() == 0 && tid < 2 * DK) store_window_at(qk_ch, qk_win);
+        store_state(static_cast<StateT*>(p.state) + (int64_t(step) * p.hv + h) * DK * p.dv + c0, p.dv);
+        if (tid < ncols) store_window(step, v_channel(), v_win);
+        if (cluster.block_rank() == 0 && tid < 2 * DK) store_window(step, qk_ch, qk_win);
       }
     }
     __syncthreads();
@@ -529,7 +523,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
     if (tid == 0) ss_mine = ss;
     cluster.sync();  // every block has read the q, k conv state and published its sum of squares
     if constexpr (!kMulti) {
-      if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_conv_state(qk_ch, qk_win);
+      if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_window(slot, qk_ch, qk_win);
     }
     float total = 0.f;
     for (int j = 0; j < slices; ++j) total += *cluster.map_shared_rank(&ss_mine, unsigned(r * slices + j));
@@ -550,24 +544,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
     // rather than held in registers through the loop from the loads before it (the state's alone
     // are DK / 4 of them, 64-bit: the 128 x 128 heads spilled).
     const int dv = opaque(p.dv), cs_slot = opaque(slot);
-    if (st) {
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-        for (int m = 0; m < CPL; m += kV) {
-          const int c = decode_column<kV>(lane, m);
-          st_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * dv + c, ncols - c, vec, &sv[i][m]);
-        }
-      }
-    }
-    auto store_window = [&](int64_t ch, const float* win) {
-#pragma unroll
-      for (int j = 0; j < kWin; ++j) {
-        if (j < hist) stf(p.conv_state, p.cs32, (int64_t(cs_slot) * hist + j) * p.conv_dim + ch, win[j]);
-      }
-    };
-    if (slot >= 0 && tid < ncols) store_window(v_channel(), v_win);
-    if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_window(qk_ch, qk_win);
+    if (st) store_state(st, dv);
+    if (slot >= 0 && tid < ncols) store_window(cs_slot, v_channel(), v_win);
+    if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_window(cs_slot, qk_ch, qk_win);
   }
   cluster.sync();  // no block leaves while another reads its shared memory
 }
@@ -808,6 +787,8 @@ void gdn_decode_step(const Tensor& qkv, const Tensor& z, const Tensor& a, const 
   if (t == 0) return;
   const int seqs = int(batch.seqs.size());
   const DeviceBatch& db = device_batch(batch);
+  STRATA_CHECK(batch.state_steps.count >= 0 && batch.state_steps.count < kGdnStepMaxTokens, "gdn_decode_step: ",
+               batch.state_steps.count, " per-token states a sequence (at most ", kGdnStepMaxTokens - 1, ")");
   DecodeArgs p{static_cast<const bf16*>(qkv.raw()), static_cast<const bf16*>(z.raw()), a.raw(), b.raw(),
                conv_w.raw(), conv_state.raw(), a_log.raw(), dt_bias.raw(), state.raw(), norm_w.raw(),
                static_cast<bf16*>(out.raw()), is_f32(a), is_f32(b), is_f32(conv_w), is_f32(conv_state),

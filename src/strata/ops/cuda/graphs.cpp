@@ -20,6 +20,7 @@ class PaddingScope {
 DecodeGraphs::DecodeGraphs(int64_t vocab, std::vector<int> buckets) : vocab_(vocab), buckets_(std::move(buckets)) {
   std::sort(buckets_.begin(), buckets_.end());
   STRATA_CHECK(!buckets_.empty() && buckets_[0] > 0, "DecodeGraphs: bucket sizes must be positive");
+  logits_ = persistent({std::max(buckets_.back(), kMaxHiddenRows), vocab_}, DType::kF32);
 }
 
 DecodeGraphs::~DecodeGraphs() {
@@ -27,6 +28,9 @@ DecodeGraphs::~DecodeGraphs() {
     if (b.exec) (void)cudaGraphExecDestroy(b.exec);
   }
   for (auto& [key, b] : verifies_) {
+    if (b.exec) (void)cudaGraphExecDestroy(b.exec);
+  }
+  for (auto& [key, b] : heads_) {
     if (b.exec) (void)cudaGraphExecDestroy(b.exec);
   }
 }
@@ -42,18 +46,34 @@ bool DecodeGraphs::eligible(const ForwardBatch& batch) const {
   return true;
 }
 
-bool DecodeGraphs::eligible_with_hidden(const ForwardBatch& batch) const {
+int DecodeGraphs::uniform_tokens(const ForwardBatch& batch) const {
   const size_t n = batch.seqs.size();
-  if (n == 0 || int(n) > buckets_.back() || !batch.feed_rows.empty()) return false;
+  if (n == 0 || int(n) > buckets_.back() || !batch.feed_rows.empty()) return 0;
   const int q = batch.seqs[0].q_len;
-  if (q < 1 || q > kMaxTokensPerSeq || bucket_of(int(n)) * q > kMaxHiddenRows) return false;
-  const size_t rows = n * size_t(q);
-  if (batch.token_ids.size() != rows || batch.logit_rows.size() != rows) return false;
+  if (q < 1 || q > kMaxTokensPerSeq || bucket_of(int(n)) * q > kMaxHiddenRows) return 0;
+  if (batch.token_ids.size() != n * size_t(q)) return 0;
   for (size_t i = 0; i < n; ++i) {
-    if (batch.seqs[i].q_len != q || batch.seqs[i].q_start != int32_t(i) * q) return false;
+    if (batch.seqs[i].q_len != q || batch.seqs[i].q_start != int32_t(i) * q) return 0;
   }
+  return q;
+}
+
+bool DecodeGraphs::eligible_with_hidden(const ForwardBatch& batch) const {
+  const int q = uniform_tokens(batch);
+  const size_t rows = batch.seqs.size() * size_t(q);
+  if (q == 0 || batch.logit_rows.size() != rows) return false;
   for (size_t r = 0; r < rows; ++r) {
     if (batch.logit_rows[r] != int32_t(r)) return false;
+  }
+  return true;
+}
+
+bool DecodeGraphs::eligible_head(const ForwardBatch& batch) const {
+  const int q = uniform_tokens(batch);
+  const size_t n = batch.seqs.size();
+  if (q == 0 || batch.logit_rows.size() != n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (batch.logit_rows[i] != int32_t(i) * q + q - 1) return false;
   }
   return true;
 }
@@ -62,10 +82,11 @@ int DecodeGraphs::captured() const {
   int c = 0;
   for (const auto& [size, b] : graphs_) c += b.exec != nullptr;
   for (const auto& [key, b] : verifies_) c += b.exec != nullptr;
+  for (const auto& [key, b] : heads_) c += b.exec != nullptr;
   return c;
 }
 
-ForwardBatch DecodeGraphs::padded(const ForwardBatch& batch, int size, int tokens) const {
+ForwardBatch DecodeGraphs::padded(const ForwardBatch& batch, int size, int tokens, bool every_row) const {
   ForwardBatch p = batch;
   for (int i = int(batch.seqs.size()); i < size; ++i) {
     SeqInBatch s;
@@ -78,7 +99,7 @@ ForwardBatch DecodeGraphs::padded(const ForwardBatch& batch, int size, int token
     for (int j = 0; j < tokens; ++j) {
       p.token_ids.push_back(0);
       p.positions.push_back(j);
-      p.logit_rows.push_back(i * tokens + j);
+      if (every_row || j == tokens - 1) p.logit_rows.push_back(i * tokens + j);
     }
   }
   return p;
@@ -125,10 +146,10 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const Forward& forward) {
                " sequences");
   const int n = int(batch.seqs.size()), size = bucket_of(n);
   Bucket& b = graphs_[size];
-  if (!b.logits.defined()) b.logits = persistent({size, vocab_}, DType::kF32);
+  Tensor logits = logits_.rows(0, size);
   const ForwardBatch p = padded(batch, size);
-  launch(b, p, n, [&] { forward(p, b.logits); });
-  return b.logits.rows(0, n);
+  launch(b, p, n, [&] { forward(p, logits); });
+  return logits_.rows(0, n);
 }
 
 Tensor DecodeGraphs::run_with_hidden(const ForwardBatch& batch, const ForwardWithHidden& forward, Tensor& hidden) {
@@ -136,12 +157,35 @@ Tensor DecodeGraphs::run_with_hidden(const ForwardBatch& batch, const ForwardWit
                buckets_.back(), " sequences of at most ", kMaxTokensPerSeq, " tokens each with every row's logits");
   const int n = int(batch.seqs.size()), q = batch.seqs[0].q_len, size = bucket_of(n);
   Bucket& b = verifies_[{size, q, batch.state_steps.first, batch.state_steps.count}];
-  if (!b.logits.defined()) b.logits = persistent({int64_t(size) * q, vocab_}, DType::kF32);
+  Tensor logits = logits_.rows(0, int64_t(size) * q);
   const ForwardBatch p = padded(batch, size, q);
   // The first, eager run allocates `hidden` (outside its workspace); the graphs reuse it.
-  launch(b, p, n, [&] { forward(p, b.logits, b.hidden); });
+  launch(b, p, n, [&] { forward(p, logits, b.hidden); });
   hidden = b.hidden.rows(0, int64_t(n) * q);
-  return b.logits.rows(0, int64_t(n) * q);
+  return logits_.rows(0, int64_t(n) * q);
+}
+
+Tensor DecodeGraphs::run_head(const ForwardBatch& batch, const Tensor& input, const HeadForward& forward,
+                              Tensor& hidden) {
+  STRATA_CHECK(eligible_head(batch), "DecodeGraphs: the batch is not a draft-head batch of at most ", buckets_.back(),
+               " sequences of at most ", kMaxTokensPerSeq, " tokens each with the last row's logits");
+  const int n = int(batch.seqs.size()), q = batch.seqs[0].q_len, size = bucket_of(n);
+  const int64_t rows = int64_t(n) * q;
+  STRATA_CHECK(input.ndim() == 2 && input.dim(0) == rows && input.device() == Device::kCuda,
+               "DecodeGraphs: the head's input ", input.describe(), " for ", rows, " rows");
+  Bucket& b = heads_[{size, q}];
+  Tensor logits = logits_.rows(0, size);
+  if (!b.input.defined()) {
+    b.input = persistent({int64_t(size) * q, input.dim(1)}, input.dtype());
+    STRATA_CUDA_CHECK(cudaMemsetAsync(b.input.raw(), 0, b.input.nbytes(), stream()));
+  }
+  STRATA_CHECK(b.input.dtype() == input.dtype() && b.input.dim(1) == input.dim(1), "DecodeGraphs: the head's input ",
+               input.describe(), " after ", b.input.describe());
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(b.input.raw(), input.raw(), input.nbytes(), cudaMemcpyDeviceToDevice, stream()));
+  const ForwardBatch p = padded(batch, size, q, false);
+  launch(b, p, n, [&] { forward(p, b.input, logits, b.hidden); });
+  hidden = b.hidden.rows(0, rows);
+  return logits_.rows(0, n);
 }
 
 }  // namespace strata::ops::cuda

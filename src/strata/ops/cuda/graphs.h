@@ -4,7 +4,11 @@
 // touch a real page or state slot. Per bucket: the first step runs eagerly (it sizes the
 // workspace arena and picks cuBLASLt algorithms), the second is captured and launched, later
 // ones only upload the batch and replay. Graph replay needs the forward to allocate the same
-// workspace in the same order every step, which the ForwardScope arena gives.
+// workspace in the same order every step, which the ForwardScope arena gives. Every graph writes
+// its logits into one buffer of the most rows a graph holds, allocated with the DecodeGraphs
+// (so that the engine's memory plan, made after, counts it): graphs run one after another on the
+// stream, and each step's logits are consumed (sampled, read back) in stream order before the
+// next forward is queued.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "strata/core/batch.h"
@@ -34,8 +39,8 @@ class DecodeGraphs {
   // True when `batch` can run as a graph: one new token and one logits row per sequence, rows
   // in order, and no more sequences than the largest bucket.
   bool eligible(const ForwardBatch& batch) const;
-  // Runs an eligible batch; returns its logits [n, vocab] (a view of the bucket's logits,
-  // valid until that bucket runs again).
+  // Runs an eligible batch; returns its logits [n, vocab] (a view of the shared logits buffer,
+  // valid until a graph runs again).
   Tensor run(const ForwardBatch& batch, const Forward& forward);
   // Speculative verify steps: forward(batch, logits, hidden) runs the model writing the logits of
   // every row and the final-norm hidden state of every row (Model::forward_with_hidden).
@@ -47,9 +52,23 @@ class DecodeGraphs {
   bool eligible_with_hidden(const ForwardBatch& batch) const;
   // Runs such a batch as the graph of its (bucket, Q, per-token state slots), padded with
   // Q-token padding sequences;
-  // returns the logits [rows, vocab] and sets `hidden` to the hidden states [rows, H], views of
-  // that graph's buffers, valid until it runs again (each (bucket, Q) has its own).
+  // returns the logits [rows, vocab] (a view of the shared logits buffer, valid until a graph
+  // runs again) and sets `hidden` to the hidden states [rows, H], a view of that graph's own
+  // buffer, valid until it runs again (each (bucket, Q) has its own).
   Tensor run_with_hidden(const ForwardBatch& batch, const ForwardWithHidden& forward, Tensor& hidden);
+  // Draft-head steps (the MTP head): forward(batch, input, logits, hidden) runs the head on the
+  // hidden states `input` [rows, H], writing the logits of the batch's logit rows and the head's
+  // own hidden state of every row (Model::mtp_forward_with_hidden).
+  using HeadForward =
+      std::function<void(const ForwardBatch& batch, const Tensor& input, Tensor& logits, Tensor& hidden)>;
+  // True when `batch` can run as a head graph: every sequence brings the same number of tokens Q
+  // (1 .. kMaxTokensPerSeq), in order, and wants the logits of its last one; the padded batch has
+  // at most kMaxHiddenRows rows.
+  bool eligible_head(const ForwardBatch& batch) const;
+  // Runs such a batch as the head graph of its (bucket, Q): `input` [rows, H] is copied into the
+  // graph's input buffer first (the padding rows' inputs are zeros). Returns the logits [seqs,
+  // vocab] (shared buffer) and sets `hidden` [rows, H] (the graph's own), as run_with_hidden.
+  Tensor run_head(const ForwardBatch& batch, const Tensor& input, const HeadForward& forward, Tensor& hidden);
   static constexpr int kMaxTokensPerSeq = 16;
   // Rows of a verify graph: past this a step is bound by its GEMMs, and each row holds a
   // vocabulary's F32 logits (1 MB a row at 248k).
@@ -57,16 +76,22 @@ class DecodeGraphs {
 
   // Graphs captured so far (for reports).
   int captured() const;
+  // Bytes of the shared logits buffer.
+  size_t logits_bytes() const { return logits_.nbytes(); }
 
  private:
   struct Bucket {
     int runs = 0;
     cudaGraphExec_t exec = nullptr;
     uint64_t generation = 0;
-    Tensor logits, hidden;
+    Tensor hidden, input;
   };
-  // A batch padded to `size` sequences of `tokens` tokens each.
-  ForwardBatch padded(const ForwardBatch& batch, int size, int tokens = 1) const;
+  // Q when every sequence of `batch` brings Q tokens (1 .. kMaxTokensPerSeq), in order, and the
+  // padded batch has at most kMaxHiddenRows rows; else 0.
+  int uniform_tokens(const ForwardBatch& batch) const;
+  // A batch padded to `size` sequences of `tokens` tokens each; the padding sequences want the
+  // logits of every row (every_row) or of their last.
+  ForwardBatch padded(const ForwardBatch& batch, int size, int tokens = 1, bool every_row = true) const;
   // The first step of a graph runs eagerly, the second is captured, later ones replay.
   void launch(Bucket& b, const ForwardBatch& padded_batch, int real_seqs, const std::function<void()>& forward);
   void capture(Bucket& b, const ForwardBatch& batch, const std::function<void()>& forward);
@@ -74,10 +99,12 @@ class DecodeGraphs {
 
   int64_t vocab_;
   std::vector<int> buckets_;
+  Tensor logits_;  // [max(largest bucket, kMaxHiddenRows), vocab] F32, every graph's logits
   std::map<int, Bucket> graphs_;                    // decode steps, by bucket
   // Verify steps, by (bucket, tokens a sequence, ForwardBatch::state_steps' first slot and count:
   // a graph bakes them into its launches).
   std::map<std::tuple<int, int, int, int>, Bucket> verifies_;
+  std::map<std::pair<int, int>, Bucket> heads_;  // draft-head steps, by (bucket, tokens a sequence)
 };
 
 }  // namespace strata::ops::cuda
