@@ -94,42 +94,18 @@ TEST(CudaGdnBf16State, ChunkedGeneralKernelsAndRecurrent) {
   check_delta_rule_bf16(128, 128, 2, 16, ops::GdnAlgorithm::kRecurrent, {1, 5, 64}, {9, 0, 300});
 }
 
-TEST(CudaGdnBf16State, FusedDecodeStepAtBatch256) {
-  STRATA_REQUIRE_GPU();
-  const int64_t t = 256, hk = 16, ratio = 2, hv = hk * ratio, dk = 128, dv = 128, kw = 4;
-  std::mt19937 rng(77);
-  std::vector<int32_t> q_lens(t, 1), ctx(t);
-  for (int64_t s = 0; s < t; ++s) ctx[s] = s % 5 == 0 ? 0 : int32_t(1 + s * 7 % 900);  // some from zeros
-  int blocks = 0;
-  ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
-  GdnStepInputs in(rng, t, t, hk, hv, dk, dv, kw);
-  in.state = cpu_bf16(in.state);
-  const Tensor &cs = in.conv_state, &st = in.state;
-  Tensor gcs = to_gpu(cs), gst = st.to(Device::kCuda);
-  Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
-  in.run(batch, ref, gcs, gst, got);
-  EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
-  const double err = bf16_state_err(gst, st);
-  std::printf("  decode step, batch 256, bf16 state: state error beyond one bf16 step %.3g\n", err);
-  EXPECT_LE(err, 2e-3);  // the fp32 decode test's state bound
-  EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state";
-}
-
-// The multi-token fused step (speculative verify steps) with a BF16 state: 64 sequences of 1 to
-// 4 tokens, every fifth from zeros. Both sides round the state after every token.
-TEST(CudaGdnBf16State, FusedDecodeStepOfSeveralTokens) {
-  STRATA_REQUIRE_GPU();
-  const int64_t n = 64, hk = 16, ratio = 2, hv = hk * ratio, dk = 128, dv = 128, kw = 4;
-  std::mt19937 rng(78);
-  std::vector<int32_t> q_lens(n), ctx(n);
-  for (int64_t s = 0; s < n; ++s) {
-    q_lens[s] = int32_t(1 + s * 3 % 4);
-    ctx[s] = s % 5 == 0 ? 0 : int32_t(1 + s * 7 % 900);
-  }
+// The fused step with a BF16 state against the CPU's on the same bf16 values: sequences of
+// q_lens tokens after ctx cached ones, 16 key heads of 128 and 32 value heads of 128; both sides
+// round the state after every token. Returns the state error beyond one bf16 step (its bound is
+// the fp32 decode test's state bound: a rounding that goes the other way at one token carries
+// into the later ones, as in the recurrence).
+double check_bf16_state_step(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx, int seed) {
+  const int64_t hk = 16, ratio = 2, hv = hk * ratio, dk = 128, dv = 128, kw = 4;
+  std::mt19937 rng(seed);
   int blocks = 0;
   ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
   const int64_t t = batch.num_tokens();
-  GdnStepInputs in(rng, t, n, hk, hv, dk, dv, kw);
+  GdnStepInputs in(rng, t, int64_t(q_lens.size()), hk, hv, dk, dv, kw);
   in.state = cpu_bf16(in.state);
   const Tensor &cs = in.conv_state, &st = in.state;
   Tensor gcs = to_gpu(cs), gst = st.to(Device::kCuda);
@@ -137,12 +113,33 @@ TEST(CudaGdnBf16State, FusedDecodeStepOfSeveralTokens) {
   in.run(batch, ref, gcs, gst, got);
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol);
   const double err = bf16_state_err(gst, st);
-  std::printf("  decode step, 64 sequences of 1 to 4 tokens, bf16 state: state error beyond one bf16 step %.3g\n",
-              err);
-  // The single-token step's bound: a rounding that goes the other way at one token carries into
-  // the later ones, as in the recurrence.
   EXPECT_LE(err, 2e-3);
   EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state";
+  return err;
+}
+
+// Decode at batch 256, every fifth sequence from zeros.
+TEST(CudaGdnBf16State, FusedDecodeStepAtBatch256) {
+  STRATA_REQUIRE_GPU();
+  const int n = 256;
+  std::vector<int32_t> q_lens(n, 1), ctx(n);
+  for (int s = 0; s < n; ++s) ctx[s] = s % 5 == 0 ? 0 : int32_t(1 + s * 7 % 900);
+  std::printf("  decode step, batch 256, bf16 state: state error beyond one bf16 step %.3g\n",
+              check_bf16_state_step(q_lens, ctx, 77));
+}
+
+// The multi-token fused step (speculative verify steps): 64 sequences of 1 to 4 tokens, every
+// fifth from zeros.
+TEST(CudaGdnBf16State, FusedDecodeStepOfSeveralTokens) {
+  STRATA_REQUIRE_GPU();
+  const int n = 64;
+  std::vector<int32_t> q_lens(n), ctx(n);
+  for (int s = 0; s < n; ++s) {
+    q_lens[s] = int32_t(1 + s * 3 % 4);
+    ctx[s] = s % 5 == 0 ? 0 : int32_t(1 + s * 7 % 900);
+  }
+  std::printf("  decode step, 64 sequences of 1 to 4 tokens, bf16 state: state error beyond one bf16 step %.3g\n",
+              check_bf16_state_step(q_lens, ctx, 78));
 }
 
 }  // namespace

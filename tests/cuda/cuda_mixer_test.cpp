@@ -258,44 +258,13 @@ TEST(CudaMixer, GatedDeltaRuleChunkedRangesAtProductionShape) {
   check_delta_rule(128, 128, 2, ops::GdnAlgorithm::kChunked, 16, {2048, 300}, {0, 700}, 1.f, 5.f);
 }
 
-TEST(CudaMixer, FusedGdnDecodeStep) {
-  STRATA_REQUIRE_GPU();
-  // The fixtures' head dims and the real models' 128 x 128, plus dv 256 at ratios 1, 2, 3 and 8:
-  // clusters of 8, 4, 2 and 1 column slices per value head, 1, 2, 4 and 8 columns per lane.
-  std::vector<std::pair<int64_t, int64_t>> dims(std::begin(kGdnHeadDims), std::end(kGdnHeadDims));
-  dims.push_back({64, 256});
-  // Conv width 4 (the models', compiled in) and 3 (read at run time).
-  for (int64_t kw : {4, 3}) {
-    for (const auto& [dk, dv] : dims) {
-      for (int64_t ratio : {1, 2, 3, 8}) {
-        if (ratio == 8 && dv != 256) continue;
-        if (kw != 4 && ratio != 2) continue;
-        std::mt19937 rng(int(dk * ratio + dv + kw));
-        int blocks = 0;
-        ForwardBatch batch = make_batch({1, 1, 1}, {0, 4, 17}, 16, &blocks);
-        const int64_t t = 3, hk = 2, hv = hk * ratio;
-        const GdnStepInputs in(rng, t, 3, hk, hv, dk, dv, kw);
-        const Tensor &cs = in.conv_state, &st = in.state;
-        Tensor gcs = to_gpu(cs), gst = to_gpu(st, DType::kF32);
-        Tensor ref = Tensor::empty({t, hv, dv}, DType::kF32), got = Tensor::empty({t, hv, dv}, DType::kBF16, Device::kCuda);
-        in.run(batch, ref, gcs, gst, got);
-        const std::string at = "dk " + std::to_string(dk) + " dv " + std::to_string(dv) + " ratio " +
-                               std::to_string(ratio) + " conv width " + std::to_string(kw);
-        EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
-        EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, " << at;
-        EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, " << at;
-      }
-    }
-  }
-}
-
-// The fused step over sequences of several tokens (speculative verify steps: the multi-token
-// kernel) against the CPU's composition of the plain ops: outputs, and the recurrent and conv
-// states after each sequence's last token. hk key heads of dk, ratio value heads of dv per key
-// head, conv width kw.
+// The fused step (ops::gdn_decode_step; speculative verify steps take its multi-token kernel)
+// against the CPU's composition of the plain ops: outputs, and the recurrent and conv states
+// after each sequence's last token. hk key heads of dk, ratio value heads of dv per key head,
+// conv width kw; `seed` for the inputs.
 void check_decode_step_tokens(int64_t dk, int64_t dv, int64_t hk, int64_t ratio, int64_t kw,
-                              const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx) {
-  std::mt19937 rng(int(dk * ratio + dv + kw + hk) + 7);
+                              const std::vector<int32_t>& q_lens, const std::vector<int32_t>& ctx, int seed) {
+  std::mt19937 rng(seed);
   int blocks = 0;
   ForwardBatch batch = make_batch(q_lens, ctx, 16, &blocks);
   const int64_t t = batch.num_tokens(), slots = int64_t(q_lens.size()), hv = hk * ratio;
@@ -306,19 +275,18 @@ void check_decode_step_tokens(int64_t dk, int64_t dv, int64_t hk, int64_t ratio,
   in.run(batch, ref, gcs, gst, got);
   const std::string at = "dk " + std::to_string(dk) + " dv " + std::to_string(dv) + ", " + std::to_string(hk) +
                          " key heads, ratio " + std::to_string(ratio) + ", conv width " + std::to_string(kw);
-  // The single-token test's bounds: both sides keep the conv outputs and the state in fp32.
+  // Both sides keep the conv outputs and the state in fp32.
   EXPECT_LE(rel_err(to_host_f32(got), ref), kBf16Tol) << at;
   EXPECT_LE(rel_err(to_host_f32(gst), st), 2e-3) << "state, " << at;
   EXPECT_LE(rel_err(to_host_f32(gcs), cs), 1e-6) << "conv state, " << at;
 }
 
-TEST(CudaMixer, FusedGdnDecodeStepOfSeveralTokens) {
-  STRATA_REQUIRE_GPU();
-  // Sequences of 4, 1, 16 (kGdnStepMaxTokens) and 3 tokens in one batch, the 16 from a fresh
-  // state (zeros, then its own earlier tokens in the conv window), the others from cached ones.
-  const std::vector<int32_t> q_lens = {4, 1, 16, 3}, ctx = {9, 5, 0, 37};
-  // The fixtures' head dims and dv 256 as in FusedGdnDecodeStep (1 to 8 columns a lane), at conv
-  // width 4 (compiled in) and 3 (read at run time).
+// The fused step's head shapes: the fixtures' head dims and the real models' 128 x 128, plus
+// dv 256 at ratios 1, 2, 3 and 8 (clusters of 8, 4, 2 and 1 column slices per value head, 1, 2,
+// 4 and 8 columns per lane), at conv width 4 (the models', compiled in) and, at ratio 2, 3 (read
+// at run time): f(dk, dv, ratio, kw) for each.
+template <class F>
+void for_each_decode_step_shape(F f) {
   std::vector<std::pair<int64_t, int64_t>> dims(std::begin(kGdnHeadDims), std::end(kGdnHeadDims));
   dims.push_back({64, 256});
   for (int64_t kw : {4, 3}) {
@@ -326,13 +294,31 @@ TEST(CudaMixer, FusedGdnDecodeStepOfSeveralTokens) {
       for (int64_t ratio : {1, 2, 3, 8}) {
         if (ratio == 8 && dv != 256) continue;
         if (kw != 4 && ratio != 2) continue;
-        check_decode_step_tokens(dk, dv, 2, ratio, kw, q_lens, ctx);
+        f(dk, dv, ratio, kw);
       }
     }
   }
+}
+
+TEST(CudaMixer, FusedGdnDecodeStep) {
+  STRATA_REQUIRE_GPU();
+  // Three single-token sequences, the first from a fresh state.
+  for_each_decode_step_shape([](int64_t dk, int64_t dv, int64_t ratio, int64_t kw) {
+    check_decode_step_tokens(dk, dv, 2, ratio, kw, {1, 1, 1}, {0, 4, 17}, int(dk * ratio + dv + kw));
+  });
+}
+
+TEST(CudaMixer, FusedGdnDecodeStepOfSeveralTokens) {
+  STRATA_REQUIRE_GPU();
+  // Sequences of 4, 1, 16 (kGdnStepMaxTokens) and 3 tokens in one batch, the 16 from a fresh
+  // state (zeros, then its own earlier tokens in the conv window), the others from cached ones.
+  const std::vector<int32_t> q_lens = {4, 1, 16, 3}, ctx = {9, 5, 0, 37};
+  for_each_decode_step_shape([&](int64_t dk, int64_t dv, int64_t ratio, int64_t kw) {
+    check_decode_step_tokens(dk, dv, 2, ratio, kw, q_lens, ctx, int(dk * ratio + dv + kw + 2) + 7);
+  });
   // Qwen3.5-35B-A3B: 16 key heads of 128, 32 value heads of 128 (on 132 SMs, column slices of
   // 43, 43 and 42: the state's scalar loads).
-  check_decode_step_tokens(128, 128, 16, 2, 4, q_lens, ctx);
+  check_decode_step_tokens(128, 128, 16, 2, 4, q_lens, ctx, 128 * 2 + 128 + 4 + 16 + 7);
 }
 
 // The fused step's per-token states (ForwardBatch::state_steps: speculative rollback without a

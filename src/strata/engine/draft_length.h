@@ -8,14 +8,14 @@
 // a plain decode step (DraftCosts):
 //   cost(k) = 1 + verify_row * k + head_row * (k - 1) + replay_row * R(k)
 // where R(k) = sum_{j<k} a^j (1 - a) (j + 1) is the expected replayed tokens (a rejection after j
-// accepted drafts replays j + 1; no replay term where the model keeps per-token states). Each sequence takes the k with the largest E(k) / cost(k)
-// (k = 0: 1 / 1; ties to the smaller k). The head's first forward over the step's positions is
-// paid at every k (it keeps the head's KV complete), so it is in neither side.
+// accepted drafts replays j + 1; no replay term where the model keeps per-token states). Each
+// sequence takes the k with the largest E(k) / cost(k) (k = 0: 1 / 1; ties to the smaller k).
+// The head's first forward over the step's positions is paid at every k (it keeps the head's KV
+// complete), so it is in neither side.
 // The batch rule adds what a speculating step pays once: `forward` (the fixed part of a forward)
 // for the replay when any draft is rejected (where rejections replay) and for each head forward
-// past the first. If the
-// batch's tokens per cost with speculation, against B tokens per (forward + B) without, is below
-// 1, every sequence gets k = 0 for this step.
+// past the first. If the batch's tokens per cost with speculation, against B tokens per
+// (forward + B) without, is below 1, every sequence gets k = 0 for this step.
 // Recovery: a sequence that has had k = 0 for kProbeInterval steps (by its own choice or the
 // batch rule's) drafts at least one token (a probe, exempt from the batch rule), so its estimate
 // follows the text.

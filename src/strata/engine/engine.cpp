@@ -105,6 +105,12 @@ void Engine::init() {
   const int32_t state_steps = spec_ && config_.speculative.num_speculative_tokens < info.state_step_tokens
                                   ? config_.speculative.num_speculative_tokens
                                   : 0;
+  if (spec_ && config_.speculative.dynamic) {
+    // Where the verify stores its per-token states, a rejection copies a slot: no replay to price.
+    DraftCosts costs = config_.speculative.costs;
+    costs.replays = state_steps == 0;
+    draft_policy_ = std::make_unique<DraftLengthPolicy>(config_.speculative.num_speculative_tokens, costs);
+  }
   if (spec_) {
     priced.layers.insert(priced.layers.end(), info.mtp_cache.begin(), info.mtp_cache.end());
     for (int32_t i = 0; i < std::max(1, state_steps); ++i) {

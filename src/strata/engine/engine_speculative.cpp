@@ -28,9 +28,10 @@
 // target's final hidden state at p with the token at p + 1. The last position's logits give d1;
 // d(j+1) comes from the head at the next position, fed d(j) and the head's own hidden state
 // (the target's is not known there), one head forward per depth for all drafting sequences.
-// On CUDA a head forward whose sequences bring the same number of tokens and all draft replays
-// a head graph (ModelRunner::run_head): depths 2..K always (one token a sequence), depth 1 when
-// every sequence accepted as many tokens (always at batch 1).
+// On CUDA a head forward whose sequences bring the same number of tokens replays a head graph
+// (ModelRunner::run_head; sequences that draft nothing then ask for their last row's logits
+// too): depths 2..K always (one token a sequence), depth 1 when every sequence accepted as many
+// tokens (always at batch 1).
 // Structured outputs (spec_grammar.h): drafts are picked under the grammar's mask after the
 // drafts before them (drafting stops at an end token or a complete grammar), and verify rows
 // under the mask after the tokens emitted so far; the grammar ends at the emitted tokens' state.
@@ -69,12 +70,6 @@ void Engine::init_speculation() {
   spec_sampler_ = std::make_unique<Sampler>(model_->info().vocab_size, config_.logprobs_mode);
   stats_.spec_drafted_at.assign(size_t(sc.num_speculative_tokens), 0);
   stats_.spec_accepted_at.assign(size_t(sc.num_speculative_tokens), 0);
-  if (sc.dynamic) {
-    DraftCosts costs = sc.costs;
-    // A verify of K + 1 tokens a sequence stores its per-token states: rejections copy a slot.
-    if (model_->info().state_step_tokens > sc.num_speculative_tokens) costs.replays = false;
-    draft_policy_ = std::make_unique<DraftLengthPolicy>(sc.num_speculative_tokens, costs);
-  }
 }
 
 // Fixed: K for every sequence that may draft; dynamic: the policy's k over the step's drafters

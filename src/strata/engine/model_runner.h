@@ -2,7 +2,8 @@
 // logits row per sequence) replay CUDA graphs padded to batch buckets when the model allows it
 // (ModelInfo::cuda_graphs) and the engine was not told --enforce-eager, and so do speculative
 // verify steps of equal-length sequences (run_with_hidden, ModelInfo::verify_graphs) and the
-// draft head's steps of equal-length sequences (run_head); every other step runs eagerly. The logits stay on the model's device, where the engine samples them.
+// draft head's steps of equal-length sequences (run_head); every other step runs eagerly. The
+// logits stay on the model's device, where the engine samples them.
 #pragma once
 
 #include <memory>
