@@ -379,9 +379,12 @@ TEST(CudaDefaultModel, VerifyGraphsFollowEagerForwards) {
 // eagerly on a second set of caches: three sequences (bucket 4: one padding sequence) bring
 // Q = 2, 2, 3, 3, 3, 1, 1, 1 tokens a head step, as the engine's depth-1 (the accepted tokens)
 // and deeper (one draft) head forwards do, with the last row's logits and every row's head
-// hidden state compared; the head's input is the target's hidden states of the prompts. One
-// graph per (bucket, Q). A batch without each sequence's last-row logits, or with every row's,
-// is not eligible.
+// hidden state compared; then as the draft chain's (engine_spec_chain.cpp): Q = 4 twice with every
+// row's logits and the tokens fed from the device, and Q = 1 twice with the tokens fed and the
+// positions shifted on the device (against eager forwards given the same tokens and positions on
+// the host). The head's input is the target's hidden states of the prompts. One graph per
+// (bucket, Q, every row or the last). A batch without each sequence's last-row logits, with some
+// rows' only, or of mixed lengths, is not eligible.
 TEST(CudaDefaultModel, HeadGraphsFollowEagerForwards) {
   STRATA_REQUIRE_GPU();
   GraphRig rig;
@@ -399,29 +402,60 @@ TEST(CudaDefaultModel, HeadGraphsFollowEagerForwards) {
   GraphDiff diff;
   const void* logits_at = nullptr;
   int step = 0;
-  for (const int q : {2, 2, 3, 3, 3, 1, 1, 1}) {
-    ForwardBatch b;
-    std::vector<int32_t> input_rows;
+  struct Case {
+    int q;
+    bool chain;  // every row's logits (q > 1) or shifted positions (q = 1); tokens fed
+  };
+  for (const Case c : {Case{2, false}, Case{2, false}, Case{3, false}, Case{3, false}, Case{3, false},
+                       Case{1, false}, Case{1, false}, Case{1, false}, Case{4, true}, Case{4, true},
+                       Case{1, true}, Case{1, true}}) {
+    const int q = c.q;
+    ForwardBatch b, host;  // the graph's batch, and the eager forward's with everything on the host
+    std::vector<int32_t> input_rows, fed, shift;
     for (int s = 0; s < GraphRig::kSeqs; ++s) {
+      const int32_t by = c.chain && q == 1 ? (s + step) % 3 : 0;
       SeqInBatch sq = rig.pre.seqs[s];
       sq.q_start = s * q;
-      sq.ctx_len = ctx[s];
+      sq.ctx_len = ctx[s] + by;
       sq.q_len = q;
+      host.seqs.push_back(sq);
+      sq.ctx_len = ctx[s];
       b.seqs.push_back(sq);
+      shift.push_back(by);
       for (int i = 0; i < q; ++i) {
-        b.token_ids.push_back(int32_t((s * 31 + step * 7 + i * 13) % vocab));
+        const int32_t token = int32_t((s * 31 + step * 7 + i * 13) % vocab);
+        host.token_ids.push_back(token);
+        host.positions.push_back(ctx[s] + by + i);
+        b.token_ids.push_back(c.chain ? 0 : token);
         b.positions.push_back(ctx[s] + i);
+        if (c.chain) {
+          b.feed_rows.push_back(s * q + i);
+          b.feed_from.push_back(int32_t(fed.size()));
+          fed.push_back(token);
+        }
         input_rows.push_back(int32_t((s * 11 + step * 5 + i) % target_hidden.dim(0)));
+        if (c.chain && q > 1) b.logit_rows.push_back(s * q + i);
       }
-      b.logit_rows.push_back(s * q + q - 1);
-      ctx[s] += q;
+      if (!(c.chain && q > 1)) b.logit_rows.push_back(s * q + q - 1);
+      ctx[s] += q + by;
+    }
+    host.logit_rows = b.logit_rows;
+    if (c.chain) {
+      Tensor f = Tensor::empty({int64_t(fed.size())}, DType::kI32);
+      std::copy(fed.begin(), fed.end(), f.data<int32_t>());
+      b.feed_ids = f.to(Device::kCuda);
+      if (q == 1) {
+        Tensor t = Tensor::empty({int64_t(shift.size())}, DType::kI32);
+        std::copy(shift.begin(), shift.end(), t.data<int32_t>());
+        b.shift = t.to(Device::kCuda);
+      }
     }
     ++step;
     ASSERT_TRUE(graphs.eligible_head(b));
     Tensor input = Tensor::empty({b.num_tokens(), hsz}, target_hidden.dtype(), Device::kCuda);
     ops::gather_rows(target_hidden, input_rows, input);
     Tensor le, he, hg;
-    model.mtp_forward_with_hidden(b, input, rig.eager, le, he);
+    model.mtp_forward_with_hidden(host, input, rig.eager, le, he);
     const Tensor lg = graphs.run_head(
         b, input,
         [&](const ForwardBatch& fb, const Tensor& in, Tensor& lo, Tensor& h) {
@@ -438,11 +472,11 @@ TEST(CudaDefaultModel, HeadGraphsFollowEagerForwards) {
   std::printf("default model head graphs vs eager: max |d logit| %.4g (max |logit| %.3g), max |d hidden| %.4g "
               "(max |hidden| %.3g), %d graphs\n", diff.logit, diff.logit_scale, diff.hidden, diff.hidden_scale,
               graphs.captured());
-  EXPECT_EQ(graphs.captured(), 3);
+  EXPECT_EQ(graphs.captured(), 4);
   EXPECT_GT(diff.logit_scale, 0.0);
   EXPECT_LE(diff.logit, 0.02 * diff.logit_scale);
   EXPECT_LE(diff.hidden, 0.02 * diff.hidden_scale);
-  // Not eligible: a sequence without its last row's logits, every row's logits, mixed lengths.
+  // Not eligible: a sequence without its last row's logits, some rows' only, mixed lengths.
   ForwardBatch b;
   for (int s = 0; s < 2; ++s) {
     SeqInBatch sq = rig.pre.seqs[s];
@@ -456,8 +490,10 @@ TEST(CudaDefaultModel, HeadGraphsFollowEagerForwards) {
   }
   b.logit_rows = {1};
   EXPECT_FALSE(graphs.eligible_head(b));
-  b.logit_rows = {0, 1, 2, 3};
+  b.logit_rows = {0, 1, 3};
   EXPECT_FALSE(graphs.eligible_head(b));
+  b.logit_rows = {0, 1, 2, 3};
+  EXPECT_TRUE(graphs.eligible_head(b));
   b.logit_rows = {1, 3};
   EXPECT_TRUE(graphs.eligible_head(b));
   b.seqs[1].q_len = 1;

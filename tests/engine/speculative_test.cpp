@@ -192,6 +192,62 @@ TEST(Speculative, GreedyOutputsEqualTheTargetsUnderPreemption) {
   expect_same(plain, spec, "preempted, K=2");
 }
 
+// The workload as the draft chain takes it (engine_spec_chain.cpp): greedy without
+// log-probabilities or penalties (min_tokens stays: its sequences verify on the host until they
+// reach it), one completion each.
+Workload chain_workload() {
+  Workload w = workload();
+  for (SamplingParams& p : w.params) {
+    p.logprobs.reset();
+    p.repetition_penalty = 1.0;
+    p.presence_penalty = 0.0;
+    p.n = 1;
+  }
+  return w;
+}
+
+// The greedy draft chain (acceptance, rollback and the next drafts on the model's device, one read
+// back a step) keeps the outputs, at K = 1 to 3 with prefix hits, chunked prefill, stop strings,
+// EOS and max_tokens, and under preemption; most verifies take it.
+TEST(Speculative, DraftChainKeepsGreedyOutputs) {
+  const Workload w = chain_workload();
+  const SpecRun plain = run(default_model_config(0), w.prompts, w.params);
+  for (int k = 1; k <= 3; ++k) {
+    const SpecRun spec = run(default_model_config(k), w.prompts, w.params);
+    expect_same(plain, spec, "chain, K=" + std::to_string(k));
+    const EngineStats& s = spec.stats;
+    std::printf("  K=%d: %lld steps, %lld chained, %lld verifies, %lld accepted of %lld, %lld rollbacks\n", k,
+                (long long)s.steps, (long long)s.spec_chain_steps, (long long)s.spec_verifies,
+                (long long)s.spec_accepted_tokens, (long long)s.spec_draft_tokens, (long long)s.spec_rollbacks);
+    EXPECT_GT(s.spec_chain_steps, 0) << "the chain never ran";
+    EXPECT_GT(s.spec_rollbacks, 0);
+    EXPECT_GT(s.spec_accepted_tokens, 0);
+    EXPECT_GT(s.prefix_hits, 0);
+  }
+  // One sequence at a time (batch 1, as a user's chat).
+  const std::vector<std::vector<int32_t>> one = {w.prompts[1], w.prompts[3]};
+  const std::vector<SamplingParams> one_params = {w.params[1], w.params[1]};
+  const SpecRun plain_one = run(default_model_config(0), one, one_params);
+  const SpecRun spec_one = run(default_model_config(3), one, one_params);
+  expect_same(plain_one, spec_one, "chain, batch 1");
+  EXPECT_GT(spec_one.stats.spec_chain_steps, spec_one.stats.spec_verifies * 3 / 4);
+}
+
+TEST(Speculative, DraftChainKeepsGreedyOutputsUnderPreemption) {
+  const Workload w = chain_workload();
+  EngineConfig c0 = default_model_config(0), c3 = default_model_config(3);
+  Engine probe(default_mtp_model(), default_model_config(3), GenerationDefaults::load(default_model_dir()));
+  const MemoryPlan& plan = probe.memory_plan();
+  const size_t bytes = plan.bytes_per_slot * size_t(plan.seq_slots + plan.snapshot_slots) + plan.bytes_per_block * 6;
+  c0.kv_cache_memory = bytes;
+  c3.kv_cache_memory = bytes;
+  const SpecRun plain = run(c0, w.prompts, w.params);
+  const SpecRun spec = run(c3, w.prompts, w.params);
+  EXPECT_GT(spec.stats.preemptions, 0) << "nothing was preempted: the test tests nothing";
+  EXPECT_GT(spec.stats.spec_chain_steps, 0);
+  expect_same(plain, spec, "chain, preempted, K=3");
+}
+
 EngineConfig dynamic_config(int k, const DraftCosts& costs) {
   EngineConfig c = default_model_config(k);
   c.speculative.dynamic = true;

@@ -44,6 +44,13 @@ void ForwardBatch::validate_feed() const {
                      feed_from[i] < feed_ids.numel(),
                  "batch: fed row ", feed_rows[i], " from draw ", feed_from[i], " out of range");
   }
+  if (!shift.defined()) return;
+  STRATA_CHECK(shift.dtype() == DType::kI32 && shift.ndim() == 1 && shift.numel() <= int64_t(seqs.size()),
+               "batch: shift ", shift.describe(), " for ", seqs.size(), " sequences");
+  for (size_t s = 0; s < size_t(shift.numel()); ++s) {
+    STRATA_CHECK(seqs[s].q_len == 1, "batch: a shifted batch brings one token a sequence, sequence ", s, " brings ",
+                 seqs[s].q_len);
+  }
 }
 
 }  // namespace strata

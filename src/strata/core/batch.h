@@ -31,6 +31,12 @@ struct ForwardBatch {
   // engine's model runner fills them in on the CPU.
   std::vector<int32_t> feed_rows, feed_from;
   Tensor feed_ids;
+  // Positions the host does not know yet (speculative decoding's draft chain, engine_spec_chain
+  // .cpp): when defined, I32 [S] on the model's device, S <= seqs.size() (graph padding follows);
+  // sequence s < S has ctx_len and position the host's plus shift[s]. Only for batches of one token a sequence, whose
+  // block tables cover the shifted positions. Applied by the CUDA upload on the device, by the
+  // model runner on the CPU.
+  Tensor shift;
   // Speculative decoding's rollback without a replay (ModelInfo::state_step_tokens): with
   // count > 0 the forward also stores, for each sequence in state slot s that brings n tokens,
   // its recurrent state after its token j, for j < min(n - 1, count), in state slot
@@ -43,7 +49,7 @@ struct ForwardBatch {
   // Checks the batch is consistent (rows tile [0, T), pages cover every token, slots and
   // blocks in range); throws Error on a malformed batch.
   void validate(int block_size, int num_blocks, int num_slots) const;
-  void validate_feed() const;  // the feed's rows and draws are in range
+  void validate_feed() const;  // the feed's rows and draws are in range, the shift's shape
 };
 
 }  // namespace strata

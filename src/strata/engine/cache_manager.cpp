@@ -214,6 +214,15 @@ void CacheManager::restore_step(const Sequence& seq, int32_t j) {
   if (has_state_) copy_state(checkpoint_slot(seq) + j, seq.state_slot);
 }
 
+void CacheManager::restore_steps(const std::vector<const Sequence*>& seqs, const Tensor& accepted) {
+  if (!has_state_) return;
+  STRATA_CHECK(config_.state_steps > 0, "cache manager: no per-token states to restore");
+  flush_state_copies();  // the copies queued before go first
+  std::vector<ops::SlotCopy> copies;
+  for (const Sequence* seq : seqs) copies.push_back({checkpoint_slot(*seq), seq->state_slot});
+  caches_.copy_slots_selected(copies, accepted, config_.state_steps);
+}
+
 void CacheManager::checkpoint_state(const Sequence& seq) {
   if (has_state_) copy_state(seq.state_slot, checkpoint_slot(seq));
 }

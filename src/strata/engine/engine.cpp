@@ -588,7 +588,9 @@ void Engine::complete_step() {
     append_token(seq, results[i]);
     check_stop(seq, results[i].token);
   }
-  if (spec_) {
+  if (spec_ && chain_ready(f)) {
+    chain_step(f);
+  } else if (spec_) {
     verify_drafts(f);
     draft_tokens(f);
   }

@@ -110,6 +110,7 @@ struct EngineStats {
   int64_t spec_rollbacks = 0, spec_replays = 0, spec_replayed_tokens = 0;
   int64_t spec_draft_forwards = 0;    // head forwards (one per draft depth per step)
   int64_t spec_draft_graphs = 0;      // of those, replayed as CUDA graphs
+  int64_t spec_chain_steps = 0;       // steps whose acceptance and drafts ran on the device (one read back)
   // Seconds in the target forwards of the steps, the replays and the head forwards.
   double spec_verify_seconds = 0, spec_replay_seconds = 0, spec_draft_seconds = 0;
   double spec_acceptance_rate() const {
@@ -208,7 +209,18 @@ class Engine {
   RequestOutput report(Request& req);
   // Speculative decoding (engine_speculative.cpp).
   void init_speculation();
-  void verify_drafts(StepInFlight& f);   // accept, emit, roll back what rejected drafts touched
+  // What the draft chain (engine_spec_chain.cpp) brings back: per verify its accepted drafts and
+  // the target's picks (drafts + 1 each), and the next drafts, depth-major ([K][verifies]).
+  struct ChainResult {
+    std::vector<int32_t> accepted, target, drafts;
+  };
+  // Accept, emit, roll back what rejected drafts touched; after the chain, by its picks (the
+  // states are restored on the device already).
+  void verify_drafts(StepInFlight& f, const ChainResult* chain = nullptr);
+  // The greedy draft chain on the device: whether this step may take it (which gives its
+  // sequences the pages the chain writes), and the step.
+  bool chain_ready(const StepInFlight& f);
+  void chain_step(StepInFlight& f);
   // logits: the row on the host, or null with `picked` the row's arg max (verified_on_device).
   void accept_row(Sequence& seq, const float* logits, int32_t picked, int32_t draft_index, bool& accepted);
   static bool verified_on_device(const Sequence& seq);
@@ -236,6 +248,7 @@ class Engine {
   std::unique_ptr<Sampler> spec_sampler_;
   std::unique_ptr<DraftLengthPolicy> draft_policy_;  // "draft_length": "dynamic"; null: fixed K
   Tensor hidden_, replay_logits_, replay_hidden_, draft_logits_;
+  Tensor chain_buf_;  // the draft chain's results on the device (engine_spec_chain.cpp)
   std::vector<double> spec_p_;
   std::vector<uint64_t> spec_allow_;  // a structured output's grammar mask (verify or draft)
   std::vector<float> spec_rows_;    // logits rows read on the host (verify or draft)

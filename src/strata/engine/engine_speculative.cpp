@@ -191,23 +191,31 @@ bool Engine::add_draft(Sequence& seq, const float* logits, int32_t picked, std::
   return advance_draft_grammar(seq, token, grammar_steps);
 }
 
-void Engine::verify_drafts(StepInFlight& f) {
+void Engine::verify_drafts(StepInFlight& f, const ChainResult* chain) {
   if (f.verifies.empty()) return;
   const int64_t vocab = model_->info().vocab_size;
   // The host's share of the verify rows: ids for those verified on the device, whole rows
-  // for the others; first[i]: where verify i's rows begin in spec_ids_ or spec_rows_.
+  // for the others; first[i]: where verify i's rows begin in `ids` or spec_rows_. After the
+  // draft chain every verify is by ids, which it brought back.
   std::vector<int32_t> id_rows, logit_rows, first(f.verifies.size(), 0);
-  std::vector<bool> on_device(f.verifies.size(), false);
+  std::vector<bool> on_device(f.verifies.size(), chain != nullptr);
+  const std::vector<int32_t>& ids = chain ? chain->target : spec_ids_;
   for (size_t vi = 0; vi < f.verifies.size(); ++vi) {
     const StepInFlight::Verify& v = f.verifies[vi];
+    if (chain) {
+      first[vi] = int32_t(vi) * (v.drafts + 1);
+      continue;
+    }
     if (v.seq->is_finished()) continue;
     on_device[vi] = verified_on_device(*v.seq);
     std::vector<int32_t>& rows = on_device[vi] ? id_rows : logit_rows;
     first[vi] = int32_t(rows.size());
     for (int32_t i = 0; i <= v.drafts; ++i) rows.push_back(v.first_row + i);
   }
-  ops::argmax_rows_to_host(f.logits, id_rows, spec_ids_);
-  ops::rows_to_host(f.logits, logit_rows, spec_rows_);
+  if (!chain) {
+    ops::argmax_rows_to_host(f.logits, id_rows, spec_ids_);
+    ops::rows_to_host(f.logits, logit_rows, spec_rows_);
+  }
   struct Replay {
     Sequence* seq;
     int32_t ctx_len;
@@ -230,7 +238,7 @@ void Engine::verify_drafts(StepInFlight& f) {
       bool ok = false;
       const int32_t row = first[vi] + i;
       if (on_device[vi]) {
-        accept_row(seq, nullptr, spec_ids_[size_t(row)], draft ? i : -1, ok);
+        accept_row(seq, nullptr, ids[size_t(row)], draft ? i : -1, ok);
       } else {
         accept_row(seq, spec_rows_.data() + int64_t(row) * vocab, -1, draft ? i : -1, ok);
       }
@@ -248,9 +256,13 @@ void Engine::verify_drafts(StepInFlight& f) {
     // The last token (the target's) is not computed yet: positions before it are.
     seq.num_computed = seq.num_tokens() - 1;
     STRATA_CHECK(seq.num_computed == v.ctx_len + accepted + 1, "engine: verify bookkeeping");
+    STRATA_CHECK(!chain || accepted == chain->accepted[vi], "engine: the device accepted ", chain->accepted[vi],
+                 " drafts of sequence ", seq.request->id, ", the host ", accepted);
     if (accepted < v.drafts) {
       ++stats_.spec_rollbacks;
-      if (v.stored_steps) {
+      if (chain) {
+        // The chain restored the state on the device (CacheManager::restore_steps).
+      } else if (v.stored_steps) {
         cache_->restore_step(seq, accepted);  // the state after the last kept token, stored by the verify
       } else {
         cache_->restore_state(seq);

@@ -24,19 +24,40 @@ ModelRunner::ModelRunner(Model& model, bool enforce_eager) : model_(model) {
 
 ModelRunner::~ModelRunner() = default;
 
-const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
-  if (!batch.feed_rows.empty() && batch.feed_ids.device() == Device::kCpu) {
-    // The draws are on the host already: fill them in (the CUDA upload does it on the device).
-    ForwardBatch fed = batch;
-    fed.validate_feed();
-    for (size_t i = 0; i < fed.feed_rows.size(); ++i) {
-      fed.token_ids[size_t(fed.feed_rows[i])] = fed.feed_ids.data<int32_t>()[fed.feed_from[i]];
-    }
-    fed.feed_rows.clear();
-    fed.feed_from.clear();
-    fed.feed_ids = Tensor();
-    return run(fed, caches);
+namespace {
+
+// Whether `batch` feeds tokens or shifts positions from CPU tensors.
+bool device_parts_on_host(const ForwardBatch& batch) {
+  return (!batch.feed_rows.empty() && batch.feed_ids.device() == Device::kCpu) ||
+         (batch.shift.defined() && batch.shift.device() == Device::kCpu);
+}
+
+// The fed tokens and shifted positions are on the host already: fill them in (the CUDA upload
+// does it on the device).
+ForwardBatch resolved_on_host(const ForwardBatch& batch) {
+  ForwardBatch b = batch;
+  b.validate_feed();
+  for (size_t i = 0; i < b.feed_rows.size(); ++i) {
+    b.token_ids[size_t(b.feed_rows[i])] = b.feed_ids.data<int32_t>()[b.feed_from[i]];
   }
+  b.feed_rows.clear();
+  b.feed_from.clear();
+  b.feed_ids = Tensor();
+  if (b.shift.defined()) {
+    for (int64_t s = 0; s < b.shift.numel(); ++s) {
+      const int32_t by = b.shift.data<int32_t>()[s];
+      b.seqs[size_t(s)].ctx_len += by;
+      b.positions[size_t(b.seqs[size_t(s)].q_start)] += by;
+    }
+    b.shift = Tensor();
+  }
+  return b;
+}
+
+}  // namespace
+
+const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
+  if (device_parts_on_host(batch)) return run(resolved_on_host(batch), caches);
 #if defined(STRATA_WITH_CUDA)
   if (graphs_ && graphs_->eligible(batch)) {
     graph_logits_ = graphs_->run(batch, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });
@@ -82,6 +103,7 @@ bool ModelRunner::graphs_for_head(const ForwardBatch& batch) const {
 }
 
 const Tensor& ModelRunner::run_head(const ForwardBatch& batch, const Tensor& input, Caches& caches, Tensor& hidden) {
+  if (device_parts_on_host(batch)) return run_head(resolved_on_host(batch), input, caches, hidden);
 #if defined(STRATA_WITH_CUDA)
   if (graphs_for_head(batch)) {
     head_graph_logits_ = graphs_->run_head(

@@ -39,9 +39,10 @@ class ModelRunner {
   // The draft head's forward (Model::mtp_forward_with_hidden) on the hidden states `input`: the
   // logits of batch.logit_rows on the model's device, and the head's hidden state of every row in
   // `hidden`. A batch of sequences of equal length (1 to 16 tokens) that wants each one's last
-  // row replays a head graph when the model allows it (ModelInfo::cuda_graphs for one token a
-  // sequence, verify_graphs for more); both are then views of the graph's buffers, valid until
-  // the next run of that shape.
+  // row, or (more than one token) every row, replays a head graph when the model allows it
+  // (ModelInfo::cuda_graphs for one token a sequence, verify_graphs for more); both are then
+  // views of the graph's buffers, valid until the next run of that shape. The batch may feed
+  // its tokens and shift its positions (core/batch.h).
   const Tensor& run_head(const ForwardBatch& batch, const Tensor& input, Caches& caches, Tensor& hidden);
   // Whether run_head would replay a head graph for `batch`.
   bool graphs_for_head(const ForwardBatch& batch) const;

@@ -61,6 +61,13 @@ void Caches::copy_slots(const std::vector<ops::SlotCopy>& copies) {
   for (Caches& p : peers) p.copy_slots(copies);
 }
 
+void Caches::copy_slots_selected(const std::vector<ops::SlotCopy>& copies, const Tensor& select, int32_t limit) {
+  STRATA_CHECK(peers.empty(), "caches: a device-selected slot copy runs on one rank");
+  std::vector<Tensor> pools;
+  for (LayerCaches& l : layers) pools.insert(pools.end(), l.slots.begin(), l.slots.end());
+  ops::copy_slots_selected(pools, copies, select, limit);
+}
+
 void Caches::copy_page(int32_t src, int32_t dst) {
   for (LayerCaches& l : layers) {
     for (const Tensor& t : l.paged) ops::copy_slot(t, src, dst);

@@ -70,6 +70,9 @@ struct Caches {
   void copy_slot(int32_t src, int32_t dst);
   // copy_slot for several independent pairs at once (ops::copy_slots).
   void copy_slots(const std::vector<ops::SlotCopy>& copies);
+  // copy_slots from a source the device picks: slot copies[i].src + select[i] when select[i] <
+  // limit (ops::copy_slots_selected); this rank only (speculative decoding runs without peers).
+  void copy_slots_selected(const std::vector<ops::SlotCopy>& copies, const Tensor& select, int32_t limit);
   void copy_page(int32_t src, int32_t dst);
 };
 

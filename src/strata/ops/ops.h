@@ -171,6 +171,21 @@ struct SlotCopy {
 };
 void copy_slots(const std::vector<Tensor>& pools, const std::vector<SlotCopy>& copies);
 
+// ---- speculative decoding's draft chain on the model's device (engine/engine_spec_chain.cpp) ----
+
+// Greedy acceptance: accepted[i] = the number of leading j < k with target[i * (k + 1) + j] ==
+// drafts[i * k + j], for the n = accepted.numel() sequences of a verify (target [n * (k + 1)] I32,
+// the target's picks; accepted [n] I32 on the same device; drafts on the host).
+void spec_accept_greedy(const Tensor& target, const std::vector<int32_t>& drafts, int32_t k, const Tensor& accepted);
+// out[i] = x[i * stride + select[i]]: one row of each group of `stride` rows of x [n * stride, ...]
+// (any dtype) into out [n, ...]; select [n] I32 on x's device, each in [0, stride).
+void gather_rows_selected(const Tensor& x, const Tensor& select, int32_t stride, const Tensor& out);
+// For every pool and copy i: pool[copies[i].dst] = pool[copies[i].src + select[i]] when select[i] <
+// limit, else nothing (the rollback to the state a verify stored after its last accepted token);
+// select [copies.size()] I32 on the pools' device, each in [0, limit].
+void copy_slots_selected(const std::vector<Tensor>& pools, const std::vector<SlotCopy>& copies, const Tensor& select,
+                         int32_t limit);
+
 // ---- forward scope, fused ops, sampling (added with the CUDA backend) ----
 
 // Brackets one model forward. On CUDA it uploads the batch's index arrays (token ids,

@@ -88,12 +88,21 @@ void moe_route_experts(const Tensor& logits, int top_k, bool norm_topk, const Te
                        const Tensor& shared_down, const Tensor& shared_gate, const Tensor& out,
                        const ExpertShard& shard = {});
 
+// ---- speculative decoding's draft chain (speculation.cu) ----
+void spec_accept_greedy(const Tensor& target, const std::vector<int32_t>& drafts, int32_t k, const Tensor& accepted);
+void gather_rows_selected(const Tensor& x, const Tensor& select, int32_t stride, const Tensor& out);
+void copy_slots_selected(const std::vector<Tensor>& pools, const std::vector<SlotCopy>& copies, const Tensor& select,
+                         int32_t limit);
+
 // ---- sampling (sampling.cu) ----
 void argmax(const Tensor& logits, const Tensor& ids);
 void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsInFlight& draws);
 void sample_tokens_end(DrawsInFlight& draws, SampledTokens& out);
 // tokens[rows[i]] = ids[from[i]] for i < n, on the stream (the forward batch's feed).
 void feed_tokens(int32_t* tokens, const int32_t* rows, const int32_t* from, int n, const int32_t* ids);
+// ctx[s] += shift[s] and positions[q_start[s]] += shift[s] for s < n (the forward batch's shift:
+// sequences of one token).
+void shift_positions(int32_t* ctx, int32_t* positions, const int32_t* q_start, int n, const int32_t* shift);
 
 // ---- Qwen4-Exp (qwen4_exp.cu, qwen4_exp_qsa.cu; the ops of qwen4_exp_ops.h) ----
 void rms_norm_grouped(const Tensor& x, const Tensor& w, int64_t group, float eps, const Tensor& out);

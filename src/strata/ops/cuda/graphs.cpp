@@ -48,7 +48,7 @@ bool DecodeGraphs::eligible(const ForwardBatch& batch) const {
 
 int DecodeGraphs::uniform_tokens(const ForwardBatch& batch) const {
   const size_t n = batch.seqs.size();
-  if (n == 0 || int(n) > buckets_.back() || !batch.feed_rows.empty()) return 0;
+  if (n == 0 || int(n) > buckets_.back()) return 0;
   const int q = batch.seqs[0].q_len;
   if (q < 1 || q > kMaxTokensPerSeq || bucket_of(int(n)) * q > kMaxHiddenRows) return 0;
   if (batch.token_ids.size() != n * size_t(q)) return 0;
@@ -60,8 +60,12 @@ int DecodeGraphs::uniform_tokens(const ForwardBatch& batch) const {
 
 bool DecodeGraphs::eligible_with_hidden(const ForwardBatch& batch) const {
   const int q = uniform_tokens(batch);
+  return q > 0 && batch.feed_rows.empty() && !batch.shift.defined() && every_row(batch, q);
+}
+
+bool DecodeGraphs::every_row(const ForwardBatch& batch, int q) {
   const size_t rows = batch.seqs.size() * size_t(q);
-  if (q == 0 || batch.logit_rows.size() != rows) return false;
+  if (batch.logit_rows.size() != rows) return false;
   for (size_t r = 0; r < rows; ++r) {
     if (batch.logit_rows[r] != int32_t(r)) return false;
   }
@@ -71,7 +75,9 @@ bool DecodeGraphs::eligible_with_hidden(const ForwardBatch& batch) const {
 bool DecodeGraphs::eligible_head(const ForwardBatch& batch) const {
   const int q = uniform_tokens(batch);
   const size_t n = batch.seqs.size();
-  if (q == 0 || batch.logit_rows.size() != n) return false;
+  if (q == 0) return false;
+  if (q > 1 && every_row(batch, q)) return true;
+  if (batch.logit_rows.size() != n) return false;
   for (size_t i = 0; i < n; ++i) {
     if (batch.logit_rows[i] != int32_t(i) * q + q - 1) return false;
   }
@@ -173,8 +179,9 @@ Tensor DecodeGraphs::run_head(const ForwardBatch& batch, const Tensor& input, co
   const int64_t rows = int64_t(n) * q;
   STRATA_CHECK(input.ndim() == 2 && input.dim(0) == rows && input.device() == Device::kCuda,
                "DecodeGraphs: the head's input ", input.describe(), " for ", rows, " rows");
-  Bucket& b = heads_[{size, q}];
-  Tensor logits = logits_.rows(0, size);
+  const bool all_rows = q > 1 && every_row(batch, q);
+  Bucket& b = heads_[{size, q, all_rows}];
+  Tensor logits = logits_.rows(0, all_rows ? int64_t(size) * q : size);
   if (!b.input.defined()) {
     b.input = persistent({int64_t(size) * q, input.dim(1)}, input.dtype());
     STRATA_CUDA_CHECK(cudaMemsetAsync(b.input.raw(), 0, b.input.nbytes(), stream()));
@@ -182,10 +189,10 @@ Tensor DecodeGraphs::run_head(const ForwardBatch& batch, const Tensor& input, co
   STRATA_CHECK(b.input.dtype() == input.dtype() && b.input.dim(1) == input.dim(1), "DecodeGraphs: the head's input ",
                input.describe(), " after ", b.input.describe());
   STRATA_CUDA_CHECK(cudaMemcpyAsync(b.input.raw(), input.raw(), input.nbytes(), cudaMemcpyDeviceToDevice, stream()));
-  const ForwardBatch p = padded(batch, size, q, false);
+  const ForwardBatch p = padded(batch, size, q, all_rows);
   launch(b, p, n, [&] { forward(p, b.input, logits, b.hidden); });
   hidden = b.hidden.rows(0, rows);
-  return logits_.rows(0, n);
+  return logits_.rows(0, all_rows ? rows : n);
 }
 
 }  // namespace strata::ops::cuda

@@ -62,12 +62,14 @@ class DecodeGraphs {
   using HeadForward =
       std::function<void(const ForwardBatch& batch, const Tensor& input, Tensor& logits, Tensor& hidden)>;
   // True when `batch` can run as a head graph: every sequence brings the same number of tokens Q
-  // (1 .. kMaxTokensPerSeq), in order, and wants the logits of its last one; the padded batch has
-  // at most kMaxHiddenRows rows.
+  // (1 .. kMaxTokensPerSeq), in order, and wants the logits of its last one or (Q > 1) of every
+  // one; the padded batch has at most kMaxHiddenRows rows. Its tokens may be fed and (Q = 1)
+  // its positions shifted on the device (ForwardBatch::feed_ids, shift).
   bool eligible_head(const ForwardBatch& batch) const;
-  // Runs such a batch as the head graph of its (bucket, Q): `input` [rows, H] is copied into the
-  // graph's input buffer first (the padding rows' inputs are zeros). Returns the logits [seqs,
-  // vocab] (shared buffer) and sets `hidden` [rows, H] (the graph's own), as run_with_hidden.
+  // Runs such a batch as the head graph of its (bucket, Q, every row or the last): `input` [rows,
+  // H] is copied into the graph's input buffer first (the padding rows' inputs are zeros).
+  // Returns the logits [seqs or rows, vocab] (shared buffer) and sets `hidden` [rows, H] (the
+  // graph's own), as run_with_hidden.
   Tensor run_head(const ForwardBatch& batch, const Tensor& input, const HeadForward& forward, Tensor& hidden);
   static constexpr int kMaxTokensPerSeq = 16;
   // Rows of a verify graph: past this a step is bound by its GEMMs, and each row holds a
@@ -89,6 +91,8 @@ class DecodeGraphs {
   // Q when every sequence of `batch` brings Q tokens (1 .. kMaxTokensPerSeq), in order, and the
   // padded batch has at most kMaxHiddenRows rows; else 0.
   int uniform_tokens(const ForwardBatch& batch) const;
+  // Whether a batch of sequences of q tokens each wants every row's logits, in order.
+  static bool every_row(const ForwardBatch& batch, int q);
   // A batch padded to `size` sequences of `tokens` tokens each; the padding sequences want the
   // logits of every row (every_row) or of their last.
   ForwardBatch padded(const ForwardBatch& batch, int size, int tokens = 1, bool every_row = true) const;
@@ -104,7 +108,8 @@ class DecodeGraphs {
   // Verify steps, by (bucket, tokens a sequence, ForwardBatch::state_steps' first slot and count:
   // a graph bakes them into its launches).
   std::map<std::tuple<int, int, int, int>, Bucket> verifies_;
-  std::map<std::pair<int, int>, Bucket> heads_;  // draft-head steps, by (bucket, tokens a sequence)
+  // Draft-head steps, by (bucket, tokens a sequence, every row's logits or the last's).
+  std::map<std::tuple<int, int, bool>, Bucket> heads_;
 };
 
 }  // namespace strata::ops::cuda

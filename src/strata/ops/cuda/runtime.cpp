@@ -313,6 +313,14 @@ class Backend {
       feed_tokens(dev + l.tokens, dev + l.feed_rows, dev + l.feed_from, int(b.feed_rows.size()),
                   b.feed_ids.data<int32_t>());
     }
+    if (b.shift.defined()) {
+      STRATA_CHECK(b.shift.device() == Device::kCuda, "batch: the shift must be on the GPU, got ",
+                   b.shift.describe());
+      b.validate_feed();
+      int32_t* dev = buf.device.data<int32_t>();
+      shift_positions(dev + l.ctx, dev + l.positions, dev + l.q_start, int(b.shift.numel()),
+                      b.shift.data<int32_t>());
+    }
     return l;
   }
 };

@@ -1089,6 +1089,16 @@ __global__ void feed_tokens_kernel(int32_t* tokens, const int32_t* rows, const i
   if (i < n) tokens[rows[i]] = ids[from[i]];
 }
 
+__global__ void shift_positions_kernel(int32_t* ctx, int32_t* positions, const int32_t* q_start, int n,
+                                       const int32_t* shift) {
+  pdl_begin();
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n) {
+    ctx[s] += shift[s];
+    positions[q_start[s]] += shift[s];
+  }
+}
+
 template <class T>
 std::vector<int32_t> as_words(const std::vector<T>& v) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) % 4 == 0);
@@ -1172,6 +1182,12 @@ void feed_tokens(int32_t* tokens, const int32_t* rows, const int32_t* from, int 
   if (n == 0) return;
   launch_pdl(feed_tokens_kernel, unsigned((n + 127) / 128), 128, 0, tokens, rows, from, n, ids);
   check_launch("feed_tokens");
+}
+
+void shift_positions(int32_t* ctx, int32_t* positions, const int32_t* q_start, int n, const int32_t* shift) {
+  if (n == 0) return;
+  launch_pdl(shift_positions_kernel, unsigned((n + 127) / 128), 128, 0, ctx, positions, q_start, n, shift);
+  check_launch("shift_positions");
 }
 
 void sample_tokens_begin(const Tensor& logits, const SampleBatch& batch, DrawsInFlight& draws) {
