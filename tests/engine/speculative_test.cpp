@@ -311,6 +311,26 @@ TEST(Speculative, DynamicDraftLengthKeepsGreedyOutputsAtBatchOne) {
   }
 }
 
+// The draft chain under dynamic K: a verify of k drafts (any k the policy or the token budget
+// left), K drafted on the device, each sequence keeping as many as the policy then wants; the
+// same outputs as without speculation, at batch 8 and at batch 1.
+TEST(Speculative, DraftChainKeepsGreedyOutputsUnderDynamicK) {
+  const Workload w = chain_workload();
+  const SpecRun plain = run(default_model_config(0), w.prompts, w.params);
+  const SpecRun dyn = run(dynamic_config(3, cheap_costs()), w.prompts, w.params);
+  expect_same(plain, dyn, "chain, dynamic K");
+  print_stats("chain, dynamic, cheap", dyn.stats);
+  std::printf("  chained steps %lld of %lld\n", (long long)dyn.stats.spec_chain_steps, (long long)dyn.stats.steps);
+  EXPECT_GT(dyn.stats.spec_chain_steps, 0);
+  EXPECT_GT(dyn.stats.spec_rollbacks, 0);
+  const std::vector<std::vector<int32_t>> one = {w.prompts[1], w.prompts[3]};
+  const std::vector<SamplingParams> one_params = {w.params[1], w.params[1]};
+  const SpecRun plain_one = run(default_model_config(0), one, one_params);
+  const SpecRun dyn_one = run(dynamic_config(3, cheap_costs()), one, one_params);
+  expect_same(plain_one, dyn_one, "chain, dynamic K, batch 1");
+  EXPECT_GT(dyn_one.stats.spec_chain_steps, 0);
+}
+
 TEST(SpeculativeConfig, ParsesVllmsFlagAndNamesBadFields) {
   const SpeculativeConfig c = parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 3})");
   EXPECT_EQ(c.method, "mtp");

@@ -214,13 +214,14 @@ void CacheManager::restore_step(const Sequence& seq, int32_t j) {
   if (has_state_) copy_state(checkpoint_slot(seq) + j, seq.state_slot);
 }
 
-void CacheManager::restore_steps(const std::vector<const Sequence*>& seqs, const Tensor& accepted) {
+void CacheManager::restore_steps(const std::vector<const Sequence*>& seqs, const Tensor& accepted, int32_t verified) {
   if (!has_state_) return;
-  STRATA_CHECK(config_.state_steps > 0, "cache manager: no per-token states to restore");
+  STRATA_CHECK(verified > 0 && verified <= config_.state_steps, "cache manager: ", verified, " drafts verified, ",
+               config_.state_steps, " per-token states a slot");
   flush_state_copies();  // the copies queued before go first
   std::vector<ops::SlotCopy> copies;
   for (const Sequence* seq : seqs) copies.push_back({checkpoint_slot(*seq), seq->state_slot});
-  caches_.copy_slots_selected(copies, accepted, config_.state_steps);
+  caches_.copy_slots_selected(copies, accepted, verified);
 }
 
 void CacheManager::checkpoint_state(const Sequence& seq) {

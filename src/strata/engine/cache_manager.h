@@ -105,9 +105,10 @@ class CacheManager {
   // after token j becomes the slot's (no replay).
   ForwardBatch::StateSteps state_steps() const;
   void restore_step(const Sequence& seq, int32_t j);
-  // restore_step for each of `seqs` with j = accepted[i] on the device (I32 [seqs.size()]), where
-  // j < state_steps (j == state_steps: every draft kept, nothing to restore).
-  void restore_steps(const std::vector<const Sequence*>& seqs, const Tensor& accepted);
+  // restore_step for each of `seqs` with j = accepted[i] on the device (I32 [seqs.size()]) of the
+  // `verified` drafts each verified (<= state_steps), where j < verified (j == verified: every draft
+  // kept, nothing to restore).
+  void restore_steps(const std::vector<const Sequence*>& seqs, const Tensor& accepted, int32_t verified);
 
   void clear_prefix_cache();
   CacheUsage usage() const;
