@@ -262,13 +262,7 @@ TEST(CudaDense, CopySlotsMatchesCopySlotOneByOne) {
   std::mt19937 rng(18);
   const std::vector<Shape> shapes = {{70, 32, 128, 128}, {70, 15}, {70, 3, 5}};
   std::vector<Tensor> host, gpu;
-  for (const Shape& sh : shapes) {
-    Tensor t = Tensor::empty(sh, sh.size() == 2 ? DType::kU8 : DType::kF32, Device::kCpu);
-    auto* b = static_cast<uint8_t*>(t.raw());
-    for (size_t i = 0; i < t.nbytes(); ++i) b[i] = uint8_t(rng());
-    host.push_back(t);
-    gpu.push_back(t.to(Device::kCuda));
-  }
+  random_byte_pools(shapes, rng, host, gpu);
   std::vector<ops::SlotCopy> copies;
   for (int i = 0; i < 33; ++i) copies.push_back({i, 35 + i});  // 99 copies over three pools
   ops::copy_slots(host, copies);

@@ -79,13 +79,7 @@ TEST(CudaSpecChain, SelectedSlotCopiesMatchTheCpu) {
   const int seqs = 6, steps = 3, slots = seqs + seqs * steps;
   const std::vector<Shape> shapes = {{slots, 32, 128, 128}, {slots, 15}};
   std::vector<Tensor> host, gpu;
-  for (const Shape& sh : shapes) {
-    Tensor t = Tensor::empty(sh, sh.size() == 2 ? DType::kU8 : DType::kF32, Device::kCpu);
-    auto* b = static_cast<uint8_t*>(t.raw());
-    for (size_t i = 0; i < t.nbytes(); ++i) b[i] = uint8_t(rng());
-    host.push_back(t);
-    gpu.push_back(t.to(Device::kCuda));
-  }
+  random_byte_pools(shapes, rng, host, gpu);
   std::vector<ops::SlotCopy> copies;
   std::vector<int32_t> select;
   for (int s = 0; s < seqs; ++s) {

@@ -58,6 +58,19 @@ inline Tensor to_gpu(const Tensor& t, DType dtype = DType::kBF16) {
 // A GPU tensor back on the CPU as F32.
 inline Tensor to_host_f32(const Tensor& t) { return t.to(Device::kCpu).to_f32(); }
 
+// State pools of random bytes, one per shape (a two-dimensional shape U8, so its slots need not be
+// 16-byte aligned; others F32), on the CPU in `host` and copied to the GPU in `gpu`.
+inline void random_byte_pools(const std::vector<Shape>& shapes, std::mt19937& rng, std::vector<Tensor>& host,
+                              std::vector<Tensor>& gpu) {
+  for (const Shape& sh : shapes) {
+    Tensor t = Tensor::empty(sh, sh.size() == 2 ? DType::kU8 : DType::kF32, Device::kCpu);
+    auto* b = static_cast<uint8_t*>(t.raw());
+    for (size_t i = 0; i < t.nbytes(); ++i) b[i] = uint8_t(rng());
+    host.push_back(t);
+    gpu.push_back(t.to(Device::kCuda));
+  }
+}
+
 // max |a - b| / max(1, max |b|): error relative to the reference's scale.
 inline double rel_err(const Tensor& got, const Tensor& ref) {
   EXPECT_EQ(got.numel(), ref.numel());

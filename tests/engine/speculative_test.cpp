@@ -176,15 +176,18 @@ TEST(Speculative, ManyCompletionsRunBesideSpeculation) {
   }
 }
 
+// A cache budget so small that sequences are preempted: from the plan of a roomy engine drafting
+// k tokens, its slots and 6 pages of 16 tokens.
+size_t preempting_budget(int k) {
+  Engine probe(default_mtp_model(), default_model_config(k), GenerationDefaults::load(default_model_dir()));
+  const MemoryPlan& plan = probe.memory_plan();
+  return plan.bytes_per_slot * size_t(plan.seq_slots + plan.snapshot_slots) + plan.bytes_per_block * 6;
+}
+
 TEST(Speculative, GreedyOutputsEqualTheTargetsUnderPreemption) {
   const Workload w = workload();
   EngineConfig c0 = default_model_config(0), c2 = default_model_config(2);
-  // Size the pool from the plan of a roomy engine: 6 pages of 16 tokens beside the slots.
-  Engine probe(default_mtp_model(), default_model_config(2), GenerationDefaults::load(default_model_dir()));
-  const MemoryPlan& plan = probe.memory_plan();
-  const size_t bytes = plan.bytes_per_slot * size_t(plan.seq_slots + plan.snapshot_slots) + plan.bytes_per_block * 6;
-  c0.kv_cache_memory = bytes;
-  c2.kv_cache_memory = bytes;
+  c0.kv_cache_memory = c2.kv_cache_memory = preempting_budget(2);
   const SpecRun plain = run(c0, w.prompts, w.params);
   const SpecRun spec = run(c2, w.prompts, w.params);
 
@@ -236,11 +239,7 @@ TEST(Speculative, DraftChainKeepsGreedyOutputs) {
 TEST(Speculative, DraftChainKeepsGreedyOutputsUnderPreemption) {
   const Workload w = chain_workload();
   EngineConfig c0 = default_model_config(0), c3 = default_model_config(3);
-  Engine probe(default_mtp_model(), default_model_config(3), GenerationDefaults::load(default_model_dir()));
-  const MemoryPlan& plan = probe.memory_plan();
-  const size_t bytes = plan.bytes_per_slot * size_t(plan.seq_slots + plan.snapshot_slots) + plan.bytes_per_block * 6;
-  c0.kv_cache_memory = bytes;
-  c3.kv_cache_memory = bytes;
+  c0.kv_cache_memory = c3.kv_cache_memory = preempting_budget(3);
   const SpecRun plain = run(c0, w.prompts, w.params);
   const SpecRun spec = run(c3, w.prompts, w.params);
   EXPECT_GT(spec.stats.preemptions, 0) << "nothing was preempted: the test tests nothing";

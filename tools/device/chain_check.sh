@@ -5,13 +5,8 @@
 # then every other CUDA test. Logs go to $OUT (logs.tgz holds them all).
 # Usage: bash tools/device/chain_check.sh [KS] [BATCHES]   (defaults 1,2,3 and 1)
 set -uo pipefail
-out=${OUT:-/tmp/strata-out}
-mkdir -p "$out" /tmp/strata-dev
-tar xJf .dev/devbin.tar.xz -C /tmp/strata-dev
-bin=/tmp/strata-dev/devbin
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ "$(pwd -P)" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$(pwd -P)" /work/main; fi
-[ -e models/default/reference/mtp_logits.npy ] || tar xJf models/default/weights.tar.xz -C models/default model.safetensors reference/mtp_logits.npy
+# shellcheck source=tools/device/devbin_env.sh
+source tools/device/devbin_env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 chain='CudaSpecChain.*:CudaDefaultModel.*Graphs*:CudaSpeculative.*'
 timeout 200 "$bin/strata_cuda_tests" --gtest_filter="$chain" >"$out/chain_tests.log" 2>&1

@@ -12,13 +12,8 @@
 # Usage: bash tools/device/session_check.sh [SECONDS]
 set -uo pipefail
 deadline=$((SECONDS + ${1:-540}))
-out=${OUT:-/tmp/strata-out}
-mkdir -p "$out" /tmp/strata-dev
-tar xJf .dev/devbin.tar.xz -C /tmp/strata-dev
-bin=/tmp/strata-dev/devbin
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ "$(pwd -P)" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$(pwd -P)" /work/main; fi
-[ -e models/default/reference/mtp_logits.npy ] || tar xJf models/default/weights.tar.xz -C models/default model.safetensors reference/mtp_logits.npy
+# shellcheck source=tools/device/devbin_env.sh
+source tools/device/devbin_env.sh
 left() { echo $((deadline - SECONDS)); }
 step() {  # step NAME LIMIT COMMAND...: runs when LIMIT seconds are left, within them
   local name=$1 limit=$2

@@ -100,8 +100,6 @@ void Engine::chain_step(StepInFlight& f) {
   ops::gather_rows_selected(picks.reshape({picks.numel(), 1}), accepted, k + 1, drafts_at(1).reshape({n, 1}));
   Tensor h = Tensor::empty({n, head_hidden.dim(1)}, head_hidden.dtype(), dev);
   ops::gather_rows_selected(head_hidden, accepted, k + 1, h);
-  std::vector<int32_t> every(size_t(n), 0);
-  for (int32_t i = 0; i < n; ++i) every[size_t(i)] = i;
   for (int32_t d = 2; d <= depth; ++d) {
     ForwardBatch b;
     for (int32_t i = 0; i < n; ++i) {
@@ -124,10 +122,7 @@ void Engine::chain_step(StepInFlight& f) {
     const Tensor& logits = runner_->run_head(b, h, cache_->caches(), head_hidden);
     ++stats_.spec_draft_forwards;
     ops::argmax(logits, drafts_at(d));
-    if (d < depth) {
-      h = Tensor::empty({n, head_hidden.dim(1)}, head_hidden.dtype(), dev);
-      ops::gather_rows(head_hidden, every, h);  // an eager head writes its hidden states where it read them
-    }
+    if (d < depth) h = head_hidden.to(dev);  // a copy: an eager head writes its hidden states where it read them
   }
   const Tensor back = chain_buf_.rows(0, total).to(Device::kCpu);
   const int32_t* p = back.data<int32_t>();

@@ -305,19 +305,17 @@ class Backend {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(buf.device.raw(), buf.host.get(), l.total * 4,
                                       cudaMemcpyHostToDevice, stream_));
     STRATA_CUDA_CHECK(cudaEventRecord(buf.copied, stream_));
+    if (!b.feed_rows.empty() || b.shift.defined()) b.validate_feed();
+    int32_t* dev = buf.device.data<int32_t>();
     if (!b.feed_rows.empty()) {
       STRATA_CHECK(b.feed_ids.device() == Device::kCuda && b.feed_ids.dtype() == DType::kI32,
                    "batch: the fed draws must be I32 on the GPU, got ", b.feed_ids.describe());
-      b.validate_feed();
-      int32_t* dev = buf.device.data<int32_t>();
       feed_tokens(dev + l.tokens, dev + l.feed_rows, dev + l.feed_from, int(b.feed_rows.size()),
                   b.feed_ids.data<int32_t>());
     }
     if (b.shift.defined()) {
       STRATA_CHECK(b.shift.device() == Device::kCuda, "batch: the shift must be on the GPU, got ",
                    b.shift.describe());
-      b.validate_feed();
-      int32_t* dev = buf.device.data<int32_t>();
       shift_positions(dev + l.ctx, dev + l.positions, dev + l.q_start, int(b.shift.numel()),
                       b.shift.data<int32_t>());
     }
