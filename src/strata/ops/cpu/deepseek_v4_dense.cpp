@@ -8,6 +8,7 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/deepseek_v4_ops.h"
 
 namespace strata::ops {
@@ -48,6 +49,7 @@ void check_hyper_weights(const Tensor& x, const Tensor& fn, const Tensor& base, 
 
 void rope_interleaved_tail(const Tensor& x, const std::vector<int32_t>& positions,
                            const TailRope& spec, bool inverse) {
+  STRATA_CUDA_DISPATCH(x, rope_interleaved_tail(x, positions, spec, inverse));
   expect_cpu_f32(x, "rope_interleaved_tail", "x");
   STRATA_CHECK(x.ndim() == 3, "rope_interleaved_tail: x must be [T, H, D], got ", x.describe());
   const int64_t t = x.dim(0), heads = x.dim(1), d = x.dim(2);
@@ -78,6 +80,7 @@ void rope_interleaved_tail(const Tensor& x, const std::vector<int32_t>& position
 }
 
 void rms_norm_unweighted(const Tensor& x, float eps, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, rms_norm_unweighted(x, eps, out));
   expect_cpu_f32(x, "rms_norm_unweighted", "x");
   expect_cpu_f32(out, "rms_norm_unweighted", "out");
   STRATA_CHECK(out.numel() == x.numel() && x.ndim() > 0, "rms_norm_unweighted: out ",
@@ -123,6 +126,7 @@ void sinkhorn_project(float* comb, int s, int iters, float eps) {
 void hyper_pre(const Tensor& x, const Tensor& fn, const Tensor& base, const Tensor& scale,
                const HyperSpec& spec, const Tensor& collapsed, const Tensor& post,
                const Tensor& comb) {
+  STRATA_CUDA_DISPATCH(x, hyper_pre(x, fn, base, scale, spec, collapsed, post, comb));
   STRATA_CHECK(x.ndim() == 3 && x.dim(1) == spec.streams, "hyper_pre: x must be [T, ",
                spec.streams, ", D], got ", x.describe());
   const int64_t t = x.dim(0), s = spec.streams, d = x.dim(2), mix = (2 + s) * s;
@@ -154,6 +158,7 @@ void hyper_pre(const Tensor& x, const Tensor& fn, const Tensor& base, const Tens
 
 void hyper_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb,
                 const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, hyper_post(x, y, post, comb, out));
   expect_cpu_f32(x, "hyper_post", "x");
   expect_cpu_f32(y, "hyper_post", "y");
   STRATA_CHECK(x.ndim() == 3, "hyper_post: x must be [T, S, D], got ", x.describe());
@@ -181,6 +186,7 @@ void hyper_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tens
 
 void hyper_head(const Tensor& x, const Tensor& fn, const Tensor& base, const Tensor& scale,
                 const HyperSpec& spec, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(x, hyper_head(x, fn, base, scale, spec, out));
   STRATA_CHECK(x.ndim() == 3 && x.dim(1) == spec.streams, "hyper_head: x must be [T, ",
                spec.streams, ", D], got ", x.describe());
   const int64_t t = x.dim(0), s = spec.streams, d = x.dim(2);
@@ -203,6 +209,7 @@ void hyper_head(const Tensor& x, const Tensor& fn, const Tensor& base, const Ten
 }
 
 void grouped_linear(const Tensor& x, const Tensor& w, int groups, const Tensor& y) {
+  STRATA_CUDA_DISPATCH(x, grouped_linear(x, w, groups, y));
   expect_cpu_f32(x, "grouped_linear", "x");
   expect_cpu_f32(w, "grouped_linear", "weight");
   expect_cpu_f32(y, "grouped_linear", "y");

@@ -10,6 +10,7 @@
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
 #include "strata/ops/cpu/expert_slabs.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/deepseek_v4_ops.h"
 
 namespace strata::ops {
@@ -47,6 +48,7 @@ void normalise(const float* s, const int32_t* id, int k, float scaling, float* w
 
 void moe_route_sqrt_softplus(const Tensor& logits, const Tensor& bias, int top_k, float scaling,
                              const Tensor& ids, const Tensor& weights) {
+  STRATA_CUDA_DISPATCH(logits, moe_route_sqrt_softplus(logits, bias, top_k, scaling, ids, weights));
   const char* op = "moe_route_sqrt_softplus";
   check_route_outputs(logits, top_k, ids, weights, op);
   const int64_t t = logits.dim(0), e = logits.dim(1);
@@ -76,6 +78,7 @@ void moe_route_sqrt_softplus(const Tensor& logits, const Tensor& bias, int top_k
 void moe_route_hash(const Tensor& logits, const Tensor& tid2eid,
                     const std::vector<int32_t>& token_ids, float scaling, const Tensor& ids,
                     const Tensor& weights) {
+  STRATA_CUDA_DISPATCH(logits, moe_route_hash(logits, tid2eid, token_ids, scaling, ids, weights));
   const char* op = "moe_route_hash";
   STRATA_CHECK(tid2eid.dtype() == DType::kI32 && tid2eid.ndim() == 2 && tid2eid.device() == Device::kCpu,
                op, ": tid2eid must be a CPU I32 [vocab, top_k], got ", tid2eid.describe());
@@ -103,6 +106,7 @@ void moe_route_hash(const Tensor& logits, const Tensor& tid2eid,
 }
 
 void silu_mul_clamped(const Tensor& gate_up, float limit, const Tensor& out) {
+  STRATA_CUDA_DISPATCH(gate_up, silu_mul_clamped(gate_up, limit, out));
   expect_cpu_f32(gate_up, "silu_mul_clamped", "gate_up");
   expect_cpu_f32(out, "silu_mul_clamped", "out");
   const int64_t inter = out.dim(-1), t = rows_of(out);
@@ -118,6 +122,7 @@ void silu_mul_clamped(const Tensor& gate_up, float limit, const Tensor& out) {
 void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& down,
                          const Tensor& ids, const Tensor& weights, float limit, const Tensor& out,
                          const ExpertShard& shard) {
+  STRATA_CUDA_DISPATCH(x, moe_experts_clamped(x, gate_up, down, ids, weights, limit, out, shard));
   const char* op = "moe_experts_clamped";
   expect_cpu_f32(x, op, "x");
   expect_cpu_f32(weights, op, "weights");

@@ -34,6 +34,15 @@ __device__ __forceinline__ void stf(void* p, bool f32, int64_t i, float v) {
 // every output, at a fifth of the instructions (the prefill conv was bound by them).
 __device__ __forceinline__ float silu_f(float x) { return __fdividef(x, 1.f + __expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.f / (1.f + expf(-x)); }
+// The experts' SwiGLU silu(g) * u; with a finite limit, DeepSeek-V4's clamped form
+// silu(min(g, limit)) * clamp(u, -limit, limit) (an infinite one leaves g and u as they are).
+__device__ __forceinline__ float swiglu_f(float g, float u, float limit) {
+  if (limit < INFINITY) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+  }
+  return silu_f(g) * u;
+}
 
 // Eight bf16 in one 16-byte vector.
 __device__ __forceinline__ void unpack8(const uint4& u, float* f) {

@@ -11,6 +11,7 @@
 #include "strata/core/batch.h"
 #include "strata/core/tensor.h"
 #include "strata/ops/ops.h"
+#include "strata/ops/deepseek_v4_ops.h"
 #include "strata/ops/qwen4_exp_ops.h"
 
 namespace strata::ops::cuda {
@@ -103,6 +104,25 @@ void feed_tokens(int32_t* tokens, const int32_t* rows, const int32_t* from, int 
 // ctx[s] += shift[s] and positions[q_start[s]] += shift[s] for s < n (the forward batch's shift:
 // sequences of one token).
 void shift_positions(int32_t* ctx, int32_t* positions, const int32_t* q_start, int n, const int32_t* shift);
+
+// ---- DeepSeek-V4 (deepseek_v4.cu; the ops of deepseek_v4_ops.h that need no cache) ----
+void rope_interleaved_tail(const Tensor& x, const std::vector<int32_t>& positions, const TailRope& spec, bool inverse);
+void rms_norm_unweighted(const Tensor& x, float eps, const Tensor& out);
+void hyper_pre(const Tensor& x, const Tensor& fn, const Tensor& base, const Tensor& scale, const HyperSpec& spec,
+               const Tensor& collapsed, const Tensor& post, const Tensor& comb);
+void hyper_post(const Tensor& x, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& out);
+void hyper_head(const Tensor& x, const Tensor& fn, const Tensor& base, const Tensor& scale, const HyperSpec& spec,
+                const Tensor& out);
+void grouped_linear(const Tensor& x, const Tensor& w, int groups, const Tensor& y);
+void silu_mul_clamped(const Tensor& gate_up, float limit, const Tensor& out);
+void moe_route_sqrt_softplus(const Tensor& logits, const Tensor& bias, int top_k, float scaling, const Tensor& ids,
+                             const Tensor& weights);
+// tid2eid [V, top_k] I32 on the GPU, its entries checked when the model loaded it.
+void moe_route_hash(const Tensor& logits, const Tensor& tid2eid, const std::vector<int32_t>& token_ids, float scaling,
+                    const Tensor& ids, const Tensor& weights);
+// moe.cu's experts with the clamped SwiGLU.
+void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                         const Tensor& weights, float limit, const Tensor& out, const ExpertShard& shard = {});
 
 // ---- Qwen4-Exp (qwen4_exp.cu, qwen4_exp_qsa.cu; the ops of qwen4_exp_ops.h) ----
 void rms_norm_grouped(const Tensor& x, const Tensor& w, int64_t group, float eps, const Tensor& out);

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/profile.h"
@@ -309,11 +310,14 @@ void gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Ou
   check_launch("gemv");
 }
 
+// A GEMM's shape, leading dimensions and batch: the key of its cached cuBLASLt algorithm.
+using GemmKey = std::tuple<int64_t, int64_t, int64_t, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
 struct Lt {
   cublasLtHandle_t handle = nullptr;
   Tensor workspace;
   std::mutex mu;
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, cublasLtMatmulAlgo_t> algos;
+  std::map<GemmKey, cublasLtMatmulAlgo_t> algos;
   Lt() {
     if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt: cannot create a handle");
     workspace = persistent({int64_t(kWorkspace)}, DType::kU8);
@@ -381,10 +385,12 @@ void linear_into(const Tensor& x, const Tensor& w, const std::vector<Tensor>& ys
 
 }  // namespace
 
-void gemm_bf16(const void* x, const void* w, void* y, bool y_f32, int64_t m, int64_t n, int64_t k) {
+void gemm_bf16_grouped(const void* x, int64_t ldx, int64_t x_stride, const void* w, int64_t w_stride, void* y,
+                       bool y_f32, int64_t ldy, int64_t y_stride, int64_t m, int64_t n, int64_t k, int64_t groups) {
   Lt& l = lt();
   // Row-major y[m, n] = x[m, k] · w[n, k]^T is column-major y^T[n, m] = w^T... : A = w (k x n,
-  // transposed), B = x (k x m), C = y (n x m), all column-major.
+  // transposed), B = x (k x m, leading dimension ldx), C = y (n x m, ldy), all column-major; the
+  // groups are a strided batch.
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
@@ -392,13 +398,24 @@ void gemm_bf16(const void* x, const void* w, void* y, bool y_f32, int64_t m, int
   check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
   check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
   check_lt(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k), "layout A");
-  check_lt(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k), "layout B");
-  check_lt(cublasLtMatrixLayoutCreate(&c, y_f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n), uint64_t(m), n),
+  check_lt(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, uint64_t(k), uint64_t(m), ldx), "layout B");
+  check_lt(cublasLtMatrixLayoutCreate(&c, y_f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n), uint64_t(m), ldy),
            "layout C");
+  if (groups > 1) {
+    const int32_t count = int32_t(groups);
+    for (auto [layout, stride] : {std::pair{a, w_stride}, std::pair{b, x_stride}, std::pair{c, y_stride}}) {
+      check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+               "batch count");
+      check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                sizeof(stride)),
+               "batch stride");
+    }
+  }
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> lock(l.mu);
-    const auto key = std::make_tuple(m, n, k, y_f32);
+    const GemmKey key{m, n, k, y_f32, ldx, ldy, groups > 1 ? x_stride : 0, groups > 1 ? w_stride : 0,
+                      groups > 1 ? y_stride : 0, groups};
     auto it = l.algos.find(key);
     if (it == l.algos.end()) {
       cublasLtMatmulPreference_t pref = nullptr;
@@ -412,7 +429,7 @@ void gemm_bf16(const void* x, const void* w, void* y, bool y_f32, int64_t m, int
       check_lt(cublasLtMatmulAlgoGetHeuristic(l.handle, desc, a, b, c, c, pref, 1, &result, &found),
                "AlgoGetHeuristic");
       cublasLtMatmulPreferenceDestroy(pref);
-      STRATA_CHECK(found > 0, "cuBLASLt: no algorithm for a ", m, "x", n, "x", k, " bf16 GEMM");
+      STRATA_CHECK(found > 0, "cuBLASLt: no algorithm for a ", m, "x", n, "x", k, " bf16 GEMM (", groups, " groups)");
       it = l.algos.emplace(key, result.algo).first;
     }
     algo = it->second;
@@ -425,6 +442,10 @@ void gemm_bf16(const void* x, const void* w, void* y, bool y_f32, int64_t m, int
   cublasLtMatrixLayoutDestroy(c);
   cublasLtMatmulDescDestroy(desc);
   check_lt(s, "Matmul");
+}
+
+void gemm_bf16(const void* x, const void* w, void* y, bool y_f32, int64_t m, int64_t n, int64_t k) {
+  gemm_bf16_grouped(x, k, 0, w, 0, y, y_f32, n, 0, m, n, k, 1);
 }
 
 void linear(const Tensor& x, const Tensor& w, const Tensor& y) {

@@ -8,5 +8,10 @@ namespace strata::ops::cuda {
 // Row-major y[m, n] = x[m, k] · w[n, k]^T on the backend's stream: bf16 inputs, fp32
 // accumulation, y BF16 or F32 (y_f32). Capturable in a CUDA graph once the shape has run.
 void gemm_bf16(const void* x, const void* w, void* y, bool y_f32, int64_t m, int64_t n, int64_t k);
+// The same for `groups` GEMMs in one call (a strided batch): group g reads x + g x_stride (rows
+// ldx elements apart) and w + g w_stride ([n, k] contiguous), and writes y + g y_stride (rows
+// ldy apart). Strides and leading dimensions count elements.
+void gemm_bf16_grouped(const void* x, int64_t ldx, int64_t x_stride, const void* w, int64_t w_stride, void* y,
+                       bool y_f32, int64_t ldy, int64_t y_stride, int64_t m, int64_t n, int64_t k, int64_t groups);
 
 }  // namespace strata::ops::cuda

@@ -178,7 +178,7 @@ template <int kRoutePer, bool kFp8>
 __global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(const bf16* x, ExpertMatrix gate_up,
                                                                         const int32_t* ids, RouteArgs route,
                                                                         int top_k, int64_t h_dim, int64_t inter,
-                                                                        bf16* act) {
+                                                                        float limit, bf16* act) {
   pdl_begin();
   const int pair = blockIdx.x, lane = threadIdx.x & 31;
   const int64_t i = int64_t(blockIdx.y) * kGateUpWarps + (threadIdx.x >> 5);
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(cons
   }
   g = warp_sum(g);
   u = warp_sum(u);
-  if (lane == 0) act[int64_t(pair) * inter + i] = f2bf(silu_f(g) * u);
+  if (lane == 0) act[int64_t(pair) * inter + i] = f2bf(swiglu_f(g, u, limit));
 }
 
 // grid (tokens, ceil(H / 8)): warp w of block y computes out[t, 8y + w] = sum_j w_j (down_j . act_j)
@@ -566,7 +566,7 @@ Tensor dequantised_experts(const Tensor& w) {
 // weights too (routes_in_gate_up holds).
 void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                  const Tensor& weights, const SharedArgs& shared, const Tensor& shared_gate_up,
-                 const Tensor& shared_down, const RouteArgs& route, const Tensor& out) {
+                 const Tensor& shared_down, const RouteArgs& route, const Tensor& out, float limit = INFINITY) {
   const char* op = "moe_experts";
   expect_dtype(x, DType::kBF16, op, "x");
   const bool fp8 = gate_up.scaled();
@@ -594,7 +594,7 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
     auto* ap = static_cast<bf16*>(act.raw());
     const int32_t* given = route.logits ? nullptr : ids.data<int32_t>();
     auto gate_up_gemv = [&](auto kernel) {
-      launch_pdl(kernel, grid, kGateUpWarps * 32, 0, xp, gu_m, given, route, int(k), h, inter, ap);
+      launch_pdl(kernel, grid, kGateUpWarps * 32, 0, xp, gu_m, given, route, int(k), h, inter, limit, ap);
     };
     if (!route.logits) {
       fp8 ? gate_up_gemv(gate_up_gemv_kernel<0, true>) : gate_up_gemv(gate_up_gemv_kernel<0, false>);
@@ -642,10 +642,10 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
     gu_g = {gate_up16.raw(), nullptr, 0};
     dn_g = {down16.raw(), nullptr, 0};
   }
-  moe_grouped_gemm(xp, perm_token, gu_g, tiles, tiling, unsigned(max_tiles), ne, h, inter, true,
+  moe_grouped_gemm(xp, perm_token, gu_g, tiles, tiling, unsigned(max_tiles), ne, h, inter, true, limit,
                    static_cast<bf16*>(act.raw()));
   moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dn_g, tiles, tiling, unsigned(max_tiles), ne, inter, h,
-                   false, static_cast<bf16*>(y.raw()));
+                   false, INFINITY, static_cast<bf16*>(y.raw()));
   // The shared expert's output, added by the unpermute (one pass over out, one rounding).
   Tensor shared_y;
   if (shared.down) shared_y = shared_expert_output(shared_gate_up, shared_down);
@@ -669,6 +669,14 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   OpTimer timer_("moe_experts", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
   check_unsharded(shard, gate_up, "moe_experts");
   run_experts(x, gate_up, down, ids, weights, SharedArgs{}, Tensor(), Tensor(), RouteArgs{}, out);
+}
+
+void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                         const Tensor& weights, float limit, const Tensor& out, const ExpertShard& shard) {
+  OpTimer timer_("moe_experts_clamped", x.ndim() ? x.dim(0) : 0, ids.ndim() == 2 ? ids.dim(1) : 0);
+  check_unsharded(shard, gate_up, "moe_experts_clamped");
+  STRATA_CHECK(limit > 0, "moe_experts_clamped: the SwiGLU limit must be positive, got ", limit);
+  run_experts(x, gate_up, down, ids, weights, SharedArgs{}, Tensor(), Tensor(), RouteArgs{}, out, limit);
 }
 
 namespace {

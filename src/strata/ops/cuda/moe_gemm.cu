@@ -40,7 +40,8 @@ constexpr size_t kSmemFp8 =
 template <bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* __restrict__ a,
                                                                    const int32_t* gather, ExpertMatrix w,
-                                                                   MoeTiles tiles, int64_t k, int64_t n, bf16* out) {
+                                                                   MoeTiles tiles, int64_t k, int64_t n, float limit,
+                                                                   bf16* out) {
   constexpr int kWm = kBm / 2, kMt = kWm / 16;  // a warp's rows and 16-row tiles
   pdl_begin();
   extern __shared__ __align__(128) bf16 smem[];
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
           if (c >= n) continue;
           const float g0 = acc[mt][j][2 * half], g1 = acc[mt][j][2 * half + 1];
           const float u0 = acc[mt][j + 2][2 * half], u1 = acc[mt][j + 2][2 * half + 1];
-          *reinterpret_cast<__nv_bfloat162*>(orow + c) = __floats2bfloat162_rn(silu_f(g0) * u0, silu_f(g1) * u1);
+          *reinterpret_cast<__nv_bfloat162*>(orow + c) = __floats2bfloat162_rn(swiglu_f(g0, u0, limit), swiglu_f(g1, u1, limit));
         }
       } else {
 #pragma unroll
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const bf16* _
 
 template <bool kGateUp, bool kFp8>
 void launch(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles, unsigned max_tiles,
-            int64_t k, int64_t n, bf16* out) {
+            int64_t k, int64_t n, float limit, bf16* out) {
   constexpr size_t smem = kFp8 ? kSmemFp8 : kSmem;
   static const bool kAttr = [] {
     allow_shared_memory(reinterpret_cast<const void*>(grouped_gemm_kernel<kGateUp, kFp8>), smem, "moe_grouped_gemm");
@@ -197,7 +198,7 @@ void launch(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const M
   (void)kAttr;
   const unsigned col_blocks = unsigned(kGateUp ? (n + 63) / 64 : (n + kBn - 1) / kBn);
   launch_pdl(grouped_gemm_kernel<kGateUp, kFp8>, dim3(col_blocks, max_tiles), kThreads, smem, a, gather, w, tiles, k,
-             n, out);
+             n, limit, out);
 }
 
 }  // namespace
@@ -209,16 +210,16 @@ MoeTiling moe_tiling(int64_t pairs, int64_t experts) {
 
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
                       const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
-                      bf16* out) {
+                      float limit, bf16* out) {
   if (tiling.wgmma) {
     STRATA_CHECK(!w.scale, "moe_grouped_gemm: the wgmma kernel takes bf16 experts");
-    moe_grouped_gemm_wgmma(a, gather, static_cast<const bf16*>(w.w), tiles, max_tiles, experts, k, n, gate_up, out);
+    moe_grouped_gemm_wgmma(a, gather, static_cast<const bf16*>(w.w), tiles, max_tiles, experts, k, n, gate_up, limit, out);
   } else if (w.scale) {
-    gate_up ? launch<true, true>(a, gather, w, tiles, max_tiles, k, n, out)
-            : launch<false, true>(a, gather, w, tiles, max_tiles, k, n, out);
+    gate_up ? launch<true, true>(a, gather, w, tiles, max_tiles, k, n, limit, out)
+            : launch<false, true>(a, gather, w, tiles, max_tiles, k, n, limit, out);
   } else {
-    gate_up ? launch<true, false>(a, gather, w, tiles, max_tiles, k, n, out)
-            : launch<false, false>(a, gather, w, tiles, max_tiles, k, n, out);
+    gate_up ? launch<true, false>(a, gather, w, tiles, max_tiles, k, n, limit, out)
+            : launch<false, false>(a, gather, w, tiles, max_tiles, k, n, limit, out);
   }
   check_launch(gate_up ? "moe_grouped_gemm_gate_up" : "moe_grouped_gemm_down");
 }

@@ -34,16 +34,18 @@ struct MoeTiling {
 };
 MoeTiling moe_tiling(int64_t pairs, int64_t experts);
 
-// gate_up: out[p, :n] = silu(g) * u with (g; u) = w[e] [2n, k] · a[gather[p]] (a [T, k]);
+// gate_up: out[p, :n] = silu(g) * u with (g; u) = w[e] [2n, k] · a[gather[p]] (a [T, k]), the
+// clamped form with a finite `limit` (swiglu_f);
 // else:    out[p, :n] = w[e] [n, k] · a[p] (a [P, k]).
 // Tiles as `tiling` says; launches column blocks x max_tiles blocks, those past *tiles.count
 // exit at once. FP8 experts (w.scale set) on the mma.sync tiles only (k a multiple of 64 or
 // 32 with the zero-filled half; their weights are bf16(code * scale) there).
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
                       const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
-                      bf16* out);
+                      float limit, bf16* out);
 // The wgmma kernel, tiles of 128 rows: persistent, at most one block an SM.
 void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
-                            unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, bf16* out);
+                            unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, float limit,
+                            bf16* out);
 
 }  // namespace strata::ops::cuda

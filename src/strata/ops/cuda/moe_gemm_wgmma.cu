@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
                                                                     const __grid_constant__ CUtensorMap wmap,
                                                                     MoeTiles tiles,
                                                                     int64_t k, int64_t n, int col_blocks,
-                                                                    bf16* out) {
+                                                                    float limit, bf16* out) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
   const uint32_t as = base, bs = base + kStages * kAStage;
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
             const int64_t col = int64_t(nb) * 128 + h * 64 + 8 * j + 2 * t;
             if (col < n) {
               *reinterpret_cast<__nv_bfloat162*>(orow + col) =
-                  __floats2bfloat162_rn(silu_f(d[q]) * d[q + 32], silu_f(d[q + 1]) * d[q + 33]);
+                  __floats2bfloat162_rn(swiglu_f(d[q], d[q + 32], limit), swiglu_f(d[q + 1], d[q + 33], limit));
             }
           } else {
             const int64_t col = int64_t(nb) * kBn + h * 128 + 8 * j + 2 * t;
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
 
 template <bool kGateUp>
 void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, unsigned max_tiles,
-            int64_t experts, int64_t k, int64_t n, bf16* out) {
+            int64_t experts, int64_t k, int64_t n, float limit, bf16* out) {
   static const bool kAttr = [] {
     allow_shared_memory(reinterpret_cast<const void*>(wgmma_grouped_kernel<kGateUp>), kSmemBytes,
                         "moe_grouped_gemm");
@@ -236,15 +236,16 @@ void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles&
   const uint32_t box[3] = {kBk, kGateUp ? 64u : uint32_t(kBn), 1};
   const CUtensorMap wmap = tensor_map_bf16(w, 3, dims, strides, box, true);
   launch_pdl(wgmma_grouped_kernel<kGateUp>, grid, kThreads, kSmemBytes, a, gather, wmap, tiles, k, n,
-             col_blocks, out);
+             col_blocks, limit, out);
 }
 
 }  // namespace
 
 void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
-                            unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, bf16* out) {
-  gate_up ? launch<true>(a, gather, w, tiles, max_tiles, experts, k, n, out)
-          : launch<false>(a, gather, w, tiles, max_tiles, experts, k, n, out);
+                            unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, float limit,
+                            bf16* out) {
+  gate_up ? launch<true>(a, gather, w, tiles, max_tiles, experts, k, n, limit, out)
+          : launch<false>(a, gather, w, tiles, max_tiles, experts, k, n, limit, out);
 }
 
 }  // namespace strata::ops::cuda
