@@ -9,6 +9,7 @@
 
 #include "strata/core/parallel.h"
 #include "strata/ops/cpu/check.h"
+#include "strata/ops/cuda/dispatch.h"
 #include "strata/ops/deepseek_v4_ops.h"
 
 namespace strata::ops {
@@ -98,6 +99,7 @@ void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape,
                      const Tensor& ring_kv, const Tensor& ring_gate, const ForwardBatch& batch,
                      const CompressorSpec& spec, const std::vector<CompressedEntry>& entries,
                      const Tensor& pooled) {
+  STRATA_CUDA_DISPATCH(kv, compressor_pool(kv, gate, ape, ring_kv, ring_gate, batch, spec, entries, pooled));
   const char* op = "compressor_pool";
   const int64_t t = batch.num_tokens(), width = spec.width(), rows = spec.ring_rows();
   const int64_t d = spec.head_dim, m = spec.ratio;
@@ -183,6 +185,7 @@ void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape,
 
 void store_compressed(const Tensor& values, const Tensor& pool, const ForwardBatch& batch,
                       int block_size, int ratio, const std::vector<CompressedEntry>& entries) {
+  STRATA_CUDA_DISPATCH(values, store_compressed(values, pool, batch, block_size, ratio, entries));
   const char* op = "store_compressed";
   expect_cpu_f32(values, op, "values");
   const int64_t d = values.ndim() == 2 ? values.dim(1) : -1;
@@ -253,6 +256,7 @@ void check_selected(const Tensor& selected, int64_t t, const char* op) {
 void indexer_top_k(const Tensor& q, const Tensor& weights, const Tensor& k_pool,
                    const ForwardBatch& batch, int block_size, int ratio, float score_scale,
                    float weight_scale, const Tensor& selected) {
+  STRATA_CUDA_DISPATCH(q, indexer_top_k(q, weights, k_pool, batch, block_size, ratio, score_scale, weight_scale, selected));
   const char* op = "indexer_top_k";
   const std::vector<int32_t> seq_of = check_indexer(q, weights, k_pool, batch, block_size, ratio, op);
   const int64_t t = q.dim(0);
@@ -280,6 +284,7 @@ int64_t indexer_max_visible(const ForwardBatch& batch, int ratio) {
 
 void indexer_scores(const Tensor& q, const Tensor& weights, const Tensor& k_pool, const ForwardBatch& batch,
                     int block_size, int ratio, float score_scale, float weight_scale, const Tensor& scores) {
+  STRATA_CUDA_DISPATCH(q, indexer_scores(q, weights, k_pool, batch, block_size, ratio, score_scale, weight_scale, scores));
   const char* op = "indexer_scores";
   const std::vector<int32_t> seq_of = check_indexer(q, weights, k_pool, batch, block_size, ratio, op);
   const int64_t t = q.dim(0);
@@ -297,6 +302,7 @@ void indexer_scores(const Tensor& q, const Tensor& weights, const Tensor& k_pool
 }
 
 void indexer_select(const Tensor& scores, const ForwardBatch& batch, int ratio, const Tensor& selected) {
+  STRATA_CUDA_DISPATCH(scores, indexer_select(scores, batch, ratio, selected));
   const char* op = "indexer_select";
   const int64_t t = batch.num_tokens();
   expect_cpu_f32(scores, op, "scores");
@@ -319,6 +325,7 @@ void sparse_attention(const Tensor& q, const Tensor& kv, const Tensor& kv_pool,
                       const Tensor& comp_pool, int ratio, const Tensor& selected,
                       const Tensor& sinks, const ForwardBatch& batch, int window, float scale,
                       const Tensor& out) {
+  STRATA_CUDA_DISPATCH(q, sparse_attention(q, kv, kv_pool, comp_pool, ratio, selected, sinks, batch, window, scale, out));
   const char* op = "sparse_attention";
   expect_cpu_f32(q, op, "q");
   expect_cpu_f32(kv, op, "kv");

@@ -120,6 +120,20 @@ void moe_route_sqrt_softplus(const Tensor& logits, const Tensor& bias, int top_k
 // tid2eid [V, top_k] I32 on the GPU, its entries checked when the model loaded it.
 void moe_route_hash(const Tensor& logits, const Tensor& tid2eid, const std::vector<int32_t>& token_ids, float scaling,
                     const Tensor& ids, const Tensor& weights);
+// deepseek_v4_attention.cu: the compressors, compressed pages, indexer and sparse attention.
+void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape, const Tensor& ring_kv,
+                     const Tensor& ring_gate, const ForwardBatch& batch, const CompressorSpec& spec,
+                     const std::vector<CompressedEntry>& entries, const Tensor& pooled);
+void store_compressed(const Tensor& values, const Tensor& pool, const ForwardBatch& batch, int block_size, int ratio,
+                      const std::vector<CompressedEntry>& entries);
+void indexer_top_k(const Tensor& q, const Tensor& weights, const Tensor& k_pool, const ForwardBatch& batch,
+                   int block_size, int ratio, float score_scale, float weight_scale, const Tensor& selected);
+void indexer_scores(const Tensor& q, const Tensor& weights, const Tensor& k_pool, const ForwardBatch& batch,
+                    int block_size, int ratio, float score_scale, float weight_scale, const Tensor& scores);
+void indexer_select(const Tensor& scores, const ForwardBatch& batch, int ratio, const Tensor& selected);
+void sparse_attention(const Tensor& q, const Tensor& kv, const Tensor& kv_pool, const Tensor& comp_pool, int ratio,
+                      const Tensor& selected, const Tensor& sinks, const ForwardBatch& batch, int window, float scale,
+                      const Tensor& out);
 // moe.cu's experts with the clamped SwiGLU.
 void moe_experts_clamped(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                          const Tensor& weights, float limit, const Tensor& out, const ExpertShard& shard = {});
