@@ -10,4 +10,6 @@ tar xJf .dev/devbin.tar.xz -C /tmp/strata-dev
 bin=/tmp/strata-dev/devbin
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 if [ "$(pwd -P)" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$(pwd -P)" /work/main; fi
-[ -e models/default/reference/mtp_logits.npy ] || tar xJf models/default/weights.tar.xz -C models/default model.safetensors reference/mtp_logits.npy
+if [ -e models/default/weights.tar.xz ] && [ ! -e models/default/reference/mtp_logits.npy ]; then
+  tar xJf models/default/weights.tar.xz -C models/default model.safetensors reference/mtp_logits.npy
+fi

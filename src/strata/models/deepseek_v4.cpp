@@ -19,6 +19,7 @@
 #include "strata/models/weights.h"
 #include "strata/ops/deepseek_v4_ops.h"
 #include "strata/ops/ops.h"
+#include "strata/ops/qwen4_exp_ops.h"
 
 namespace strata {
 namespace {
@@ -31,7 +32,10 @@ class DeepseekV4Model final : public Model {
  public:
   DeepseekV4Model(const Checkpoint& ckpt, Device device, const dist::Parallel& par, bool mtp)
       : device_(device), par_(par) {
-    STRATA_CHECK(device == Device::kCpu, ckpt.dir(), ": deepseek_v4 runs on the CPU reference path only so far");
+    STRATA_CHECK(device == Device::kCpu || par_.size == 1, ckpt.dir(), ": deepseek_v4 on CUDA runs on one GPU so far (",
+                 par_.size, " ranks asked)");
+    STRATA_CHECK(device == Device::kCpu || !mtp, ckpt.dir(), ": deepseek_v4's multi-token-prediction head runs on the "
+                 "CPU only so far");
     cfg_ = parse_deepseek_v4_config(ckpt.config(), ckpt.config_path());
     check_shardable(cfg_, par_);
     WeightLoader loader(ckpt, "", device, par_.rank == 0);
@@ -108,7 +112,7 @@ class DeepseekV4Model final : public Model {
     ops::rms_norm(hidden.reshape({t * s, h}), m.hnorm, eps(), false, normed);
     Tensor streams = act({t, s, h}), e_streams = act({t, s, h});
     ops::linear(normed, m.h_proj, streams.reshape({t * s, h}));
-    broadcast_streams(e_proj, e_streams);
+    ops::hc_expand(e_proj, int(s), e_streams.reshape({t, s * h}));
     ops::add(streams, e_streams, streams);
     block(m.block, int64_t(w_.layers.size()), streams, batch, caches);
     head(streams, batch, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, logits);
@@ -118,12 +122,19 @@ class DeepseekV4Model final : public Model {
  private:
   void run(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor* hidden) {
     check_batch(batch, caches);
+    STRATA_CHECK(!hidden || device_ == Device::kCpu, "deepseek_v4: the hidden streams are kept on the CPU only so far");
     const int64_t t = batch.num_tokens(), h = cfg_.hidden, s = cfg_.hc_mult;
-    // The residual: hc_mult copies of the embedding.
+    const int64_t n = int64_t(batch.logit_rows.size());
+    // The logits outlive the forward's workspace (ForwardScope): made before it opens.
+    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
+      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
+    }
+    ops::ForwardScope scope(device_, batch);
+    // The residual: hc_mult copies of the embedding, F32 on every device.
     Tensor embedded = act({t, h});
     ops::embedding(w_.embed, batch.token_ids, embedded);
-    Tensor streams = act({t, s, h});
-    broadcast_streams(embedded, streams);
+    Tensor streams = f32({t, s, h});
+    ops::hc_expand(embedded, int(s), streams.reshape({t, s * h}));
     for (size_t i = 0; i < w_.layers.size(); ++i) block(w_.layers[i], int64_t(i), streams, batch, caches);
     head(streams, batch, w_.hc_head_fn, w_.hc_head_base, w_.hc_head_scale, w_.norm, logits);
     if (hidden) *hidden = streams.reshape({t, s * h});
@@ -133,7 +144,7 @@ class DeepseekV4Model final : public Model {
   void block(const Dsv4Layer& l, int64_t layer, const Tensor& streams, const ForwardBatch& batch, Caches& caches) {
     const int64_t t = streams.dim(0), h = cfg_.hidden, s = cfg_.hc_mult;
     Tensor collapsed = act({t, h}), normed = act({t, h}), out = act({t, h});
-    Tensor post = act({t, s}), comb = act({t, s, s});
+    Tensor post = f32({t, s}), comb = f32({t, s, s});
     ops::hyper_pre(streams, l.hc_attn_fn, l.hc_attn_base, l.hc_attn_scale, hyper_, collapsed, post, comb);
     ops::rms_norm(collapsed, l.attn_norm, eps(), false, normed);
     attention(l, layer, normed, batch, caches, out);
@@ -150,7 +161,7 @@ class DeepseekV4Model final : public Model {
             const Tensor& scale, const Tensor& norm, Tensor& logits) {
     const int64_t t = streams.dim(0), h = cfg_.hidden, s = cfg_.hc_mult;
     const int64_t n = int64_t(batch.logit_rows.size());
-    Tensor last = act({n, s * h}), head_in = act({n, h}), final_normed = act({n, h});
+    Tensor last = f32({n, s * h}), head_in = act({n, h}), final_normed = act({n, h});
     ops::gather_rows(streams.reshape({t, s * h}), batch.logit_rows, last);
     ops::hyper_head(last.reshape({n, s, h}), fn, base, scale, hyper_, head_in);
     ops::rms_norm(head_in, norm, eps(), false, final_normed);
@@ -190,7 +201,12 @@ class DeepseekV4Model final : public Model {
   }
 
   float eps() const { return float(cfg_.rms_eps); }
-  Tensor act(Shape shape) const { return Tensor::empty(std::move(shape), DType::kF32, device_); }
+  // Activations: F32 on the CPU, BF16 on CUDA (what its matrix ops take). The residual streams,
+  // the hyper-connection mixes, router logits and routing weights stay F32 everywhere.
+  Tensor act(Shape shape) const {
+    return Tensor::empty(std::move(shape), device_ == Device::kCuda ? DType::kBF16 : DType::kF32, device_);
+  }
+  Tensor f32(Shape shape) const { return Tensor::empty(std::move(shape), DType::kF32, device_); }
 
   void check_batch(const ForwardBatch& batch, const Caches& caches) const {
     batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
@@ -208,15 +224,6 @@ class DeepseekV4Model final : public Model {
         STRATA_CHECK(batch.positions[size_t(q.q_start + j)] == q.ctx_len + j, "deepseek_v4 forward: row ",
                      q.q_start + j, " of sequence ", si, " has position ", batch.positions[size_t(q.q_start + j)],
                      ", expected ", q.ctx_len + j, " (the compressors need consecutive positions)");
-      }
-    }
-  }
-
-  static void broadcast_streams(const Tensor& embedded, const Tensor& streams) {
-    const int64_t t = streams.dim(0), s = streams.dim(1), h = streams.dim(2);
-    for (int64_t i = 0; i < t; ++i) {
-      for (int64_t k = 0; k < s; ++k) {
-        std::copy_n(embedded.data<float>() + i * h, h, streams.data<float>() + (i * s + k) * h);
       }
     }
   }
@@ -284,7 +291,7 @@ class DeepseekV4Model final : public Model {
                            selected);
       } else {
         // Every rank scores over its heads; the summed scores give every rank the same top-k.
-        Tensor scores = act({t, ops::indexer_max_visible(batch, ratio)});
+        Tensor scores = f32({t, ops::indexer_max_visible(batch, ratio)});
         ops::indexer_scores(iq, iw, cache.paged[kIndexK], batch, caches.block_size, ratio, score_scale,
                             weight_scale, scores);
         reduce(scores);
@@ -303,9 +310,9 @@ class DeepseekV4Model final : public Model {
 
   void moe(const Dsv4Layer& l, const Tensor& x, const std::vector<int32_t>& token_ids, const Tensor& y) {
     const int64_t t = x.dim(0), k = cfg_.top_k;
-    Tensor logits = act({t, cfg_.experts});
+    Tensor logits = f32({t, cfg_.experts});
     ops::linear(x, l.router, logits);
-    Tensor ids = Tensor::empty({t, k}, DType::kI32, device_), weights = act({t, k});
+    Tensor ids = Tensor::empty({t, k}, DType::kI32, device_), weights = f32({t, k});
     if (l.mlp == Dsv4Mlp::kHash) {
       ops::moe_route_hash(logits, l.tid2eid, token_ids, float(cfg_.routed_scaling), ids, weights);
     } else {

@@ -110,6 +110,12 @@ class Reader {
 
   // A float tensor (norms, biases, hyper-connection weights, ...).
   Tensor vec(const std::string& name, const Shape& shape) { return w_.get_top(name, shape); }
+  // A float tensor kept F32 on every device (the hyper-connection mixes, which HF computes in
+  // float32; small).
+  Tensor vec_f32(const std::string& name, const Shape& shape) {
+    if (w_.device() == Device::kCpu) return vec(name, shape);
+    return w_.get_host_f32(name, shape).to(w_.device());
+  }
 
   // A weight matrix [N, K]: float, FP8 with block scales, or MXFP4.
   Tensor matrix(const std::string& name, const Shape& shape) {
@@ -127,8 +133,16 @@ class Reader {
     int64_t n = 0;
     for (const auto& r : rows) n += r.second;
     if (dummy()) return w_.random(name, {n, cols.second});
+    return w_.to_device(host_slice(name, shape, rows, cols));
+  }
+  // The same slice as CPU float32 (for stacks assembled on the host: per-expert tensors).
+  Tensor host_slice(const std::string& name, const Shape& shape, const std::vector<std::pair<int64_t, int64_t>>& rows,
+                    std::pair<int64_t, int64_t> cols) {
+    int64_t n = 0;
+    for (const auto& r : rows) n += r.second;
+    if (dummy()) return w_.random_host(name, {n, cols.second}, DType::kF32);
     const Tensor part = slice_experts(readable(name, shape), 0, 1, rows, cols, ckpt_.file_of(name) + ": tensor '" + name + "'");
-    return w_.to_device(part.reshape({n, cols.second}));
+    return part.reshape({n, cols.second});
   }
   Tensor matrix_rows(const std::string& name, const Shape& shape, int64_t begin, int64_t count) {
     return matrix_slice(name, shape, {{begin, count}}, {0, shape[1]});
@@ -139,13 +153,14 @@ class Reader {
     if (!dummy()) readable(name, shape, /*mark_only=*/true);
   }
 
-  // tid2eid: an integer table [vocab, top_k] as I32, its entries checked against the experts.
+  // tid2eid: an integer table [vocab, top_k] as I32 on the device, its entries checked against
+  // the experts (here, on the host: the CUDA router trusts them).
   // Dummy: token t routes to experts (t * top_k + k) mod experts, k < top_k.
   Tensor expert_table(const std::string& name, const Shape& shape) {
     if (dummy()) {
       Tensor out = Tensor::empty(shape, DType::kI32);
       for (int64_t i = 0; i < out.numel(); ++i) out.data<int32_t>()[i] = int32_t(i % c_.experts);
-      return out;
+      return out.to(w_.device());
     }
     Tensor raw = w_.raw(name, shape);
     const DType t = raw.dtype();
@@ -165,7 +180,7 @@ class Reader {
                    i / shape[1], " routes to expert ", v, " of ", c_.experts);
       out.data<int32_t>()[i] = int32_t(v);
     }
-    return out;
+    return out.to(w_.device());
   }
 
   WeightLoader& loader() { return w_; }
@@ -298,11 +313,14 @@ void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, i
         continue;
       }
       const int64_t k = j - es.first;
-      put_rows(l.experts_gate_up, k * 2 * is.count, r.matrix_slice(w1, {inter, h}, {{is.first, is.count}}, {0, h}));
+      put_rows(l.experts_gate_up, k * 2 * is.count, r.host_slice(w1, {inter, h}, {{is.first, is.count}}, {0, h}));
       put_rows(l.experts_gate_up, k * 2 * is.count + is.count,
-               r.matrix_slice(w3, {inter, h}, {{is.first, is.count}}, {0, h}));
-      put_rows(l.experts_down, k * h, r.matrix_slice(w2, {h, inter}, {{0, h}}, {is.first, is.count}));
+               r.host_slice(w3, {inter, h}, {{is.first, is.count}}, {0, h}));
+      put_rows(l.experts_down, k * h, r.host_slice(w2, {h, inter}, {{0, h}}, {is.first, is.count}));
     }
+    // Stacked on the host, then converted for the device whole.
+    l.experts_gate_up = r.loader().to_device(l.experts_gate_up);
+    l.experts_down = r.loader().to_device(l.experts_down);
   } else {
     const std::string base = cat("model.layers.", i, ".mlp.experts.");
     WeightLoader& w = r.loader();
@@ -314,8 +332,10 @@ void load_moe(Reader& r, const DeepseekV4Config& c, const dist::Parallel& par, i
   const int64_t shared = inter * c.shared_experts;
   if (shared == 0) return;
   l.shared_gate_up = Tensor::empty({2 * shared, h}, DType::kF32);
-  put_rows(l.shared_gate_up, 0, r.matrix(r.layer(i, "ffn.shared_experts.w1.weight"), {shared, h}));
-  put_rows(l.shared_gate_up, shared, r.matrix(r.layer(i, "ffn.shared_experts.w3.weight"), {shared, h}));
+  put_rows(l.shared_gate_up, 0, r.host_slice(r.layer(i, "ffn.shared_experts.w1.weight"), {shared, h}, {{0, shared}}, {0, h}));
+  put_rows(l.shared_gate_up, shared,
+           r.host_slice(r.layer(i, "ffn.shared_experts.w3.weight"), {shared, h}, {{0, shared}}, {0, h}));
+  l.shared_gate_up = r.loader().to_device(l.shared_gate_up);
   l.shared_down = r.matrix(r.layer(i, "ffn.shared_experts.w2.weight"), {h, shared});
 }
 
@@ -329,10 +349,10 @@ Dsv4Layer load_block(Reader& r, const DeepseekV4Config& c, const dist::Parallel&
   l.mlp = m;
   l.attn_norm = r.vec(r.layer(i, "attn_norm.weight"), {h});
   l.ffn_norm = r.vec(r.layer(i, "ffn_norm.weight"), {h});
-  l.hc_attn_fn = r.vec(r.layer(i, "hc_attn_fn"), {mix, s * h});
+  l.hc_attn_fn = r.vec_f32(r.layer(i, "hc_attn_fn"), {mix, s * h});
   l.hc_attn_base = r.vec(r.layer(i, "hc_attn_base"), {mix});
   l.hc_attn_scale = r.vec(r.layer(i, "hc_attn_scale"), {3});
-  l.hc_ffn_fn = r.vec(r.layer(i, "hc_ffn_fn"), {mix, s * h});
+  l.hc_ffn_fn = r.vec_f32(r.layer(i, "hc_ffn_fn"), {mix, s * h});
   l.hc_ffn_base = r.vec(r.layer(i, "hc_ffn_base"), {mix});
   l.hc_ffn_scale = r.vec(r.layer(i, "hc_ffn_scale"), {3});
   load_attention(r, c, par, i, l);
@@ -359,7 +379,7 @@ std::vector<Dsv4Mtp> load_deepseek_v4_mtp(const Checkpoint& ckpt, const Deepseek
     m.enorm = r.vec(r.layer(i, "enorm.weight"), {h});
     m.hnorm = r.vec(r.layer(i, "hnorm.weight"), {h});
     m.norm = r.vec(r.layer(i, "norm.weight"), {h});
-    m.hc_head_fn = r.vec(r.layer(i, "hc_head_fn"), {s, s * h});
+    m.hc_head_fn = r.vec_f32(r.layer(i, "hc_head_fn"), {s, s * h});
     m.hc_head_base = r.vec(r.layer(i, "hc_head_base"), {s});
     m.hc_head_scale = r.vec(r.layer(i, "hc_head_scale"), {1});
     // A sliding-window block (compress ratio 0) with learned routing, as the published
@@ -395,7 +415,7 @@ Dsv4Weights load_deepseek_v4_weights(const Checkpoint& ckpt, const DeepseekV4Con
     fail(ckpt.dir(), ": missing tensor '", w.names == Dsv4Names::kHfModules ? "lm_head.weight" : "head.weight",
          "' (tie_word_embeddings is false)");
   }
-  w.hc_head_fn = r.vec(r.top("hc_head_fn"), {s, s * h});
+  w.hc_head_fn = r.vec_f32(r.top("hc_head_fn"), {s, s * h});
   w.hc_head_base = r.vec(r.top("hc_head_base"), {s});
   w.hc_head_scale = r.vec(r.top("hc_head_scale"), {1});
   for (int64_t i = 0; i < c.layers; ++i) {

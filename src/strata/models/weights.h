@@ -56,6 +56,7 @@ class WeightLoader {
   void keep_fp8_experts(bool keep) { keep_fp8_experts_ = keep; }
 
   const Checkpoint& checkpoint() const { return ckpt_; }
+  Device device() const { return device_; }
   const std::string& prefix() const { return prefix_; }
   // prefix + name is in the folder (an MXFP4 `X.weight` as its `X.weight_packed`).
   bool has(const std::string& name) const { return ckpt_.has(prefix_ + name) || packed_mxfp4(prefix_ + name); }

@@ -69,9 +69,8 @@ __global__ void rms_norm_unweighted_kernel(const void* x, bool x32, void* out, b
 
 // ---- hyper-connections ----
 
-constexpr int kMaxStreams = 4;                               // hc_mult of every published config
-constexpr int kPreMix = (2 + kMaxStreams) * kMaxStreams;     // 24 projections a token at a site
-constexpr int kHyperTokens = 4;                              // tokens a block: fn is read once for them
+constexpr int kMaxStreams = 4;      // hc_mult: 4 in every published config
+constexpr int kHyperTokens = 4;     // tokens a block: fn is read once for them
 constexpr int kHyperThreads = 256;
 
 struct HyperParams {
@@ -107,20 +106,20 @@ __device__ void sinkhorn(float* c, int s, int iters, float eps) {
 }
 
 // One site's mix for kHyperTokens tokens a block. M = (2 + S) S projections (hyper_pre: pre,
-// post, comb) or S (hyper_head: pre only) of each token's flattened streams x [S * D], with the
-// RMS of x; then collapsed[t] = sum_s pre_s x_s. Every thread accumulates its columns' products
-// for all M rows and the block's tokens (fn is read once a block), reduced in shared memory; a
-// thread a token forms the gates.
-template <int M>
+// post, comb) or S (kHead, hyper_head: pre only) of each token's flattened streams x [S * D],
+// with the RMS of x; then collapsed[t] = sum_s pre_s x_s. Every thread accumulates its columns'
+// products for all M rows and the block's tokens (fn is read once a block), reduced in shared
+// memory; a thread a token forms the gates.
+template <int S, bool kHead>
 __global__ void __launch_bounds__(kHyperThreads) hyper_mix_kernel(const void* x, bool x32, const void* fn, bool fn32,
                                                                   int64_t t_total, int64_t d, HyperParams p,
                                                                   void* collapsed, bool c32, float* post, float* comb) {
   pdl_begin();
-  constexpr bool kHead = M == kMaxStreams;
+  constexpr int M = kHead ? S : (2 + S) * S;
   __shared__ float red[kHyperThreads / 32][kHyperTokens][M + 1];
   __shared__ float pre[kHyperTokens][kMaxStreams];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int s = p.streams;
+  constexpr int s = S;
   const int64_t n = int64_t(s) * d, t0 = int64_t(blockIdx.x) * kHyperTokens;
   const int tokens = int((t_total - t0 < kHyperTokens ? t_total - t0 : int64_t(kHyperTokens)));
   float acc[kHyperTokens][M + 1];
@@ -299,6 +298,24 @@ HyperParams hyper_params(const Tensor& base, const Tensor& scale, const HyperSpe
   return {base.data<float>(), scale.data<float>(), spec.streams, spec.sinkhorn_iters, spec.hc_eps, spec.norm_eps};
 }
 
+// hyper_mix_kernel for the spec's stream count (1 to kMaxStreams).
+template <bool kHead>
+void launch_hyper_mix(const Tensor& x, const Tensor& fn, const HyperParams& p, const Tensor& collapsed, float* post,
+                      float* comb) {
+  const int64_t t = x.dim(0), d = x.dim(2);
+  const unsigned grid = unsigned((t + kHyperTokens - 1) / kHyperTokens);
+  auto go = [&](auto kernel) {
+    launch_pdl(kernel, grid, kHyperThreads, 0, x.raw(), is_f32(x), fn.raw(), is_f32(fn), t, d, p, collapsed.raw(),
+               is_f32(collapsed), post, comb);
+  };
+  switch (p.streams) {
+    case 1: return go(hyper_mix_kernel<1, kHead>);
+    case 2: return go(hyper_mix_kernel<2, kHead>);
+    case 3: return go(hyper_mix_kernel<3, kHead>);
+    default: return go(hyper_mix_kernel<4, kHead>);
+  }
+}
+
 }  // namespace
 
 void rope_interleaved_tail(const Tensor& x, const std::vector<int32_t>& positions, const TailRope& spec, bool inverse) {
@@ -346,7 +363,6 @@ void hyper_pre(const Tensor& x, const Tensor& fn, const Tensor& base, const Tens
   const int64_t s = spec.streams, mix = (2 + s) * s;
   check_hyper(x, fn, base, scale, spec, mix, 3, op);
   const int64_t t = x.dim(0), d = x.dim(2);
-  STRATA_CHECK(s == kMaxStreams, op, ": ", s, " streams (CUDA takes ", kMaxStreams, ")");
   STRATA_CHECK(spec.sinkhorn_iters >= 1, op, ": sinkhorn_iters must be at least 1");
   expect_float(collapsed, op, "collapsed");
   expect_dtype(post, DType::kF32, op, "post");
@@ -355,9 +371,7 @@ void hyper_pre(const Tensor& x, const Tensor& fn, const Tensor& base, const Tens
                op, ": collapsed ", collapsed.describe(), ", post ", post.describe(), ", comb ", comb.describe(),
                " for x ", x.describe());
   if (!t) return;
-  launch_pdl(hyper_mix_kernel<kPreMix>, unsigned((t + kHyperTokens - 1) / kHyperTokens), kHyperThreads, 0, x.raw(),
-             is_f32(x), fn.raw(), is_f32(fn), t, d, hyper_params(base, scale, spec), collapsed.raw(),
-             is_f32(collapsed), post.data<float>(), comb.data<float>());
+  launch_hyper_mix<false>(x, fn, hyper_params(base, scale, spec), collapsed, post.data<float>(), comb.data<float>());
   check_launch(op);
 }
 
@@ -388,13 +402,10 @@ void hyper_head(const Tensor& x, const Tensor& fn, const Tensor& base, const Ten
   const char* op = "hyper_head";
   check_hyper(x, fn, base, scale, spec, spec.streams, 1, op);
   const int64_t t = x.dim(0), d = x.dim(2);
-  STRATA_CHECK(spec.streams == kMaxStreams, op, ": ", spec.streams, " streams (CUDA takes ", kMaxStreams, ")");
   expect_float(out, op, "out");
   STRATA_CHECK(out.shape() == Shape({t, d}), op, ": out ", out.describe(), " for x ", x.describe());
   if (!t) return;
-  launch_pdl(hyper_mix_kernel<kMaxStreams>, unsigned((t + kHyperTokens - 1) / kHyperTokens), kHyperThreads, 0,
-             x.raw(), is_f32(x), fn.raw(), is_f32(fn), t, d, hyper_params(base, scale, spec), out.raw(), is_f32(out),
-             nullptr, nullptr);
+  launch_hyper_mix<true>(x, fn, hyper_params(base, scale, spec), out, nullptr, nullptr);
   check_launch(op);
 }
 
