@@ -34,8 +34,6 @@ class DeepseekV4Model final : public Model {
       : device_(device), par_(par) {
     STRATA_CHECK(device == Device::kCpu || par_.size == 1, ckpt.dir(), ": deepseek_v4 on CUDA runs on one GPU so far (",
                  par_.size, " ranks asked)");
-    STRATA_CHECK(device == Device::kCpu || !mtp, ckpt.dir(), ": deepseek_v4's multi-token-prediction head runs on the "
-                 "CPU only so far");
     cfg_ = parse_deepseek_v4_config(ckpt.config(), ckpt.config_path());
     check_shardable(cfg_, par_);
     WeightLoader loader(ckpt, "", device, par_.rank == 0);
@@ -99,45 +97,78 @@ class DeepseekV4Model final : public Model {
     const int64_t t = batch.num_tokens(), h = cfg_.hidden, s = cfg_.hc_mult;
     STRATA_CHECK(hidden.shape() == Shape({t, s * h}) && hidden.device() == device_ && hidden.dtype() == DType::kF32,
                  "mtp_forward: hidden ", hidden.describe(), " for ", t, " rows (forward_with_hidden's)");
+    STRATA_CHECK(hidden_out.raw() == nullptr || hidden_out.raw() != hidden.raw(),
+                 "mtp_forward: the head's streams cannot overwrite its input");
     const Dsv4Mtp& m = mtp_[0];
+    // The results outlive the forward's workspace: made before it opens. The head's streams are
+    // computed in hidden_out itself.
+    outputs(batch, logits, &hidden_out);
+    ops::ForwardScope scope(device_, batch);
     Tensor e = act({t, h});
-    ops::embedding(w_.embed, batch.token_ids, e);
-    for (int64_t i = 0; i < t; ++i) {
-      if (batch.positions[size_t(i)] == 0) std::fill_n(e.data<float>() + i * h, h, 0.f);
-    }
+    embed_unless_first(batch, e);
     ops::rms_norm(e, m.enorm, eps(), false, e);
     Tensor e_proj = act({t, h});
     ops::linear(e, m.e_proj, e_proj);
     Tensor normed = act({t * s, h});
     ops::rms_norm(hidden.reshape({t * s, h}), m.hnorm, eps(), false, normed);
-    Tensor streams = act({t, s, h}), e_streams = act({t, s, h});
+    Tensor streams = hidden_out.reshape({t, s, h}), e_streams = f32({t, s, h});
     ops::linear(normed, m.h_proj, streams.reshape({t * s, h}));
     ops::hc_expand(e_proj, int(s), e_streams.reshape({t, s * h}));
     ops::add(streams, e_streams, streams);
     block(m.block, int64_t(w_.layers.size()), streams, batch, caches);
     head(streams, batch, m.hc_head_fn, m.hc_head_base, m.hc_head_scale, m.norm, logits);
-    hidden_out = streams.reshape({t, s * h});
   }
 
  private:
   void run(const ForwardBatch& batch, Caches& caches, Tensor& logits, Tensor* hidden) {
     check_batch(batch, caches);
-    STRATA_CHECK(!hidden || device_ == Device::kCpu, "deepseek_v4: the hidden streams are kept on the CPU only so far");
     const int64_t t = batch.num_tokens(), h = cfg_.hidden, s = cfg_.hc_mult;
-    const int64_t n = int64_t(batch.logit_rows.size());
-    // The logits outlive the forward's workspace (ForwardScope): made before it opens.
-    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_) {
-      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
-    }
+    // The logits (and the hidden streams, computed in place there) outlive the forward's
+    // workspace (ForwardScope): made before it opens.
+    outputs(batch, logits, hidden);
     ops::ForwardScope scope(device_, batch);
     // The residual: hc_mult copies of the embedding, F32 on every device.
     Tensor embedded = act({t, h});
     ops::embedding(w_.embed, batch.token_ids, embedded);
-    Tensor streams = f32({t, s, h});
+    Tensor streams = hidden ? hidden->reshape({t, s, h}) : f32({t, s, h});
     ops::hc_expand(embedded, int(s), streams.reshape({t, s * h}));
     for (size_t i = 0; i < w_.layers.size(); ++i) block(w_.layers[i], int64_t(i), streams, batch, caches);
     head(streams, batch, w_.hc_head_fn, w_.hc_head_base, w_.hc_head_scale, w_.norm, logits);
-    if (hidden) *hidden = streams.reshape({t, s * h});
+  }
+
+  // logits [logit rows, vocab] and, when asked, hidden [T, hc_mult * hidden] F32, reused when
+  // they already fit.
+  void outputs(const ForwardBatch& batch, Tensor& logits, Tensor* hidden) const {
+    const int64_t t = batch.num_tokens(), n = int64_t(batch.logit_rows.size());
+    if (!logits.defined() || logits.shape() != Shape{n, cfg_.vocab} || logits.device() != device_ ||
+        logits.dtype() != DType::kF32) {
+      logits = Tensor::empty({n, cfg_.vocab}, DType::kF32, device_);
+    }
+    const Shape wide{t, cfg_.hc_mult * cfg_.hidden};
+    if (hidden && (!hidden->defined() || hidden->shape() != wide || hidden->device() != device_ ||
+                   hidden->dtype() != DType::kF32)) {
+      *hidden = Tensor::empty(wide, DType::kF32, device_);
+    }
+  }
+
+  // e = the tokens' embeddings, rows at position 0 zero (the head's input there has no token:
+  // vLLM's DeepSeek MTP). A zero row past the batch's gathers into those rows on any device.
+  void embed_unless_first(const ForwardBatch& batch, const Tensor& e) const {
+    const int64_t t = batch.num_tokens();
+    std::vector<int32_t> rows(static_cast<size_t>(t));
+    bool any_first = false;
+    for (int64_t i = 0; i < t; ++i) {
+      const bool first = batch.positions[size_t(i)] == 0;
+      rows[size_t(i)] = first ? int32_t(t) : int32_t(i);
+      any_first = any_first || first;
+    }
+    if (!any_first) {
+      ops::embedding(w_.embed, batch.token_ids, e);
+      return;
+    }
+    Tensor padded = Tensor::zeros({t + 1, cfg_.hidden}, e.dtype(), device_);
+    ops::embedding(w_.embed, batch.token_ids, padded.rows(0, t));
+    ops::gather_rows(padded, rows, e);
   }
 
   // One decoder block over the residual streams [T, S, hidden], its caches at caches.layers[layer].
