@@ -24,27 +24,6 @@ constexpr double kF32Tol = 2e-5;
 
 Tensor gpu_empty(Shape shape, DType dtype) { return Tensor::empty(std::move(shape), dtype, Device::kCuda); }
 
-void expect_close(const Tensor& got, const Tensor& ref, double tolerance, const std::string& what) {
-  const double e = rel_err(to_host_f32(got), ref);
-  std::printf("  cuda deepseek_v4 %-60s rel err %.3g (tolerance %.3g)\n", what.c_str(), e, tolerance);
-  EXPECT_LE(e, tolerance) << what;
-}
-
-void expect_same_ids(const Tensor& got, const Tensor& want, const std::string& what) {
-  const Tensor g = got.to(Device::kCpu);
-  ASSERT_EQ(g.shape(), want.shape()) << what;
-  int64_t diffs = 0, first = -1;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    if (g.data<int32_t>()[i] != want.data<int32_t>()[i]) {
-      if (first < 0) first = i;
-      ++diffs;
-    }
-  }
-  std::printf("  cuda deepseek_v4 %-60s %lld of %lld ids differ\n", what.c_str(), (long long)diffs,
-              (long long)want.numel());
-  EXPECT_EQ(diffs, 0) << what << ": first at " << first;
-}
-
 void check_compressor(const ops::CompressorSpec& spec, int block_size,
                       const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>>& steps) {
   std::mt19937 rng(unsigned(spec.ratio * 7 + block_size));
@@ -114,7 +93,7 @@ TEST(CudaDeepseekV4Attention, IndexerChoosesTheCpuEntries) {
     Tensor got = gpu_empty({t, kTopK}, DType::kI32);
     ops::indexer_top_k(gq, gw, gk, b, bs, ratio, score_scale, weight_scale, got);
     const std::string what = tied ? " (every score tied)" : "";
-    expect_same_ids(got, ref, "indexer_top_k" + what);
+    expect_same_ints<int32_t>(got, ref, "indexer_top_k" + what);
     // In two steps (the tensor-parallel form): the same scores and the same choice.
     const int64_t width = ops::indexer_max_visible(b, ratio);
     Tensor scores = Tensor::empty({t, width}, DType::kF32), gscores = gpu_empty({t, width}, DType::kF32);
@@ -123,7 +102,7 @@ TEST(CudaDeepseekV4Attention, IndexerChoosesTheCpuEntries) {
     expect_close(gscores, scores, 0.0, "indexer_scores" + what);
     Tensor sel = gpu_empty({t, kTopK}, DType::kI32);
     ops::indexer_select(gscores, b, ratio, sel);
-    expect_same_ids(sel, ref, "indexer_select" + what);
+    expect_same_ints<int32_t>(sel, ref, "indexer_select" + what);
   }
 }
 

@@ -27,22 +27,6 @@ constexpr double kF32Tol = 2e-5;
 
 Tensor gpu_empty(Shape shape, DType dtype = DType::kBF16) { return Tensor::empty(std::move(shape), dtype, Device::kCuda); }
 
-void expect_close(const Tensor& got, const Tensor& ref, double tolerance, const std::string& what) {
-  const double e = rel_err(to_host_f32(got), ref);
-  std::printf("  cuda deepseek_v4 %-52s rel err %.3g (tolerance %.3g)\n", what.c_str(), e, tolerance);
-  EXPECT_LE(e, tolerance) << what;
-}
-
-void expect_same_ids(const Tensor& got, const Tensor& want, const std::string& what) {
-  const Tensor g = got.to(Device::kCpu);
-  ASSERT_EQ(g.shape(), want.shape()) << what;
-  int64_t diffs = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) diffs += g.data<int32_t>()[i] != want.data<int32_t>()[i];
-  std::printf("  cuda deepseek_v4 %-52s %lld of %lld ids differ\n", what.c_str(), (long long)diffs,
-              (long long)want.numel());
-  EXPECT_EQ(diffs, 0) << what;
-}
-
 // A CPU F32 tensor of uniform values in +-scale (fill_random_uniform's, bit-identical anywhere),
 // rounded to bf16 when `bf16_values`.
 Tensor uniform(Shape shape, uint64_t seed, float scale, bool bf16_values = true) {
@@ -219,7 +203,7 @@ TEST(CudaDeepseekV4, LearnedRoutingWithBias) {
   ops::moe_route_sqrt_softplus(logits, bias, int(kTopK), 2.5f, ids, w);
   Tensor gids = gpu_empty({t, kTopK}, DType::kI32), gw = gpu_empty({t, kTopK}, DType::kF32);
   ops::moe_route_sqrt_softplus(to_gpu(logits, DType::kF32), to_gpu(bias, DType::kF32), int(kTopK), 2.5f, gids, gw);
-  expect_same_ids(gids, ids, "moe_route_sqrt_softplus ids");
+  expect_same_ints<int32_t>(gids, ids, "moe_route_sqrt_softplus ids");
   expect_close(gw, w, kF32Tol, "moe_route_sqrt_softplus weights");
   // Exact ties (equal logits, no bias) go to the lower index, as on the CPU.
   Tensor flat = Tensor::empty({2, kExperts}, DType::kF32);
@@ -229,7 +213,7 @@ TEST(CudaDeepseekV4, LearnedRoutingWithBias) {
   ops::moe_route_sqrt_softplus(flat, Tensor(), int(kTopK), 1.f, tids, tw);
   Tensor gtids = gpu_empty({2, kTopK}, DType::kI32), gtw = gpu_empty({2, kTopK}, DType::kF32);
   ops::moe_route_sqrt_softplus(to_gpu(flat, DType::kF32), Tensor(), int(kTopK), 1.f, gtids, gtw);
-  expect_same_ids(gtids, tids, "moe_route_sqrt_softplus ties");
+  expect_same_ints<int32_t>(gtids, tids, "moe_route_sqrt_softplus ties");
   EXPECT_EQ(tids.data<int32_t>()[0], 0);
   EXPECT_EQ(tids.data<int32_t>()[kTopK], 200);
   EXPECT_EQ(tids.data<int32_t>()[kTopK + 1], 0);
@@ -249,7 +233,7 @@ TEST(CudaDeepseekV4, HashRouting) {
   ops::moe_route_hash(logits, table, tokens, 2.5f, ids, w);
   Tensor gids = gpu_empty({t, kTopK}, DType::kI32), gw = gpu_empty({t, kTopK}, DType::kF32);
   ops::moe_route_hash(to_gpu(logits, DType::kF32), table.to(Device::kCuda), tokens, 2.5f, gids, gw);
-  expect_same_ids(gids, ids, "moe_route_hash ids");
+  expect_same_ints<int32_t>(gids, ids, "moe_route_hash ids");
   expect_close(gw, w, kF32Tol, "moe_route_hash weights");
   tokens[0] = int32_t(vocab);
   EXPECT_THROW(ops::moe_route_hash(to_gpu(logits, DType::kF32), table.to(Device::kCuda), tokens, 2.5f, gids, gw),

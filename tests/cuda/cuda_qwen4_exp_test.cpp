@@ -20,31 +20,6 @@ namespace {
 
 Tensor gpu_empty(Shape shape, DType dtype = DType::kBF16) { return Tensor::empty(std::move(shape), dtype, Device::kCuda); }
 
-// rel_err(got, ref) <= tolerance, the measured error printed for the record.
-void expect_close(const Tensor& got, const Tensor& ref, double tolerance, const std::string& what) {
-  const double e = rel_err(to_host_f32(got), ref);
-  std::printf("  cuda qwen4_exp %-44s rel err %.3g (tolerance %.3g)\n", what.c_str(), e, tolerance);
-  EXPECT_LE(e, tolerance) << what;
-}
-
-// Exact equality of two integer tensors (any device).
-template <class T>
-void expect_same_ints(const Tensor& got, const Tensor& want, const std::string& what) {
-  const Tensor g = got.to(Device::kCpu), w = want.to(Device::kCpu);
-  ASSERT_EQ(g.shape(), w.shape()) << what;
-  int64_t diffs = 0, first = -1;
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    if (g.data<T>()[i] != w.data<T>()[i]) {
-      if (first < 0) first = i;
-      ++diffs;
-    }
-  }
-  std::printf("  cuda qwen4_exp %-44s %lld of %lld differ\n", what.c_str(), (long long)diffs, (long long)w.numel());
-  EXPECT_EQ(diffs, 0) << what << ": first difference at " << first << " (got "
-                      << (first >= 0 ? int64_t(g.data<T>()[first]) : 0) << ", want "
-                      << (first >= 0 ? int64_t(w.data<T>()[first]) : 0) << ")";
-}
-
 TEST(CudaQwen4Exp, RmsNormGrouped) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(1);

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "strata/core/error.h"
@@ -85,6 +87,32 @@ inline double rel_err(const Tensor& got, const Tensor& ref) {
 
 // bf16 activations: a handful of roundings of 2^-8 relative each.
 constexpr double kBf16Tol = 2e-2;
+
+// rel_err(got, ref) <= tolerance (got on any device, ref on the CPU), the measured error printed
+// for the record.
+inline void expect_close(const Tensor& got, const Tensor& ref, double tolerance, const std::string& what) {
+  const double e = rel_err(to_host_f32(got), ref);
+  std::printf("  cuda %-66s rel err %.3g (tolerance %.3g)\n", what.c_str(), e, tolerance);
+  EXPECT_LE(e, tolerance) << what;
+}
+
+// Exact equality of two integer tensors (any devices), the count of differences printed.
+template <class T>
+void expect_same_ints(const Tensor& got, const Tensor& want, const std::string& what) {
+  const Tensor g = got.to(Device::kCpu), w = want.to(Device::kCpu);
+  ASSERT_EQ(g.shape(), w.shape()) << what;
+  int64_t diffs = 0, first = -1;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    if (g.data<T>()[i] != w.data<T>()[i]) {
+      if (first < 0) first = i;
+      ++diffs;
+    }
+  }
+  std::printf("  cuda %-66s %lld of %lld differ\n", what.c_str(), (long long)diffs, (long long)w.numel());
+  EXPECT_EQ(diffs, 0) << what << ": first difference at " << first << " (got "
+                      << (first >= 0 ? int64_t(g.data<T>()[first]) : 0) << ", want "
+                      << (first >= 0 ? int64_t(w.data<T>()[first]) : 0) << ")";
+}
 
 // max(1, rms of ref): the scale of a fixture's reference logits, the unit of the model-level
 // bf16 tolerances.

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -140,5 +141,14 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, A
 
 // True when p is 16-byte aligned (vector loads).
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// A grid-stride loop of the calling thread over [0, n).
+#define STRATA_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+// Blocks of 256 threads for a grid-stride kernel over n elements: one an element, at most 16 an SM.
+inline unsigned grid_for(int64_t n) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 16)));
+}
 
 }  // namespace strata::ops::cuda

@@ -16,13 +16,6 @@
 namespace strata::ops::cuda {
 namespace {
 
-unsigned grid_for(int64_t n) {
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 16)));
-}
-
-#define STRATA_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
 // ---- rotary ----
 
 constexpr int kMaxTailPairs = 128;

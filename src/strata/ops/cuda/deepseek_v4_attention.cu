@@ -17,13 +17,6 @@
 namespace strata::ops::cuda {
 namespace {
 
-#define STRATA_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
-unsigned grid_for(int64_t n) {
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 16)));
-}
-
 // The page row of entry e (of `ratio` tokens) of sequence s, as the CPU's PagedEntries: in the
 // page of its last token, at (first token % block_size) / ratio, or alone when it spans pages.
 int64_t entry_row(const SeqInBatch& s, int64_t e, int block_size, int ratio) {

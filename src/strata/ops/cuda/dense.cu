@@ -394,10 +394,6 @@ __global__ void fill_uniform_fp8_kernel(uint8_t* t, int64_t n, uint64_t seed, fl
   }
 }
 
-unsigned grid_for(int64_t n) {
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 16)));
-}
-
 int norm_threads(int64_t d) { return d > 4096 ? 1024 : d >= 1024 ? 512 : d >= 256 ? 256 : d >= 128 ? 128 : 64; }
 
 }  // namespace

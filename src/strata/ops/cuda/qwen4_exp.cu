@@ -14,13 +14,6 @@
 namespace strata::ops::cuda {
 namespace {
 
-unsigned grid_for(int64_t n) {
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 16)));
-}
-
-#define STRATA_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
 // 1 / rms of x[base, base + n) plus eps, over the block (`red`: __shared__ float[32]).
 __device__ __forceinline__ float block_rms_inv(const void* x, bool x32, int64_t base, int64_t n, float eps,
                                                float* red) {
