@@ -101,6 +101,22 @@ void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape,
                      const CompressorSpec& spec, const std::vector<CompressedEntry>& entries,
                      const Tensor& pooled);
 
+// The paged layout of compressed entries, one definition for the CPU and CUDA ops. An entry of
+// `ratio` tokens lives in the page of its LAST token: within that page at row
+// (first token % block_size) / ratio when entries tile a page; alone (row 0) in the page that its
+// window ends in when it spans pages. So a page, once full, never changes again: a page shared by
+// prefix caching is never written by a second sequence (the first page of a 128-token window
+// fills long before the window closes). Entries a page: block_size / ratio, or 1.
+int64_t compressed_entries_per_page(int block_size, int ratio);
+// The pool row [blocks * entries a page] of entry `entry` of sequence s.
+int64_t compressed_entry_row(const SeqInBatch& s, int64_t entry, int block_size, int ratio);
+// Checks that block_size and ratio tile and that `pool` is [blocks, entries a page, width] (its
+// dtype and device are the calling op's to check); errors name `op` and `what`.
+void check_compressed_pool(const Tensor& pool, int block_size, int ratio, int64_t width, const char* op,
+                           const char* what);
+// Every sequence of the batch has pages, in [0, blocks), for its ctx_len + q_len tokens.
+void check_batch_pages(const ForwardBatch& batch, int block_size, int64_t blocks, const char* op);
+
 // Writes values[i] as entry entries[i] into the paged pool [blocks, entries_per_block, head_dim]
 // whose entries cover `ratio` tokens, in pages of block_size tokens. Layout (models/model.h's
 // rule, with one refinement): an entry lives in the page of its last token, at row

@@ -15,36 +15,19 @@
 namespace strata::ops {
 namespace {
 
-// Rows of a paged pool [blocks, entries_per_block, ...] that hold entry e of a sequence. An entry
-// of `ratio` tokens lives in the page of its LAST token: within that page at row
-// (first token % block_size) / ratio when entries tile a page; alone (row 0) in the page that
-// its window ends in when it spans pages. So a page, once full, never changes again: a page
-// shared by prefix caching is never written by a second sequence (the first page of a
-// 128-token window fills long before the window closes).
+// Rows of a paged pool [blocks, entries_per_block, ...] that hold entry e of a sequence
+// (compressed_entry_row: the layout both devices share).
 struct PagedEntries {
   int block_size = 0;
   int ratio = 1;
-  int64_t per_block = 1;
-  PagedEntries(int block_size_, int ratio_)
-      : block_size(block_size_), ratio(ratio_),
-        per_block(ratio_ >= block_size_ ? 1 : block_size_ / ratio_) {}
-  int64_t row(const SeqInBatch& s, int64_t entry) const {
-    const int64_t last = (entry + 1) * ratio - 1;
-    const int64_t page = s.block_table[size_t(last / block_size)];
-    return page * per_block + (ratio >= block_size ? 0 : (entry * ratio % block_size) / ratio);
-  }
+  PagedEntries(int block_size_, int ratio_) : block_size(block_size_), ratio(ratio_) {}
+  int64_t row(const SeqInBatch& s, int64_t entry) const { return compressed_entry_row(s, entry, block_size, ratio); }
 };
 
 void check_paged_pool(const Tensor& pool, int block_size, int ratio, int64_t width, const char* op,
                       const char* what) {
   expect_cpu_f32(pool, op, what);
-  STRATA_CHECK(block_size > 0 && ratio > 0 &&
-                   (ratio >= block_size ? ratio % block_size == 0 : block_size % ratio == 0),
-               op, ": ", what, ": block size ", block_size, " and ", ratio,
-               " tokens per entry do not tile");
-  const int64_t per_block = PagedEntries(block_size, ratio).per_block;
-  STRATA_CHECK(pool.ndim() == 3 && pool.dim(1) == per_block && pool.dim(2) == width, op, ": ",
-               what, " pool ", pool.describe(), " should be [blocks, ", per_block, ", ", width, "]");
+  check_compressed_pool(pool, block_size, ratio, width, op, what);
 }
 
 // The sequence of each row of the batch.
@@ -55,19 +38,6 @@ std::vector<int32_t> sequence_of_rows(const ForwardBatch& batch) {
     for (int32_t i = 0; i < s.q_len; ++i) seq_of[size_t(s.q_start + i)] = int32_t(si);
   }
   return seq_of;
-}
-
-void check_pages(const ForwardBatch& batch, int block_size, int64_t blocks, const char* op) {
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const SeqInBatch& s = batch.seqs[si];
-    const int64_t need = (int64_t(s.ctx_len) + s.q_len + block_size - 1) / block_size;
-    STRATA_CHECK(int64_t(s.block_table.size()) >= need, op, ": sequence ", si, " has ",
-                 s.block_table.size(), " pages for ", s.ctx_len + s.q_len, " tokens");
-    for (int64_t p = 0; p < need; ++p) {
-      STRATA_CHECK(s.block_table[size_t(p)] >= 0 && s.block_table[size_t(p)] < blocks, op,
-                   ": sequence ", si, " page ", s.block_table[size_t(p)], " out of range");
-    }
-  }
 }
 
 // Indices of the k largest of v[0, n), highest first; the lower index wins a tie.
@@ -81,6 +51,39 @@ void top_k_desc(const std::vector<float>& v, int64_t n, int64_t k, int32_t* out)
 }
 
 }  // namespace
+
+int64_t compressed_entries_per_page(int block_size, int ratio) { return ratio >= block_size ? 1 : block_size / ratio; }
+
+int64_t compressed_entry_row(const SeqInBatch& s, int64_t entry, int block_size, int ratio) {
+  const int64_t last = (entry + 1) * ratio - 1;
+  const int64_t page = s.block_table[size_t(last / block_size)];
+  return page * compressed_entries_per_page(block_size, ratio) +
+         (ratio >= block_size ? 0 : (entry * ratio % block_size) / ratio);
+}
+
+void check_compressed_pool(const Tensor& pool, int block_size, int ratio, int64_t width, const char* op,
+                           const char* what) {
+  STRATA_CHECK(block_size > 0 && ratio > 0 &&
+                   (ratio >= block_size ? ratio % block_size == 0 : block_size % ratio == 0),
+               op, ": ", what, ": block size ", block_size, " and ", ratio,
+               " tokens per entry do not tile");
+  const int64_t per_block = compressed_entries_per_page(block_size, ratio);
+  STRATA_CHECK(pool.ndim() == 3 && pool.dim(1) == per_block && pool.dim(2) == width, op, ": ",
+               what, " pool ", pool.describe(), " should be [blocks, ", per_block, ", ", width, "]");
+}
+
+void check_batch_pages(const ForwardBatch& batch, int block_size, int64_t blocks, const char* op) {
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const SeqInBatch& s = batch.seqs[si];
+    const int64_t need = (int64_t(s.ctx_len) + s.q_len + block_size - 1) / block_size;
+    STRATA_CHECK(int64_t(s.block_table.size()) >= need, op, ": sequence ", si, " has ",
+                 s.block_table.size(), " pages for ", s.ctx_len + s.q_len, " tokens");
+    for (int64_t p = 0; p < need; ++p) {
+      STRATA_CHECK(s.block_table[size_t(p)] >= 0 && s.block_table[size_t(p)] < blocks, op,
+                   ": sequence ", si, " page ", s.block_table[size_t(p)], " out of range");
+    }
+  }
+}
 
 std::vector<CompressedEntry> closed_entries(const ForwardBatch& batch, int ratio) {
   STRATA_CHECK(ratio > 0, "closed_entries: ratio must be positive");
@@ -191,7 +194,7 @@ void store_compressed(const Tensor& values, const Tensor& pool, const ForwardBat
   const int64_t d = values.ndim() == 2 ? values.dim(1) : -1;
   expect_shape(values, {int64_t(entries.size()), d}, op, "values");
   check_paged_pool(pool, block_size, ratio, d, op, "compressed");
-  check_pages(batch, block_size, pool.dim(0), op);
+  check_batch_pages(batch, block_size, pool.dim(0), op);
   const PagedEntries layout(block_size, ratio);
   for (size_t i = 0; i < entries.size(); ++i) {
     const CompressedEntry& en = entries[i];
@@ -217,7 +220,7 @@ std::vector<int32_t> check_indexer(const Tensor& q, const Tensor& weights, const
   STRATA_CHECK(t == batch.num_tokens(), op, ": q has ", t, " rows for ", batch.num_tokens(), " tokens");
   expect_shape(weights, {t, heads}, op, "weights");
   check_paged_pool(k_pool, block_size, ratio, d, op, "k");
-  check_pages(batch, block_size, k_pool.dim(0), op);
+  check_batch_pages(batch, block_size, k_pool.dim(0), op);
   return sequence_of_rows(batch);
 }
 
@@ -342,7 +345,7 @@ void sparse_attention(const Tensor& q, const Tensor& kv, const Tensor& kv_pool,
                kv_pool.describe(), " should be [blocks, block_size, ", d, "]");
   STRATA_CHECK(window > 0, op, ": window must be positive, got ", window);
   const int block_size = int(kv_pool.dim(1));
-  check_pages(batch, block_size, kv_pool.dim(0), op);
+  check_batch_pages(batch, block_size, kv_pool.dim(0), op);
   const bool compressed = comp_pool.defined() && comp_pool.numel() > 0;
   const bool all_visible = compressed && !(selected.defined() && selected.numel() > 0);
   int64_t k_sel = 0;

@@ -17,35 +17,10 @@
 namespace strata::ops::cuda {
 namespace {
 
-// The page row of entry e (of `ratio` tokens) of sequence s, as the CPU's PagedEntries: in the
-// page of its last token, at (first token % block_size) / ratio, or alone when it spans pages.
-int64_t entry_row(const SeqInBatch& s, int64_t e, int block_size, int ratio) {
-  const int64_t per_block = ratio >= block_size ? 1 : block_size / ratio;
-  const int64_t last = (e + 1) * ratio - 1;
-  const int64_t page = s.block_table[size_t(last / block_size)];
-  return page * per_block + (ratio >= block_size ? 0 : (e * ratio % block_size) / ratio);
-}
-
+// A compressed pool's dtype (BF16 or F32 on the GPU) and geometry.
 void check_tiling(const Tensor& pool, int block_size, int ratio, int64_t width, const char* op, const char* what) {
   expect_float(pool, op, what);
-  STRATA_CHECK(block_size > 0 && ratio > 0 && (ratio >= block_size ? ratio % block_size == 0 : block_size % ratio == 0),
-               op, ": ", what, ": block size ", block_size, " and ", ratio, " tokens per entry do not tile");
-  const int64_t per_block = ratio >= block_size ? 1 : block_size / ratio;
-  STRATA_CHECK(pool.ndim() == 3 && pool.dim(1) == per_block && pool.dim(2) == width, op, ": ", what, " pool ",
-               pool.describe(), " should be [blocks, ", per_block, ", ", width, "]");
-}
-
-void check_seq_pages(const ForwardBatch& batch, int block_size, int64_t blocks, const char* op) {
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const SeqInBatch& s = batch.seqs[si];
-    const int64_t need = (int64_t(s.ctx_len) + s.q_len + block_size - 1) / block_size;
-    STRATA_CHECK(int64_t(s.block_table.size()) >= need, op, ": sequence ", si, " has ", s.block_table.size(),
-                 " pages for ", s.ctx_len + s.q_len, " tokens");
-    for (int64_t p = 0; p < need; ++p) {
-      STRATA_CHECK(s.block_table[size_t(p)] >= 0 && s.block_table[size_t(p)] < blocks, op, ": sequence ", si,
-                   " page ", s.block_table[size_t(p)], " out of range");
-    }
-  }
+  check_compressed_pool(pool, block_size, ratio, width, op, what);
 }
 
 // Every compressed entry a sequence's last token sees, as page rows: rows[start[s] + e] for
@@ -58,7 +33,7 @@ EntryRows visible_entry_rows(const ForwardBatch& batch, int block_size, int rati
   for (const SeqInBatch& s : batch.seqs) {
     r.start.push_back(int32_t(r.rows.size()));
     for (int64_t e = 0; e < (int64_t(s.ctx_len) + s.q_len) / ratio; ++e) {
-      const int64_t row = entry_row(s, e, block_size, ratio);
+      const int64_t row = compressed_entry_row(s, e, block_size, ratio);
       STRATA_CHECK(row <= INT32_MAX && r.rows.size() < size_t(INT32_MAX), op, ": compressed row ", row, " too large");
       r.rows.push_back(int32_t(row));
     }
@@ -395,7 +370,7 @@ void check_indexer_inputs(const Tensor& q, const Tensor& weights, const Tensor& 
   STRATA_CHECK(weights.shape() == Shape({q.dim(0), q.dim(1)}), op, ": weights ", weights.describe(), " for q ",
                q.describe());
   check_tiling(k_pool, block_size, ratio, q.dim(2), op, "k");
-  check_seq_pages(batch, block_size, k_pool.dim(0), op);
+  check_batch_pages(batch, block_size, k_pool.dim(0), op);
 }
 
 void launch_scores(const Tensor& q, const Tensor& weights, const Tensor& k_pool, const ForwardBatch& batch,
@@ -488,14 +463,14 @@ void store_compressed(const Tensor& values, const Tensor& pool, const ForwardBat
   STRATA_CHECK(values.shape() == Shape({int64_t(entries.size()), d}), op, ": values ", values.describe(), " for ",
                entries.size(), " entries");
   check_tiling(pool, block_size, ratio, d, op, "compressed");
-  check_seq_pages(batch, block_size, pool.dim(0), op);
+  check_batch_pages(batch, block_size, pool.dim(0), op);
   std::vector<int32_t> rows;
   for (const CompressedEntry& en : entries) {
     STRATA_CHECK(en.seq >= 0 && size_t(en.seq) < batch.seqs.size() && en.index >= 0 &&
                      (int64_t(en.index) + 1) * ratio <=
                          int64_t(batch.seqs[size_t(en.seq)].ctx_len) + batch.seqs[size_t(en.seq)].q_len,
                  op, ": entry ", en.index, " of sequence ", en.seq, " is not in the batch");
-    const int64_t row = entry_row(batch.seqs[size_t(en.seq)], en.index, block_size, ratio);
+    const int64_t row = compressed_entry_row(batch.seqs[size_t(en.seq)], en.index, block_size, ratio);
     STRATA_CHECK(row <= INT32_MAX, op, ": row ", row, " too large");
     rows.push_back(int32_t(row));
   }
@@ -562,7 +537,7 @@ void sparse_attention(const Tensor& q, const Tensor& kv, const Tensor& kv_pool, 
                kv_pool.describe(), " should be [blocks, block_size, ", d, "]");
   STRATA_CHECK(window > 0, op, ": window must be positive, got ", window);
   const int block_size = int(kv_pool.dim(1));
-  check_seq_pages(batch, block_size, kv_pool.dim(0), op);
+  check_batch_pages(batch, block_size, kv_pool.dim(0), op);
   const bool compressed = comp_pool.defined() && comp_pool.numel() > 0;
   const bool all_visible = compressed && !(selected.defined() && selected.numel() > 0);
   EntryRows er;
