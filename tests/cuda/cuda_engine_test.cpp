@@ -115,6 +115,33 @@ TEST(CudaEngineFp8Kv, GraphDecodeEqualsEagerAndTheCpuEngine) {
   for (const char* fixture : {"qwen3_5_moe_tiny", "qwen3_next_tiny"}) check_graphs_eager_cpu(fixture, KvCacheDtype::kFp8E4M3);
 }
 
+// The decode graphs are captured at start-up on padding sequences (no context) and replayed by a
+// short request, then by a long one at a context of 1,000 tokens. The decode attention must
+// split the keys as the eager forward does at that length (the splits a sequence uses are read
+// from its length on the device, not baked in at capture): the tokens and logprobs of the two
+// engines equal bit for bit.
+TEST(CudaEngineGraphs, LongContextDecodeReplaysAShortContextCapture) {
+  STRATA_REQUIRE_GPU();
+  const std::string fixture = "qwen3_5_tiny";
+  const std::shared_ptr<Model> model = cuda_model(fixture);
+  std::mt19937_64 rng(11);
+  const int64_t vocab = model->info().vocab_size;
+  const std::vector<int32_t> short_prompt = random_ids(rng, 6, vocab), long_prompt = random_ids(rng, 1000, vocab);
+  std::vector<RequestOutput> outs[2];
+  EngineStats stats[2];
+  for (int eager = 0; eager < 2; ++eager) {
+    EngineConfig c = test_config(fixture);
+    c.enforce_eager = eager == 1;
+    Engine engine(model, c, GenerationDefaults::load(engine_fixture_dir(fixture)));
+    (void)run_all(engine, {short_prompt}, greedy_params(4, 2), "s");
+    outs[eager] = run_all(engine, {long_prompt}, greedy_params(12, 2), "l");
+    stats[eager] = engine.stats();
+  }
+  EXPECT_GT(stats[0].graph_steps, 12) << "the long request's decode steps should replay the graph";
+  EXPECT_EQ(stats[1].graph_steps, 0);
+  expect_same(outs[0], outs[1], "long context, graphs vs eager");
+}
+
 // Overlapped scheduling on the device: the tokens of step N-1 reach step N's batch through the
 // feed kernel, never through the host. With no early stops the two modes schedule the same
 // batches, so tokens and logprobs must be equal bit for bit.

@@ -30,6 +30,12 @@ namespace {
 constexpr int kMaxSplits = 64;
 constexpr int kMinSplitTokens = 32;
 
+// The splits of a decode attention over `seq_len` keys out of the grid's `splits`: no fewer than
+// kMinSplitTokens keys each (short splits cost more in the combine than they save).
+__device__ __forceinline__ int used_splits(int seq_len, int splits) {
+  return max(1, min(splits, (seq_len + kMinSplitTokens - 1) / kMinSplitTokens));
+}
+
 // The cache row (page * bs + position in the page) of batch row t; -1 for padding rows, which
 // never touch the cache.
 __device__ __forceinline__ int64_t cache_row_of(const DeviceBatch& b, int t, int bs) {
@@ -144,7 +150,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   const int seq_len = b.ctx_len[s] + b.q_len[s];
   const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
   const bool padding = bt[0] < 0;
-  const int chunk = (seq_len + splits - 1) / splits;
+  // The splits this sequence uses: no fewer than kMinSplitTokens keys each, read here from its
+  // length on the device (a captured graph replays at any context); the grid's others exit.
+  const int used = used_splits(seq_len, splits);
+  if (split >= used) return;
+  const int chunk = (seq_len + used - 1) / used;
   const int t0 = padding ? 0 : split * chunk, t1 = padding ? 0 : min(seq_len, t0 + chunk);
   // The new token (position `last`): its key and value come from nk (never from the cache), and
   // the one block whose split holds it stores them into the cache.
@@ -260,7 +270,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
       merge_softmax(m, l, acc, m_o, l_o, acc_o);
     }
     if (grp == 0) {
-      if (splits == 1) {
+      if (used == 1) {
         float o[kDecodeVec];
         const int64_t o0 = (int64_t(t) * hq + h) * D + lig * kDecodeVec;
 #pragma unroll
@@ -294,14 +304,16 @@ __global__ void attn_combine_kernel(const float* part_o, const float* part_ml, D
   __shared__ float lsum_sm;
   const int s = blockIdx.x / hq, h = blockIdx.x % hq;
   const int t = b.q_start[s];
+  const int used = used_splits(b.ctx_len[s] + b.q_len[s], splits);
+  if (used == 1) return;  // the decode kernel wrote this sequence's output
   const int64_t p0 = (int64_t(s) * hq + h) * splits;
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     float mx = -INFINITY;
-    for (int j = lane; j < splits; j += 32) mx = fmaxf(mx, part_ml[2 * (p0 + j)]);
+    for (int j = lane; j < used; j += 32) mx = fmaxf(mx, part_ml[2 * (p0 + j)]);
     mx = warp_max(mx);
     float lsum = 0.f;
-    for (int j = lane; j < splits; j += 32) {
+    for (int j = lane; j < used; j += 32) {
       const float m = part_ml[2 * (p0 + j)];
       const float w = (mx == -INFINITY || m == -INFINITY) ? 0.f : __expf(m - mx);
       wsm[j] = w;
@@ -315,7 +327,7 @@ __global__ void attn_combine_kernel(const float* part_o, const float* part_ml, D
   for (int d = threadIdx.x; d < d_dim; d += blockDim.x) {
     float o = 0.f;
 #pragma unroll 8
-    for (int j = 0; j < splits; ++j) o += part_o[(p0 + j) * d_dim + d] * wsm[j];
+    for (int j = 0; j < used; ++j) o += part_o[(p0 + j) * d_dim + d] * wsm[j];
     const int64_t oi = (int64_t(t) * hq + h) * d_dim + d;
     o = lsum > 0.f ? o / lsum : 0.f;
     out[oi] = f2bf(gate ? o * sigmoid_f(bf2f(gate[oi])) : o);
@@ -602,12 +614,10 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
   }
   if (db.all_single_token) {
     const int base = nseq * hkv;
-    // Enough splits to give every SM two blocks, but no fewer than kMinSplitTokens keys per split
-    // at this batch's longest context: short splits cost more in the combine than they save.
-    int longest = 0;
-    for (const SeqInBatch& sq : batch.seqs) longest = std::max(longest, sq.ctx_len + sq.q_len);
-    const int by_length = std::max(1, (longest + kMinSplitTokens - 1) / kMinSplitTokens);
-    const int splits = std::clamp(std::min((2 * sm_count() + base - 1) / base, by_length), 1, kMaxSplits);
+    // Enough splits to give every SM two blocks, by the batch's shape alone (a graph captured at
+    // a short context replays at a long one); each sequence uses as many of them as its length
+    // fills with kMinSplitTokens keys (used_splits, on the device).
+    const int splits = std::clamp((2 * sm_count() + base - 1) / base, 1, kMaxSplits);
     Tensor part_o, part_ml;
     if (splits > 1) {
       part_o = scratch({int64_t(nseq) * hq * splits * D}, DType::kF32);
