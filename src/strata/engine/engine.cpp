@@ -137,6 +137,15 @@ void Engine::init() {
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
   sampler_ = std::make_unique<BatchSampler>(info.vocab_size, config_.logprobs_mode);
   overlap_ = overlap_possible() && !spec_;  // a verify's result decides the next step's batch
+  // CUDA graphs captured now, as vLLM does, not by the first requests of each batch size.
+  const double capture_start = now();
+  const int32_t verify_tokens = spec_ ? config_.speculative.num_speculative_tokens + 1 : 0;
+  const int graphs = runner_->capture_graphs(cache_->caches(), std::min(config_.max_num_seqs, plan_.seq_slots),
+                                             verify_tokens, cache_->state_steps());
+  if (config_.log_capacity && graphs > 0) {
+    std::fprintf(stderr, "strata: %d CUDA graphs captured in %.2f s (--enforce-eager: none)\n", graphs,
+                 now() - capture_start);
+  }
 }
 
 // CUDA: one forward of the largest step the scheduler makes (max_num_batched_tokens prompt tokens

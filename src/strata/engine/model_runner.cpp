@@ -69,6 +69,29 @@ const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
   return logits_;
 }
 
+int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps) {
+#if defined(STRATA_WITH_CUDA)
+  if (!graphs_) return 0;
+  graphs_->warm_decode(max_seqs, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });
+  if (verify_tokens > 0 && verify_tokens <= ops::cuda::DecodeGraphs::kMaxTokensPerSeq && model_.info().verify_graphs) {
+    const Tensor hidden = graphs_->warm_verify(
+        max_seqs, verify_tokens, state_steps,
+        [&](const ForwardBatch& b, Tensor& out, Tensor& h) { model_.forward_with_hidden(b, caches, out, h); });
+    const auto head = [&](const ForwardBatch& b, const Tensor& in, Tensor& out, Tensor& h) {
+      model_.mtp_forward_with_hidden(b, in, caches, out, h);
+    };
+    if (hidden.defined()) {
+      graphs_->warm_head(max_seqs, 1, false, hidden, head);
+      graphs_->warm_head(max_seqs, verify_tokens, true, hidden, head);
+    }
+  }
+  return graphs_->captured();
+#else
+  (void)caches, (void)max_seqs, (void)verify_tokens, (void)state_steps;
+  return 0;
+#endif
+}
+
 bool ModelRunner::graphs_with_hidden(const ForwardBatch& batch) const {
 #if defined(STRATA_WITH_CUDA)
   return graphs_ && model_.info().verify_graphs && graphs_->eligible_with_hidden(batch);

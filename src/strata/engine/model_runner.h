@@ -46,6 +46,13 @@ class ModelRunner {
   const Tensor& run_head(const ForwardBatch& batch, const Tensor& input, Caches& caches, Tensor& hidden);
   // Whether run_head would replay a head graph for `batch`.
   bool graphs_for_head(const ForwardBatch& batch) const;
+  // Start-up capture on CUDA (graphs, not --enforce-eager), as vLLM's: the decode graphs of
+  // every batch bucket up to max_seqs sequences and, with verify_tokens > 0 (speculative
+  // decoding where ModelInfo::verify_graphs holds), the verify graphs of verify_tokens tokens a
+  // sequence storing the per-token states `state_steps`, and the head graphs the draft chain
+  // replays (one token a sequence; verify_tokens tokens, every row's logits). Captured on
+  // padding sequences, which touch no page or slot of `caches`. Returns the graphs captured.
+  int capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps);
   // Decode and verify steps run as graphs so far (0 without graphs).
   int64_t graph_steps() const { return graph_steps_; }
   // Draft-head forwards run as graphs so far.

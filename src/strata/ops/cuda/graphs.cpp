@@ -195,4 +195,49 @@ Tensor DecodeGraphs::run_head(const ForwardBatch& batch, const Tensor& input, co
   return logits_.rows(0, all_rows ? rows : n);
 }
 
+void DecodeGraphs::warm_decode(int max_seqs, const Forward& forward) {
+  const int last = bucket_of(std::clamp(max_seqs, 1, buckets_.back()));
+  for (int size : buckets_) {
+    if (size > last) break;
+    Bucket& b = graphs_[size];
+    Tensor logits = logits_.rows(0, size);
+    const ForwardBatch p = padded(ForwardBatch{}, size);
+    while (!b.exec) launch(b, p, 0, [&] { forward(p, logits); });
+  }
+}
+
+Tensor DecodeGraphs::warm_verify(int max_seqs, int q, ForwardBatch::StateSteps state_steps,
+                                 const ForwardWithHidden& forward) {
+  STRATA_CHECK(q >= 1 && q <= kMaxTokensPerSeq, "DecodeGraphs: a verify of ", q, " tokens a sequence");
+  const int last = bucket_of(std::clamp(max_seqs, 1, buckets_.back()));
+  Tensor hidden;
+  for (int size : buckets_) {
+    if (size > last || size * q > kMaxHiddenRows) break;
+    Bucket& b = verifies_[{size, q, state_steps.first, state_steps.count}];
+    Tensor logits = logits_.rows(0, int64_t(size) * q);
+    ForwardBatch p = padded(ForwardBatch{}, size, q);
+    p.state_steps = state_steps;
+    while (!b.exec) launch(b, p, 0, [&] { forward(p, logits, b.hidden); });
+    hidden = b.hidden;
+  }
+  return hidden;
+}
+
+void DecodeGraphs::warm_head(int max_seqs, int q, bool all_rows, const Tensor& input, const HeadForward& forward) {
+  STRATA_CHECK(q >= 1 && q <= kMaxTokensPerSeq && (q > 1 || !all_rows), "DecodeGraphs: a head step of ", q,
+               " tokens a sequence");
+  const int last = bucket_of(std::clamp(max_seqs, 1, buckets_.back()));
+  for (int size : buckets_) {
+    if (size > last || size * q > kMaxHiddenRows) break;
+    Bucket& b = heads_[{size, q, all_rows}];
+    Tensor logits = logits_.rows(0, all_rows ? int64_t(size) * q : size);
+    if (!b.input.defined()) {
+      b.input = persistent({int64_t(size) * q, input.dim(1)}, input.dtype());
+      STRATA_CUDA_CHECK(cudaMemsetAsync(b.input.raw(), 0, b.input.nbytes(), stream()));
+    }
+    const ForwardBatch p = padded(ForwardBatch{}, size, q, all_rows);
+    while (!b.exec) launch(b, p, 0, [&] { forward(p, b.input, logits, b.hidden); });
+  }
+}
+
 }  // namespace strata::ops::cuda

@@ -76,6 +76,16 @@ class DecodeGraphs {
   // vocabulary's F32 logits (1 MB a row at 248k).
   static constexpr int kMaxHiddenRows = 256;
 
+  // Start-up capture, as vLLM's: the graphs of every bucket up to the one that holds `max_seqs`
+  // sequences, run eagerly once and captured on batches of padding sequences only (which touch
+  // no cache page or state slot), so that no request pays a capture. warm_decode: decode steps;
+  // warm_verify: verify steps of `q` tokens a sequence with the per-token state slots
+  // `state_steps` (buckets of at most kMaxHiddenRows rows; returns the hidden states of the
+  // last, zeros, for warm_head's input); warm_head: head steps of `q` tokens a sequence wanting
+  // every row's logits (all_rows, q > 1) or the last's, on inputs like `input` (zeros).
+  void warm_decode(int max_seqs, const Forward& forward);
+  Tensor warm_verify(int max_seqs, int q, ForwardBatch::StateSteps state_steps, const ForwardWithHidden& forward);
+  void warm_head(int max_seqs, int q, bool all_rows, const Tensor& input, const HeadForward& forward);
   // Graphs captured so far (for reports).
   int captured() const;
   // Bytes of the shared logits buffer.
