@@ -1,6 +1,8 @@
 // A crash of the CUDA test binary on the GPU machine (which has no debugger) prints its stack:
 // each frame as the executable's path, (+offset) and address, to resolve here against the
 // unstripped build (addr2line -f -C -e build-cuda/strata_cuda_tests OFFSET), then re-raises.
+// CUDA builds only: the CPU build's sanitizers keep their own handlers.
+#if defined(STRATA_WITH_CUDA)
 #include <execinfo.h>
 #include <unistd.h>
 
@@ -25,3 +27,5 @@ const bool installed = [] {
 }();
 
 }  // namespace
+
+#endif  // STRATA_WITH_CUDA
