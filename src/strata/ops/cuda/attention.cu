@@ -29,6 +29,9 @@ namespace {
 
 constexpr int kMaxSplits = 64;
 constexpr int kMinSplitTokens = 32;
+// Batches of at most this many tokens a sequence (a speculative verify's) take the decode
+// kernel a row at a time.
+constexpr int kDecodeRowsMax = 16;
 
 // The splits of a decode attention over `seq_len` keys out of the grid's `splits`: no fewer than
 // kMinSplitTokens keys each (short splits cost more in the combine than they save).
@@ -135,19 +138,24 @@ struct NewKv {
 
 // kFp8: the pages hold e4m3 codes and a scale byte a vector (a lane's kDecodeVec codes are one
 // 16-byte load), and every key, the new one too, is read from them.
-template <int D, bool kFp8>
+// kRows: a block per (split, kv head, batch row) instead of a sequence: row t of sequence s
+// attends causally to the ctx_len[s] + (t - q_start[s]) + 1 keys up to its own, all read from the
+// pages, where the rows' new keys and values were stored before (a speculative verify's few
+// tokens a sequence: as parallel over the context as decode).
+template <int D, bool kFp8, bool kRows>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
     const bf16* __restrict__ q, const void* __restrict__ kc_raw, const void* __restrict__ vc_raw, NewKv nk,
     DeviceBatch b, int hq, int hkv, int bs, float scale, int splits, const bf16* gate, float* part_o,
     float* part_ml, bf16* out) {
   pdl_begin();
   constexpr int G = D / kDecodeVec, TPW = 32 / G;
-  const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+  const int split = blockIdx.x, kvh = blockIdx.y;
   const int group = hq / hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lig = lane % G, grp = lane / G;
-  const int t = b.q_start[s];
-  const int seq_len = b.ctx_len[s] + b.q_len[s];
+  const int s = kRows ? b.token_seq[blockIdx.z] : blockIdx.z;
+  const int t = kRows ? int(blockIdx.z) : b.q_start[s];
+  const int seq_len = kRows ? b.ctx_len[s] + (t - b.q_start[s]) + 1 : b.ctx_len[s] + b.q_len[s];
   const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
   const bool padding = bt[0] < 0;
   // The splits this sequence uses: no fewer than kMinSplitTokens keys each, read here from its
@@ -162,9 +170,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   const bf16* vc = static_cast<const bf16*>(vc_raw);
   const uint8_t* kc8 = static_cast<const uint8_t*>(kc_raw);
   const uint8_t* vc8 = static_cast<const uint8_t*>(vc_raw);
-  const int last = kFp8 ? -1 : seq_len - 1;  // FP8: the new token is read from its page too
+  const int last = kFp8 || kRows ? -1 : seq_len - 1;  // FP8, rows: the new tokens are read from their pages
   const int64_t new_off = (int64_t(t) * hkv + kvh) * D;
-  if (!kFp8 && !padding && split == last / chunk && bt[last / bs] >= 0) {
+  if (!kFp8 && !kRows && !padding && split == last / chunk && bt[last / bs] >= 0) {
     const int64_t dst = ((int64_t(bt[last / bs]) * bs + last % bs) * hkv + kvh) * D;
     for (int i = threadIdx.x; i < D / 8; i += blockDim.x) {
       reinterpret_cast<uint4*>(static_cast<bf16*>(nk.k_cache) + dst)[i] = reinterpret_cast<const uint4*>(nk.k + new_off)[i];
@@ -282,7 +290,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
         *reinterpret_cast<uint4*>(op) = pack8(o);
         *reinterpret_cast<uint4*>(op + 8) = pack8(o + 8);
       } else {
-        const int64_t p = (int64_t(s) * hq + h) * splits + split;
+        const int64_t p = (int64_t(kRows ? t : s) * hq + h) * splits + split;
 #pragma unroll
         for (int e = 0; e < kDecodeVec; ++e) part_o[p * D + lig * kDecodeVec + e] = acc[e];
         if (lig == 0) {
@@ -294,19 +302,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   }
 }
 
-// One block per (sequence, query head): the splits' weights exp(m_j - max) and the total mass
+// One block per (sequence or batch row, query head): the splits' weights exp(m_j - max) and the total mass
 // are computed once by the first warp; then every output element's sum over the splits has
 // independent loads.
 __global__ void attn_combine_kernel(const float* part_o, const float* part_ml, DeviceBatch b, int hq, int d_dim,
-                                    int splits, const bf16* gate, bf16* out) {
+                                    int splits, bool rows, const bf16* gate, bf16* out) {
   pdl_begin();
   __shared__ float wsm[kMaxSplits];
   __shared__ float lsum_sm;
-  const int s = blockIdx.x / hq, h = blockIdx.x % hq;
-  const int t = b.q_start[s];
-  const int used = used_splits(b.ctx_len[s] + b.q_len[s], splits);
-  if (used == 1) return;  // the decode kernel wrote this sequence's output
-  const int64_t p0 = (int64_t(s) * hq + h) * splits;
+  const int i = blockIdx.x / hq, h = blockIdx.x % hq;  // i: a sequence, or (rows) a batch row
+  const int s = rows ? b.token_seq[i] : i;
+  const int t = rows ? i : b.q_start[s];
+  const int seq_len = rows ? b.ctx_len[s] + (t - b.q_start[s]) + 1 : b.ctx_len[s] + b.q_len[s];
+  const int used = used_splits(seq_len, splits);
+  if (used == 1) return;  // the decode kernel wrote this output
+  const int64_t p0 = (int64_t(i) * hq + h) * splits;
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     float mx = -INFINITY;
@@ -612,26 +622,36 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
                D, bs);
     check_launch("kv_write_fp8");
   }
-  if (db.all_single_token) {
-    const int base = nseq * hkv;
+  // Decode, and (rows) batches of at most kDecodeRowsMax tokens a sequence, a speculative
+  // verify's: a block per (split, kv head, sequence or row), the keys split over the context.
+  const bool rows = !db.all_single_token && db.max_q_len <= kDecodeRowsMax;
+  if (db.all_single_token || rows) {
+    if (rows && !fp8) {  // the rows read their own keys and values from the pages
+      launch_pdl(kv_write_kernel, unsigned(batch.token_ids.size()), 128, 0, nk.k, nk.v,
+                 static_cast<bf16*>(nk.k_cache), static_cast<bf16*>(nk.v_cache), db, int64_t(hkv) * D, bs);
+      check_launch("kv_write");
+    }
+    const int nq = rows ? int(batch.token_ids.size()) : nseq;
+    const int base = nq * hkv;
     // Enough splits to give every SM two blocks, by the batch's shape alone (a graph captured at
-    // a short context replays at a long one); each sequence uses as many of them as its length
-    // fills with kMinSplitTokens keys (used_splits, on the device).
+    // a short context replays at a long one); each query uses as many of them as its keys fill
+    // with kMinSplitTokens each (used_splits, on the device).
     const int splits = std::clamp((2 * sm_count() + base - 1) / base, 1, kMaxSplits);
     Tensor part_o, part_ml;
     if (splits > 1) {
-      part_o = scratch({int64_t(nseq) * hq * splits * D}, DType::kF32);
-      part_ml = scratch({int64_t(nseq) * hq * splits * 2}, DType::kF32);
+      part_o = scratch({int64_t(nq) * hq * splits * D}, DType::kF32);
+      part_ml = scratch({int64_t(nq) * hq * splits * 2}, DType::kF32);
     }
-    const dim3 grid(splits, hkv, nseq);
-    auto* kernel = fp8 ? attn_decode_kernel<D, true> : attn_decode_kernel<D, false>;
+    const dim3 grid(splits, hkv, nq);
+    auto* kernel = rows ? (fp8 ? attn_decode_kernel<D, true, true> : attn_decode_kernel<D, false, true>)
+                        : (fp8 ? attn_decode_kernel<D, true, false> : attn_decode_kernel<D, false, false>);
     launch_pdl(kernel, grid, kDecodeWarps * 32, 0, qp, cache.k.raw(), cache.v.raw(), nk, db, hq, hkv, bs, scale,
                splits, gp, splits > 1 ? part_o.data<float>() : nullptr, splits > 1 ? part_ml.data<float>() : nullptr,
                op);
     check_launch("attn_decode");
     if (splits > 1) {
-      launch_pdl(attn_combine_kernel, unsigned(nseq * hq), std::clamp(D, 32, 256), 0,   // a whole first warp
-          part_o.data<float>(), part_ml.data<float>(), db, hq, D, splits, gp, op);
+      launch_pdl(attn_combine_kernel, unsigned(nq * hq), std::clamp(D, 32, 256), 0,   // a whole first warp
+          part_o.data<float>(), part_ml.data<float>(), db, hq, D, splits, rows, gp, op);
       check_launch("attn_combine");
     }
     return;
