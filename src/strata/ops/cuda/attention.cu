@@ -39,6 +39,19 @@ __device__ __forceinline__ int used_splits(int seq_len, int splits) {
   return max(1, min(splits, (seq_len + kMinSplitTokens - 1) / kMinSplitTokens));
 }
 
+// The query `i` of a decode attention: sequence i's last row, or (rows) batch row i, which
+// attends causally to the keys up to its own.
+struct DecodeQuery {
+  int seq, row, keys;
+};
+__device__ __forceinline__ DecodeQuery decode_query(const DeviceBatch& b, int i, bool rows) {
+  if (rows) {
+    const int s = b.token_seq[i];
+    return {s, i, b.ctx_len[s] + (i - b.q_start[s]) + 1};
+  }
+  return {i, b.q_start[i], b.ctx_len[i] + b.q_len[i]};
+}
+
 // The cache row (page * bs + position in the page) of batch row t; -1 for padding rows, which
 // never touch the cache.
 __device__ __forceinline__ int64_t cache_row_of(const DeviceBatch& b, int t, int bs) {
@@ -153,9 +166,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   const int group = hq / hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lig = lane % G, grp = lane / G;
-  const int s = kRows ? b.token_seq[blockIdx.z] : blockIdx.z;
-  const int t = kRows ? int(blockIdx.z) : b.q_start[s];
-  const int seq_len = kRows ? b.ctx_len[s] + (t - b.q_start[s]) + 1 : b.ctx_len[s] + b.q_len[s];
+  const DecodeQuery query = decode_query(b, blockIdx.z, kRows);
+  const int s = query.seq, t = query.row, seq_len = query.keys;
   const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
   const bool padding = bt[0] < 0;
   // The splits this sequence uses: no fewer than kMinSplitTokens keys each, read here from its
@@ -311,10 +323,9 @@ __global__ void attn_combine_kernel(const float* part_o, const float* part_ml, D
   __shared__ float wsm[kMaxSplits];
   __shared__ float lsum_sm;
   const int i = blockIdx.x / hq, h = blockIdx.x % hq;  // i: a sequence, or (rows) a batch row
-  const int s = rows ? b.token_seq[i] : i;
-  const int t = rows ? i : b.q_start[s];
-  const int seq_len = rows ? b.ctx_len[s] + (t - b.q_start[s]) + 1 : b.ctx_len[s] + b.q_len[s];
-  const int used = used_splits(seq_len, splits);
+  const DecodeQuery query = decode_query(b, i, rows);
+  const int t = query.row;
+  const int used = used_splits(query.keys, splits);
   if (used == 1) return;  // the decode kernel wrote this output
   const int64_t p0 = (int64_t(i) * hq + h) * splits;
   if (threadIdx.x < 32) {

@@ -182,10 +182,7 @@ Tensor DecodeGraphs::run_head(const ForwardBatch& batch, const Tensor& input, co
   const bool all_rows = q > 1 && every_row(batch, q);
   Bucket& b = heads_[{size, q, all_rows}];
   Tensor logits = logits_.rows(0, all_rows ? int64_t(size) * q : size);
-  if (!b.input.defined()) {
-    b.input = persistent({int64_t(size) * q, input.dim(1)}, input.dtype());
-    STRATA_CUDA_CHECK(cudaMemsetAsync(b.input.raw(), 0, b.input.nbytes(), stream()));
-  }
+  make_head_input(b, int64_t(size) * q, input);
   STRATA_CHECK(b.input.dtype() == input.dtype() && b.input.dim(1) == input.dim(1), "DecodeGraphs: the head's input ",
                input.describe(), " after ", b.input.describe());
   STRATA_CUDA_CHECK(cudaMemcpyAsync(b.input.raw(), input.raw(), input.nbytes(), cudaMemcpyDeviceToDevice, stream()));
@@ -195,8 +192,16 @@ Tensor DecodeGraphs::run_head(const ForwardBatch& batch, const Tensor& input, co
   return logits_.rows(0, all_rows ? rows : n);
 }
 
+int DecodeGraphs::last_bucket(int max_seqs) const { return bucket_of(std::clamp(max_seqs, 1, buckets_.back())); }
+
+void DecodeGraphs::make_head_input(Bucket& b, int64_t rows, const Tensor& like) {
+  if (b.input.defined()) return;
+  b.input = persistent({rows, like.dim(1)}, like.dtype());
+  STRATA_CUDA_CHECK(cudaMemsetAsync(b.input.raw(), 0, b.input.nbytes(), stream()));
+}
+
 void DecodeGraphs::warm_decode(int max_seqs, const Forward& forward) {
-  const int last = bucket_of(std::clamp(max_seqs, 1, buckets_.back()));
+  const int last = last_bucket(max_seqs);
   for (int size : buckets_) {
     if (size > last) break;
     Bucket& b = graphs_[size];
@@ -209,7 +214,7 @@ void DecodeGraphs::warm_decode(int max_seqs, const Forward& forward) {
 Tensor DecodeGraphs::warm_verify(int max_seqs, int q, ForwardBatch::StateSteps state_steps,
                                  const ForwardWithHidden& forward) {
   STRATA_CHECK(q >= 1 && q <= kMaxTokensPerSeq, "DecodeGraphs: a verify of ", q, " tokens a sequence");
-  const int last = bucket_of(std::clamp(max_seqs, 1, buckets_.back()));
+  const int last = last_bucket(max_seqs);
   Tensor hidden;
   for (int size : buckets_) {
     if (size > last || size * q > kMaxHiddenRows) break;
@@ -226,15 +231,12 @@ Tensor DecodeGraphs::warm_verify(int max_seqs, int q, ForwardBatch::StateSteps s
 void DecodeGraphs::warm_head(int max_seqs, int q, bool all_rows, const Tensor& input, const HeadForward& forward) {
   STRATA_CHECK(q >= 1 && q <= kMaxTokensPerSeq && (q > 1 || !all_rows), "DecodeGraphs: a head step of ", q,
                " tokens a sequence");
-  const int last = bucket_of(std::clamp(max_seqs, 1, buckets_.back()));
+  const int last = last_bucket(max_seqs);
   for (int size : buckets_) {
     if (size > last || size * q > kMaxHiddenRows) break;
     Bucket& b = heads_[{size, q, all_rows}];
     Tensor logits = logits_.rows(0, all_rows ? int64_t(size) * q : size);
-    if (!b.input.defined()) {
-      b.input = persistent({int64_t(size) * q, input.dim(1)}, input.dtype());
-      STRATA_CUDA_CHECK(cudaMemsetAsync(b.input.raw(), 0, b.input.nbytes(), stream()));
-    }
+    make_head_input(b, int64_t(size) * q, input);
     const ForwardBatch p = padded(ForwardBatch{}, size, q, all_rows);
     while (!b.exec) launch(b, p, 0, [&] { forward(p, b.input, logits, b.hidden); });
   }

@@ -110,6 +110,11 @@ class DecodeGraphs {
   void launch(Bucket& b, const ForwardBatch& padded_batch, int real_seqs, const std::function<void()>& forward);
   void capture(Bucket& b, const ForwardBatch& batch, const std::function<void()>& forward);
   int bucket_of(int seqs) const { return *std::lower_bound(buckets_.begin(), buckets_.end(), seqs); }
+  // The bucket that holds max_seqs sequences (the largest past it): the warm_* captures' last.
+  int last_bucket(int max_seqs) const;
+  // A head graph's input buffer of `rows` rows shaped like `like` (zeros: the padding rows'
+  // inputs), made on the bucket's first run.
+  static void make_head_input(Bucket& b, int64_t rows, const Tensor& like);
 
   int64_t vocab_;
   std::vector<int> buckets_;
