@@ -314,44 +314,65 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   }
 }
 
-// One block per (sequence or batch row, query head): the splits' weights exp(m_j - max) and the total mass
-// are computed once by the first warp; then every output element's sum over the splits has
-// independent loads.
-__global__ void attn_combine_kernel(const float* part_o, const float* part_ml, DeviceBatch b, int hq, int d_dim,
-                                    int splits, bool rows, const bf16* gate, bf16* out) {
+// One block of 256 threads per (sequence or batch row, query head): d_dim / 4 lanes of four
+// output elements times 1024 / d_dim groups of splits. Each thread merges its group's splits
+// (split j: running max, mass and unnormalised output) with the loads of several splits in flight,
+// then the groups' results merge in shared memory: the splits are read in parallel, not one after
+// another, so a long context's many splits cost little more than a short one's.
+constexpr int kCombineThreads = 256;
+__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* __restrict__ part_o,
+                                                                      const float* __restrict__ part_ml, DeviceBatch b,
+                                                                      int hq, int d_dim, int splits, bool rows,
+                                                                      const bf16* gate, bf16* out) {
   pdl_begin();
-  __shared__ float wsm[kMaxSplits];
-  __shared__ float lsum_sm;
+  __shared__ float4 acc_sm[kCombineThreads];
+  __shared__ float m_sm[kCombineThreads], l_sm[kCombineThreads];
   const int i = blockIdx.x / hq, h = blockIdx.x % hq;  // i: a sequence, or (rows) a batch row
   const DecodeQuery query = decode_query(b, i, rows);
   const int t = query.row;
   const int used = used_splits(query.keys, splits);
   if (used == 1) return;  // the decode kernel wrote this output
   const int64_t p0 = (int64_t(i) * hq + h) * splits;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float mx = -INFINITY;
-    for (int j = lane; j < used; j += 32) mx = fmaxf(mx, part_ml[2 * (p0 + j)]);
-    mx = warp_max(mx);
-    float lsum = 0.f;
-    for (int j = lane; j < used; j += 32) {
-      const float m = part_ml[2 * (p0 + j)];
-      const float w = (mx == -INFINITY || m == -INFINITY) ? 0.f : __expf(m - mx);
-      wsm[j] = w;
-      lsum += part_ml[2 * (p0 + j) + 1] * w;
+  const int lanes = d_dim / 4, groups = max(1, kCombineThreads / lanes);
+  const int tid = threadIdx.x, g = tid / lanes;
+  const int v = tid % lanes;
+  float m = -INFINITY, l = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (g < groups) {
+#pragma unroll 4
+    for (int j = g; j < used; j += groups) {
+      const float mj = part_ml[2 * (p0 + j)], lj = part_ml[2 * (p0 + j) + 1];
+      const float4 oj = *reinterpret_cast<const float4*>(part_o + (p0 + j) * d_dim + 4 * v);
+      const float mn = fmaxf(m, mj);
+      if (mn == -INFINITY) continue;  // nothing seen yet
+      const float a = __expf(m - mn), c = __expf(mj - mn);  // exp(-inf) = 0
+      acc.x = acc.x * a + oj.x * c, acc.y = acc.y * a + oj.y * c;
+      acc.z = acc.z * a + oj.z * c, acc.w = acc.w * a + oj.w * c;
+      l = l * a + lj * c;
+      m = mn;
     }
-    lsum = warp_sum(lsum);
-    if (lane == 0) lsum_sm = lsum;
+    acc_sm[tid] = acc, m_sm[tid] = m, l_sm[tid] = l;
   }
   __syncthreads();
-  const float lsum = lsum_sm;
-  for (int d = threadIdx.x; d < d_dim; d += blockDim.x) {
-    float o = 0.f;
-#pragma unroll 8
-    for (int j = 0; j < used; ++j) o += part_o[(p0 + j) * d_dim + d] * wsm[j];
-    const int64_t oi = (int64_t(t) * hq + h) * d_dim + d;
-    o = lsum > 0.f ? o / lsum : 0.f;
-    out[oi] = f2bf(gate ? o * sigmoid_f(bf2f(gate[oi])) : o);
+  if (g == 0) {
+    float mx = -INFINITY;
+    for (int k = 0; k < groups; ++k) mx = fmaxf(mx, m_sm[k * lanes + v]);
+    float lsum = 0.f, o[4] = {0.f, 0.f, 0.f, 0.f};
+    if (mx != -INFINITY) {
+      for (int k = 0; k < groups; ++k) {
+        const int at = k * lanes + v;
+        const float w = __expf(m_sm[at] - mx);
+        const float4 ak = acc_sm[at];
+        o[0] += ak.x * w, o[1] += ak.y * w, o[2] += ak.z * w, o[3] += ak.w * w;
+        lsum += l_sm[at] * w;
+      }
+    }
+    const int64_t o0 = (int64_t(t) * hq + h) * d_dim + 4 * v;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float r = lsum > 0.f ? o[e] / lsum : 0.f;
+      out[o0 + e] = f2bf(gate ? r * sigmoid_f(bf2f(gate[o0 + e])) : r);
+    }
   }
 }
 
@@ -661,8 +682,9 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
                op);
     check_launch("attn_decode");
     if (splits > 1) {
-      launch_pdl(attn_combine_kernel, unsigned(nq * hq), std::clamp(D, 32, 256), 0,   // a whole first warp
-          part_o.data<float>(), part_ml.data<float>(), db, hq, D, splits, rows, gp, op);
+      static_assert(D % 4 == 0 && D <= 4 * kCombineThreads, "attn_combine_kernel: four output elements a thread");
+      launch_pdl(attn_combine_kernel, unsigned(nq * hq), kCombineThreads, 0, part_o.data<float>(),
+                 part_ml.data<float>(), db, hq, D, splits, rows, gp, op);
       check_launch("attn_combine");
     }
     return;

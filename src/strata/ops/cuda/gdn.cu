@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
     }
   }
   // Token t's gates and its output column's z (the single-token step loads them up front, the
-  // multi-token one at each token).
+  // multi-token one computes them at each token from what fetch loaded).
   float decay, beta, zo;
   int64_t oi;  // token t's output element of this thread's column
   auto load_token = [&](int t) {
@@ -378,11 +378,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
                    : 0.f;
     }
   };
-  // Causal conv of one channel at token t: `win` holds the inputs before t (the conv state, then
+  // Causal conv of one channel at token t (its input x_new): `win` holds the inputs before t (the conv state, then
   // this step's earlier tokens) and is shifted to end holding those up to t, the new conv state
   // after the last token.
-  auto conv = [&](int64_t ch, float* win, int t) {
-    const float x_new = bf2f(p.qkv[int64_t(t) * p.conv_dim + ch]);
+  auto conv = [&](int64_t ch, float* win, float x_new) {
     float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < kWin; ++j) {
@@ -424,7 +423,24 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       if (j < hist) stf(p.conv_state, p.cs32, (int64_t(at) * hist + j) * p.conv_dim + ch, win[j]);
     }
   };
+  // Multi-token: token t's inputs (its gates' pre-activations, z, this thread's new conv inputs)
+  // are loaded while token t - 1 computes.
+  struct TokenIn {
+    float a, b, z, x_qk, x_v;
+  };
+  auto fetch = [&](int t) {
+    TokenIn in;
+    const int64_t gi = int64_t(t) * p.hv + h;
+    in.a = ldf(p.a, p.a32, gi);
+    in.b = ldf(p.b, p.b32, gi);
+    in.z = tid < ncols ? bf2f(p.z[gi * p.dv + c0 + tid]) : 0.f;
+    in.x_qk = tid < 2 * DK ? bf2f(p.qkv[int64_t(t) * p.conv_dim + qk_ch]) : 0.f;
+    in.x_v = tid < ncols ? bf2f(p.qkv[int64_t(t) * p.conv_dim + v_channel()]) : 0.f;
+    return in;
+  };
+  TokenIn next{};
   if constexpr (kMulti) {
+    next = fetch(t0);
     if (tid < 2 * DK) load_window(qk_ch, qk_win);
     if (tid < ncols) load_window(v_channel(), v_win);
   }
@@ -432,16 +448,24 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
   // runs once with no loop in its code (a loop of one trip still changed its register use).
   for (int tok = 0;; ++tok) {
     const int t = t0 + tok;
-    if constexpr (kMulti) load_token(t);
+    TokenIn cur{};
+    if constexpr (kMulti) {
+      cur = next;
+      if (tok + 1 < tokens) next = fetch(t + 1);
+      decay = expf(-expf(ldf(p.a_log, p.l32, h)) * softplus_torch(cur.a + ldf(p.dt_bias, p.d32, h)));
+      beta = 1.f / (1.f + expf(-cur.b));
+      oi = (int64_t(t) * p.hv + h) * p.dv + c0 + tid;
+      zo = tid < ncols ? silu_f(cur.z) : 0.f;
+    }
     if (tid < 2 * DK) {
       if constexpr (!kMulti) load_window(qk_ch, qk_win);
-      const float v = conv(qk_ch, qk_win, t);
+      const float v = conv(qk_ch, qk_win, kMulti ? cur.x_qk : bf2f(p.qkv[int64_t(t) * p.conv_dim + qk_ch]));
       (tid < DK ? qs[tid] : ks[tid - DK]) = v;
     }
     if (tid < ncols) {
       const int64_t v_ch = v_channel();
       if constexpr (!kMulti) load_window(v_ch, v_win);
-      vs[tid] = conv(v_ch, v_win, t);
+      vs[tid] = conv(v_ch, v_win, kMulti ? cur.x_v : bf2f(p.qkv[int64_t(t) * p.conv_dim + v_ch]));
       if constexpr (!kMulti) {
         if (slot >= 0) store_window(slot, v_ch, v_win);
       }

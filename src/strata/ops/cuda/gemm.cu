@@ -48,7 +48,9 @@ struct NormIn {
   bf16* x_out;
 };
 
-// The prologue, between pdl_wait and the GEMV: xs[rows][k_dim] = the normalised rows.
+// The prologue, between pdl_wait and the GEMV: xs[rows][k_dim] = the normalised rows. Each
+// thread loads its 8 elements of every row (h, y and the norm weight) before it uses any, so the
+// rows' loads overlap instead of queueing one behind another.
 template <int T>
 __device__ void norm_prologue(const NormIn& nin, int64_t k_dim, int rows, bf16* xs) {
   __shared__ float red[8][T];
@@ -56,16 +58,25 @@ __device__ void norm_prologue(const NormIn& nin, int64_t k_dim, int rows, bf16* 
   const bool writer = blockIdx.x == 0;
   float ss[T];
 #pragma unroll
-  for (int t = 0; t < T; ++t) {
-    ss[t] = 0.f;
-    if (t >= rows) continue;
-    for (int64_t c = int64_t(tid) * 8; c < k_dim; c += 256 * 8) {
+  for (int t = 0; t < T; ++t) ss[t] = 0.f;
+  for (int64_t c = int64_t(tid) * 8; c < k_dim; c += 256 * 8) {
+    uint4 hv[T], yv[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t < rows) {
+        hv[t] = *reinterpret_cast<const uint4*>(nin.h + t * k_dim + c);
+        if (nin.y) yv[t] = *reinterpret_cast<const uint4*>(nin.y + t * k_dim + c);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t >= rows) continue;
       float v[8];
-      unpack8(*reinterpret_cast<const uint4*>(nin.h + t * k_dim + c), v);
+      unpack8(hv[t], v);
       uint4 packed;
       if (nin.y) {
         float r[8];
-        unpack8(*reinterpret_cast<const uint4*>(nin.y + t * k_dim + c), r);
+        unpack8(yv[t], r);
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] += r[e];
         packed = pack8(v);
@@ -85,24 +96,31 @@ __device__ void norm_prologue(const NormIn& nin, int64_t k_dim, int rows, bf16* 
     if (lane == 0) red[warp][t] = w;
   }
   __syncthreads();
+  float inv[T];
 #pragma unroll
   for (int t = 0; t < T; ++t) {
-    if (t >= rows) continue;
     float total = 0.f;
     for (int j = 0; j < 8; ++j) total += red[j][t];
-    const float inv = rsqrtf(total / float(k_dim) + nin.eps);
-    for (int64_t c = int64_t(tid) * 8; c < k_dim; c += 256 * 8) {
-      float v[8], o[8], wf[8];
-      unpack8(*reinterpret_cast<const uint4*>(xs + t * k_dim + c), v);
-      if (nin.w32) {
-        const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(nin.w) + c);
-        const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(nin.w) + c + 4);
-        wf[0] = a.x, wf[1] = a.y, wf[2] = a.z, wf[3] = a.w, wf[4] = b.x, wf[5] = b.y, wf[6] = b.z, wf[7] = b.w;
-      } else {
-        unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(nin.w) + c), wf);
-      }
+    inv[t] = rsqrtf(total / float(k_dim) + nin.eps);
+  }
+  for (int64_t c = int64_t(tid) * 8; c < k_dim; c += 256 * 8) {
+    float wf[8];
+    if (nin.w32) {
+      const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(nin.w) + c);
+      const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(nin.w) + c + 4);
+      wf[0] = a.x, wf[1] = a.y, wf[2] = a.z, wf[3] = a.w, wf[4] = b.x, wf[5] = b.y, wf[6] = b.z, wf[7] = b.w;
+    } else {
+      unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(nin.w) + c), wf);
+    }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] = v[e] * inv * (wf[e] + (nin.zero_centered ? 1.f : 0.f));
+    for (int e = 0; e < 8; ++e) wf[e] += nin.zero_centered ? 1.f : 0.f;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t >= rows) continue;
+      float v[8], o[8];
+      unpack8(*reinterpret_cast<const uint4*>(xs + t * k_dim + c), v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = v[e] * inv[t] * wf[e];
       const uint4 packed = pack8(o);
       *reinterpret_cast<uint4*>(xs + t * k_dim + c) = packed;
       if (writer) *reinterpret_cast<uint4*>(nin.x_out + t * k_dim + c) = packed;
@@ -171,22 +189,33 @@ __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, c
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t k = k0 + u * 256;
         if (k >= k_hi) break;
+        // Every row's x vector is loaded before the first is used: T loads in flight, not a chain.
+        uint4 xv[T];
 #pragma unroll
         for (int t = 0; t < T; ++t) {
-          if (t >= rows) break;
-          float xf[8];
+          if (t >= rows) continue;
           if constexpr (kNorm) {
-            unpack8(*reinterpret_cast<const uint4*>(xs + t * k_dim + k), xf);
+            xv[t] = *reinterpret_cast<const uint4*>(xs + t * k_dim + k);
           } else {
-            unpack8(__ldg(reinterpret_cast<const uint4*>(x + t * k_dim + k)), xf);
+            xv[t] = __ldg(reinterpret_cast<const uint4*>(x + t * k_dim + k));
           }
+        }
+        // Each vector is unpacked once (T + R unpacks, not T (R + 1)).
+        float xf[T][8];
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float wf[8];
-            unpack8(wv[r][u], wf);
+        for (int t = 0; t < T; ++t) {
+          if (t < rows) unpack8(xv[t], xf[t]);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float wf[8];
+          unpack8(wv[r][u], wf);
+#pragma unroll
+          for (int t = 0; t < T; ++t) {
+            if (t >= rows) break;
             float s = 0.f;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) s = fmaf(wf[e], xf[e], s);
+            for (int e = 0; e < 8; ++e) s = fmaf(wf[e], xf[t][e], s);
             acc[r][t] += s;
           }
         }
@@ -300,9 +329,13 @@ void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, con
 }
 
 // The GEMV path for up to kGemvMaxRows rows; with `nin`, x comes from the norm prologue.
+// R = 4 weight rows a warp keeps more bytes in flight a lane where K is short, as long as the
+// matrix still gives every SM a block; a small one (a small model's projections) takes R = 1, four
+// times the blocks, each with a quarter of the instructions (at a few rows these GEMVs are bound
+// by instruction latency, not bandwidth).
 template <bool kNorm>
 void gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin = {}) {
-  if (k <= 1024) {
+  if (k <= 1024 && n >= int64_t(8 * 4) * sm_count()) {
     gemv_rows<4, kNorm>(x, w, k, n, rows, o, nin);
   } else {
     gemv_rows<1, kNorm>(x, w, k, n, rows, o, nin);
