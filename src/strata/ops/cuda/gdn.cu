@@ -308,13 +308,6 @@ __device__ __forceinline__ int decode_column(int lane, int m) {
   return (m / V) * 32 * V + lane * V + m % V;
 }
 
-// x, through an empty asm: the compiler cannot tell the result equals x, so expressions of it are
-// computed where they are used instead of reused from earlier ones of x.
-__device__ __forceinline__ int opaque(int x) {
-  asm("" : "+r"(x));
-  return x;
-}
-
 // Up to 4 columns a lane (DK / 8 x 4 state cells a thread) the registers are capped for two
 // blocks an SM, so that one block's state loads run while another computes (uncapped, 128 x 128
 // heads took 184 registers, one block an SM: 17.4 against 14.8 ms over 30 layers at batch 256).
@@ -322,17 +315,22 @@ __device__ __forceinline__ int opaque(int x) {
 // loads issue together unpredicated); 0: any kw up to kMaxConvHistory + 1.
 // kState32: the state pool is F32, else BF16 (loaded to fp32, rounded once when stored; with
 // several tokens, after each, as the recurrence rounds it).
-// kMulti: a sequence brings 1..kGdnStepMaxTokens tokens (speculative verify steps), run one after
-// the other with the state and the conv windows kept in registers between them and stored once,
-// after the last; else every sequence brings one token (decode).
+// kMulti: a sequence brings 1..kGdnStepMaxTokens tokens (speculative verify steps), in three
+// phases: what does not read the recurrent state (gates, convs, q and k norms) for every token at
+// once; the recurrence token by token with the state in registers (stored once, after the last,
+// and after each other one in its step slot); the gated RMSNorm of every token's output with one
+// cluster exchange. Else every sequence brings one token (decode).
 template <int DK, int CPL, int kHist, bool kState32, bool kMulti>
 __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decode_kernel(DecodeArgs p, DeviceBatch b, int slices,
                                                                        int cols) {
   pdl_begin();
   constexpr int kRows = DK / kDecodeWarps, kCols = 32 * CPL, kV = decode_vec(CPL);
-  __shared__ float qs[DK], ks[DK], vs[kCols], delta[kCols], red[32];
+  // Multi-token, q, k and v of every token (v then the token's output before its norm), and the
+  // token's gates and norms; single-token, one of each.
+  constexpr int kTok = kMulti ? kGdnStepMaxTokens : 1;
+  __shared__ float qs[kTok * DK], ks[kTok * DK], vs[kTok * kCols], delta[kCols], red[32];
   __shared__ float part[kDecodeWarps][kCols];
-  __shared__ float ss_block[kMulti ? 2 : 1];  // multi-token: one a token parity (see the exchange)
+  __shared__ float ss_block[kTok], decay_sm[kTok], beta_sm[kTok], qscale[kTok], kscale[kTok];
   cg::cluster_group cluster = cg::this_cluster();
   const int s = blockIdx.z, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int ratio = p.hv / p.hk, r = blockIdx.x / slices, slice = blockIdx.x % slices;
@@ -353,8 +351,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       ld_state_run<kV>(st + int64_t(warp + kDecodeWarps * i) * p.dv + c, has_state ? ncols - c : 0, vec, &sv[i][m]);
     }
   }
-  // Token t's gates and its output column's z (the single-token step loads them up front, the
-  // multi-token one computes them at each token from what fetch loaded).
+  // The single-token kernel's gates and output column's z, loaded up front (the multi-token
+  // kernel loads every token's in its first phase).
   float decay, beta, zo;
   int64_t oi;  // token t's output element of this thread's column
   auto load_token = [&](int t) {
@@ -423,52 +421,148 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       if (j < hist) stf(p.conv_state, p.cs32, (int64_t(at) * hist + j) * p.conv_dim + ch, win[j]);
     }
   };
-  // Multi-token: token t's inputs (its gates' pre-activations, z, this thread's new conv inputs)
-  // are loaded while token t - 1 computes.
-  struct TokenIn {
-    float a, b, z, x_qk, x_v;
-  };
-  auto fetch = [&](int t) {
-    TokenIn in;
-    const int64_t gi = int64_t(t) * p.hv + h;
-    in.a = ldf(p.a, p.a32, gi);
-    in.b = ldf(p.b, p.b32, gi);
-    in.z = tid < ncols ? bf2f(p.z[gi * p.dv + c0 + tid]) : 0.f;
-    in.x_qk = tid < 2 * DK ? bf2f(p.qkv[int64_t(t) * p.conv_dim + qk_ch]) : 0.f;
-    in.x_v = tid < ncols ? bf2f(p.qkv[int64_t(t) * p.conv_dim + v_channel()]) : 0.f;
-    return in;
-  };
-  TokenIn next{};
   if constexpr (kMulti) {
-    next = fetch(t0);
-    if (tid < 2 * DK) load_window(qk_ch, qk_win);
-    if (tid < ncols) load_window(v_channel(), v_win);
-  }
-  // tokens >= 1 (the host checks), so the test is at the end; the single-token kernel's body
-  // runs once with no loop in its code (a loop of one trip still changed its register use).
-  for (int tok = 0;; ++tok) {
-    const int t = t0 + tok;
-    TokenIn cur{};
-    if constexpr (kMulti) {
-      cur = next;
-      if (tok + 1 < tokens) next = fetch(t + 1);
-      decay = expf(-expf(ldf(p.a_log, p.l32, h)) * softplus_torch(cur.a + ldf(p.dt_bias, p.d32, h)));
-      beta = 1.f / (1.f + expf(-cur.b));
-      oi = (int64_t(t) * p.hv + h) * p.dv + c0 + tid;
-      zo = tid < ncols ? silu_f(cur.z) : 0.f;
+    // Phase 1, every token at once (nothing here reads the recurrent state): the gates, the convs
+    // (each thread runs its channel through the tokens with its window in registers, and after a
+    // token but the last keeps the window in the sequence's step slot for it:
+    // ForwardBatch::state_steps), then q and k l2-normalised.
+    const auto step_slot = [&](int tok) { return p.step_first + slot * p.step_count + tok; };
+    const bool keep_steps = slot >= 0;
+    if (tid < tokens) {
+      const int64_t gi = int64_t(t0 + tid) * p.hv + h;
+      decay_sm[tid] = expf(-expf(ldf(p.a_log, p.l32, h)) * softplus_torch(ldf(p.a, p.a32, gi) + ldf(p.dt_bias, p.d32, h)));
+      beta_sm[tid] = 1.f / (1.f + expf(-ldf(p.b, p.b32, gi)));
     }
     if (tid < 2 * DK) {
-      if constexpr (!kMulti) load_window(qk_ch, qk_win);
-      const float v = conv(qk_ch, qk_win, kMulti ? cur.x_qk : bf2f(p.qkv[int64_t(t) * p.conv_dim + qk_ch]));
+      load_window(qk_ch, qk_win);
+      float* dst = tid < DK ? qs + tid : ks + (tid - DK);
+      for (int tok = 0; tok < tokens; ++tok) {
+        dst[tok * DK] = conv(qk_ch, qk_win, bf2f(p.qkv[int64_t(t0 + tok) * p.conv_dim + qk_ch]));
+        if (keep_steps && tok + 1 < tokens && tok < p.step_count && cluster.block_rank() == 0) {
+          store_window(step_slot(tok), qk_ch, qk_win);
+        }
+      }
+    }
+    if (tid < ncols) {
+      const int64_t v_ch = v_channel();
+      load_window(v_ch, v_win);
+      for (int tok = 0; tok < tokens; ++tok) {
+        vs[tok * kCols + tid] = conv(v_ch, v_win, bf2f(p.qkv[int64_t(t0 + tok) * p.conv_dim + v_ch]));
+        if (keep_steps && tok + 1 < tokens && tok < p.step_count) store_window(step_slot(tok), v_ch, v_win);
+      }
+    }
+    __syncthreads();
+    for (int tok = warp; tok < tokens; tok += kDecodeWarps) {
+      float qq = 0.f, kk = 0.f;
+      for (int i = lane; i < DK; i += 32) {
+        qq += qs[tok * DK + i] * qs[tok * DK + i];
+        kk += ks[tok * DK + i] * ks[tok * DK + i];
+      }
+      qq = warp_sum(qq);
+      kk = warp_sum(kk);
+      if (lane == 0) {
+        qscale[tok] = (1.f / sqrtf(qq + 1e-6f)) * rsqrtf(float(DK));
+        kscale[tok] = 1.f / sqrtf(kk + 1e-6f);
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < tokens * DK; i += kDecodeWarps * 32) {
+      qs[i] *= qscale[i / DK];
+      ks[i] *= kscale[i / DK];
+    }
+    __syncthreads();
+    // Phase 2, the recurrence token by token: four block barriers a token, no cluster exchange.
+    for (int tok = 0; tok < tokens; ++tok) {
+      const float decay = decay_sm[tok], beta = beta_sm[tok];
+      const float *kt = ks + tok * DK, *qt = qs + tok * DK;
+#pragma unroll
+      for (int m = 0; m < CPL; ++m) {
+        float kS = 0.f;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          sv[i][m] *= decay;
+          kS += sv[i][m] * kt[warp + kDecodeWarps * i];
+        }
+        part[warp][decode_column<kV>(lane, m)] = kS;
+      }
+      __syncthreads();
+      if (tid < ncols) {
+        float kS = 0.f;
+        for (int w = 0; w < kDecodeWarps; ++w) kS += part[w][tid];
+        delta[tid] = (vs[tok * kCols + tid] - kS) * beta;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int m = 0; m < CPL; ++m) {
+        const int c = decode_column<kV>(lane, m);
+        const float dl = c < ncols ? delta[c] : 0.f;
+        float o = 0.f;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const int row = warp + kDecodeWarps * i;
+          sv[i][m] += kt[row] * dl;
+          o += sv[i][m] * qt[row];
+        }
+        part[warp][c] = o;
+      }
+      if constexpr (!kState32) {
+        // A BF16 state is rounded after every token, as the recurrence rounds it (and single-token
+        // steps would store it); the last token's rounding is the store's.
+        if (tok + 1 < tokens) {
+#pragma unroll
+          for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+            for (int m = 0; m < CPL; ++m) sv[i][m] = bf2f(f2bf(sv[i][m]));
+          }
+        }
+      }
+      // Speculative rollback: the state after this token, unless it is the last, in the step slot
+      // for it. No block of this launch reads a step slot, so the stores need no ordering.
+      if (keep_steps && tok + 1 < tokens && tok < p.step_count) {
+        store_state(static_cast<StateT*>(p.state) + (int64_t(step_slot(tok)) * p.hv + h) * DK * p.dv + c0, p.dv);
+      }
+      __syncthreads();
+      if (tid < ncols) {  // the token's output before its norm, where its v was
+        float o = 0.f;
+        for (int w = 0; w < kDecodeWarps; ++w) o += part[w][tid];
+        vs[tok * kCols + tid] = o;
+      }
+      __syncthreads();
+    }
+    // Phase 3, the gated RMSNorm of every token's output: this block's sums of squares, exchanged
+    // with the value head's other slices through distributed shared memory in one cluster sync.
+    for (int tok = warp; tok < tokens; tok += kDecodeWarps) {
+      float ss = 0.f;
+      for (int c = lane; c < ncols; c += 32) ss += vs[tok * kCols + c] * vs[tok * kCols + c];
+      ss = warp_sum(ss);
+      if (lane == 0) ss_block[tok] = ss;
+    }
+    cluster.sync();  // every block has read the q, k conv state and published its sums of squares
+    if (tid < ncols) {
+      for (int tok = 0; tok < tokens; ++tok) {
+        float total = 0.f;
+        for (int j = 0; j < slices; ++j) total += cluster.map_shared_rank(ss_block, unsigned(r * slices + j))[tok];
+        const int64_t o_at = (int64_t(t0 + tok) * p.hv + h) * p.dv + c0 + tid;
+        const float inv = 1.f / sqrtf(total / float(p.dv) + p.eps);
+        p.out[o_at] = f2bf(nw * (vs[tok * kCols + tid] * inv) * silu_f(bf2f(p.z[o_at])));
+      }
+    }
+    // The state and the conv windows after the last token (the q, k conv state only now: every
+    // block of the cluster read it before the cluster sync).
+    if (st) store_state(st, p.dv);
+    if (slot >= 0 && tid < ncols) store_window(slot, v_channel(), v_win);
+    if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_window(slot, qk_ch, qk_win);
+  } else {
+    if (tid < 2 * DK) {
+      load_window(qk_ch, qk_win);
+      const float v = conv(qk_ch, qk_win, bf2f(p.qkv[int64_t(t0) * p.conv_dim + qk_ch]));
       (tid < DK ? qs[tid] : ks[tid - DK]) = v;
     }
     if (tid < ncols) {
       const int64_t v_ch = v_channel();
-      if constexpr (!kMulti) load_window(v_ch, v_win);
-      vs[tid] = conv(v_ch, v_win, kMulti ? cur.x_v : bf2f(p.qkv[int64_t(t) * p.conv_dim + v_ch]));
-      if constexpr (!kMulti) {
-        if (slot >= 0) store_window(slot, v_ch, v_win);
-      }
+      load_window(v_ch, v_win);
+      vs[tid] = conv(v_ch, v_win, bf2f(p.qkv[int64_t(t0) * p.conv_dim + v_ch]));
+      if (slot >= 0) store_window(slot, v_ch, v_win);
     }
     __syncthreads();
     const float qq = block_sum(tid < DK ? qs[tid] * qs[tid] : 0.f, red);
@@ -509,68 +603,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       }
       part[warp][c] = o;
     }
-    if constexpr (!kMulti) {
-      if (st) store_state(st, p.dv);
-    } else if constexpr (!kState32) {
-      // A BF16 state is rounded after every token, as the recurrence rounds it (and single-token
-      // steps would store it); the last token's rounding is the store's.
-      if (tok + 1 < tokens) {
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-          for (int m = 0; m < CPL; ++m) sv[i][m] = bf2f(f2bf(sv[i][m]));
-        }
-      }
-    }
-    if constexpr (kMulti) {
-      // Speculative rollback (ForwardBatch::state_steps): the state and the conv windows after
-      // this token, unless it is the last, in the sequence's step slot for it. No block of this
-      // launch reads a step slot, so the stores need no ordering with the loads.
-      if (tok + 1 < tokens && tok < p.step_count && slot >= 0) {
-        const int step = p.step_first + slot * p.step_count + tok;
-        store_state(static_cast<StateT*>(p.state) + (int64_t(step) * p.hv + h) * DK * p.dv + c0, p.dv);
-        if (tid < ncols) store_window(step, v_channel(), v_win);
-        if (cluster.block_rank() == 0 && tid < 2 * DK) store_window(step, qk_ch, qk_win);
-      }
-    }
+    if (st) store_state(st, p.dv);
     __syncthreads();
     float o = 0.f;
     if (tid < ncols) {
       for (int w = 0; w < kDecodeWarps; ++w) o += part[w][tid];
     }
     const float ss = block_sum(o * o, red);
-    // Multi-token, the sums alternate between two buffers: when this block writes token tok's,
-    // a peer may still be reading its token tok - 1 sum (the other buffer), but none reads token
-    // tok - 2's (this one): every peer read that before arriving at token tok - 1's cluster.sync,
-    // which this block has passed. One buffer would let a slow peer read the next token's sum.
-    float& ss_mine = ss_block[kMulti ? (tok & 1) : 0];
-    if (tid == 0) ss_mine = ss;
+    if (tid == 0) ss_block[0] = ss;
     cluster.sync();  // every block has read the q, k conv state and published its sum of squares
-    if constexpr (!kMulti) {
-      if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_window(slot, qk_ch, qk_win);
-    }
+    if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_window(slot, qk_ch, qk_win);
     float total = 0.f;
-    for (int j = 0; j < slices; ++j) total += *cluster.map_shared_rank(&ss_mine, unsigned(r * slices + j));
+    for (int j = 0; j < slices; ++j) total += *cluster.map_shared_rank(&ss_block[0], unsigned(r * slices + j));
     if (tid < ncols) {
       const float inv = 1.f / sqrtf(total / float(p.dv) + p.eps);
       p.out[oi] = f2bf(nw * (o * inv) * zo);
     }
-    if constexpr (!kMulti) {
-      break;
-    } else if (tok + 1 == tokens) {
-      break;
-    }
-  }
-  if constexpr (kMulti) {
-    // The state and the conv windows after the last token. The q, k conv state is safe to write:
-    // every block of the cluster read it before the loop, so before its first cluster.sync. The
-    // addresses come from opaque copies of dv and slot, so that they are computed again here
-    // rather than held in registers through the loop from the loads before it (the state's alone
-    // are DK / 4 of them, 64-bit: the 128 x 128 heads spilled).
-    const int dv = opaque(p.dv), cs_slot = opaque(slot);
-    if (st) store_state(st, dv);
-    if (slot >= 0 && tid < ncols) store_window(cs_slot, v_channel(), v_win);
-    if (cluster.block_rank() == 0 && slot >= 0 && tid < 2 * DK) store_window(cs_slot, qk_ch, qk_win);
   }
   cluster.sync();  // no block leaves while another reads its shared memory
 }

@@ -330,12 +330,13 @@ void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, con
 
 // The GEMV path for up to kGemvMaxRows rows; with `nin`, x comes from the norm prologue.
 // R = 4 weight rows a warp keeps more bytes in flight a lane where K is short, as long as the
-// matrix still gives every SM a block; a small one (a small model's projections) takes R = 1, four
-// times the blocks, each with a quarter of the instructions (at a few rows these GEMVs are bound
-// by instruction latency, not bandwidth).
+// matrix still gives every SM a block and x has at most two rows; a small matrix (a small model's
+// projections) or more rows (a speculative verify's) take R = 1: four times the blocks, each with a
+// quarter of the instructions (there these GEMVs are bound by instruction latency, not bandwidth:
+// a 4-row norm GEMV of the default model took 2x its 1-row time at R = 4, H100, ncu).
 template <bool kNorm>
 void gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin = {}) {
-  if (k <= 1024 && n >= int64_t(8 * 4) * sm_count()) {
+  if (k <= 1024 && rows <= 2 && n >= int64_t(8 * 4) * sm_count()) {
     gemv_rows<4, kNorm>(x, w, k, n, rows, o, nin);
   } else {
     gemv_rows<1, kNorm>(x, w, k, n, rows, o, nin);
