@@ -3,6 +3,7 @@
 // speculation would cost more than it saves runs without drafts; the CPU's costs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "strata/core/error.h"
@@ -113,12 +114,45 @@ TEST(DraftLength, BatchRuleDropsSpeculationThatCostsMore) {
   EXPECT_GT(p.batch_gain(ptrs, ks, 0), 1.0);
   // Plain rows (sequences that cannot draft) dilute the gain: with 200 of them it goes.
   EXPECT_LT(p.batch_gain(ptrs, ks, 200), p.batch_gain(ptrs, ks, 0));
-  // A probe runs even when the batch rule drops the others.
+  // A probe runs even when the batch rule drops the others, and the others probe with it.
   DraftHistory hopeless;
   hopeless.reached = 10;
   hopeless.accepted = 0;
   hopeless.idle_steps = DraftLengthPolicy::kProbeInterval - 1;
-  EXPECT_EQ(p.plan({&h, &hopeless}, {2, 2}, 0), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(p.plan({&h, &hopeless}, {2, 2}, 0), (std::vector<int32_t>{1, 1}));
+  EXPECT_EQ(h.idle_steps, 0);
+  // One that cannot draft now (limit 0) does not.
+  hopeless.idle_steps = DraftLengthPolicy::kProbeInterval - 1;
+  EXPECT_EQ(p.plan({&h, &hopeless}, {0, 2}, 0), (std::vector<int32_t>{0, 1}));
+}
+
+// Sequences that went idle at different steps probe together after the first probe: the steps
+// between probes then verify no draft at all (uniform batches, which graphs replay).
+TEST(DraftLength, IdleSequencesProbeInTheSameSteps) {
+  const DraftLengthPolicy p(3, cheap_costs());
+  std::vector<DraftHistory> hs(3);
+  for (size_t i = 0; i < hs.size(); ++i) {
+    hs[i].reached = 10;
+    hs[i].accepted = 0;  // hopeless: k = 0 unless probing
+    hs[i].idle_steps = int32_t(i) * 5;  // staggered
+  }
+  std::vector<DraftHistory*> ptrs{&hs[0], &hs[1], &hs[2]};
+  const std::vector<int32_t> limits(3, 3);
+  std::vector<int32_t> probe_steps;
+  for (int32_t step = 0; step < 3 * DraftLengthPolicy::kProbeInterval; ++step) {
+    const std::vector<int32_t> ks = p.plan(ptrs, limits, 0);
+    const int32_t drafting = int32_t(std::count_if(ks.begin(), ks.end(), [](int32_t k) { return k > 0; }));
+    ASSERT_TRUE(drafting == 0 || drafting == 3) << "step " << step << ": " << drafting << " of 3 probe";
+    if (drafting == 3) {
+      probe_steps.push_back(step);
+      for (DraftHistory* h : ptrs) p.observe(*h, 1, 0);
+    }
+  }
+  ASSERT_GE(probe_steps.size(), 2u);
+  EXPECT_EQ(probe_steps[0], DraftLengthPolicy::kProbeInterval - 1 - 10) << "the longest idle is due first";
+  for (size_t i = 1; i < probe_steps.size(); ++i) {
+    EXPECT_EQ(probe_steps[i] - probe_steps[i - 1], DraftLengthPolicy::kProbeInterval) << "probe " << i;
+  }
 }
 
 // The CPU's measured costs: a verify row costs about a decode row, so only a sequence whose

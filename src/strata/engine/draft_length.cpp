@@ -69,6 +69,17 @@ std::vector<int32_t> DraftLengthPolicy::plan(const std::vector<DraftHistory*>& h
     probe[i] = limits[i] > 0 && histories[i]->idle_steps + 1 >= kProbeInterval;
     if (probe[i]) ks[i] = std::max(ks[i], 1);
   }
+  // Probes go together: when one sequence is due, every other that may draft probes with it (one
+  // draft at least), so that their idle counts stay in step and the steps between probes verify
+  // no draft anywhere (a uniform batch: the verify and head graphs' shapes).
+  if (std::find(probe.begin(), probe.end(), true) != probe.end()) {
+    for (size_t i = 0; i < histories.size(); ++i) {
+      if (limits[i] > 0 && !probe[i]) {
+        probe[i] = true;
+        ks[i] = std::max(ks[i], 1);
+      }
+    }
+  }
   std::vector<DraftHistory*> bet_histories;
   std::vector<int32_t> bets;
   for (size_t i = 0; i < histories.size(); ++i) {

@@ -18,7 +18,8 @@
 // (forward + B) without, is below 1, every sequence gets k = 0 for this step.
 // Recovery: a sequence that has had k = 0 for kProbeInterval steps (by its own choice or the
 // batch rule's) drafts at least one token (a probe, exempt from the batch rule), so its estimate
-// follows the text.
+// follows the text. Every other sequence of the step that may draft probes with it, so that idle
+// sequences probe in the same steps and the steps between verify no draft at all.
 #pragma once
 
 #include <cstdint>
