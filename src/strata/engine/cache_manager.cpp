@@ -193,6 +193,7 @@ void CacheManager::free(Sequence& seq) {
   seq.num_computed = 0;
   seq.drafts.clear();
   seq.draft_probs.clear();
+  seq.head_pending = 0;
 }
 
 // Checkpoints follow the sequence and snapshot slots: sequence slot s keeps its own at

@@ -111,6 +111,7 @@ struct EngineStats {
   int64_t spec_draft_forwards = 0;    // head forwards (one per draft depth per step)
   int64_t spec_draft_graphs = 0;      // of those, replayed as CUDA graphs
   int64_t spec_chain_steps = 0;       // steps whose acceptance and drafts ran on the device (one read back)
+  int64_t spec_head_deferred = 0;     // positions whose head forward waited for a drafting step (dynamic K)
   // Seconds in the target forwards of the steps, the replays and the head forwards.
   double spec_verify_seconds = 0, spec_replay_seconds = 0, spec_draft_seconds = 0;
   double spec_acceptance_rate() const {
@@ -249,6 +250,9 @@ class Engine {
   std::unique_ptr<DraftLengthPolicy> draft_policy_;  // "draft_length": "dynamic"; null: fixed K
   Tensor hidden_, replay_logits_, replay_hidden_, draft_logits_;
   Tensor chain_buf_;  // the draft chain's results on the device (engine_spec_chain.cpp)
+  // Dynamic K: SpeculativeConfig::head_defer_max target hidden states a sequence slot whose head
+  // forward waits (Sequence::head_pending), then as many staging rows; made on the first deferral.
+  Tensor head_pending_;
   std::vector<double> spec_p_;
   std::vector<uint64_t> spec_allow_;  // a structured output's grammar mask (verify or draft)
   std::vector<float> spec_rows_;    // logits rows read on the host (verify or draft)

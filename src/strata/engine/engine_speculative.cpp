@@ -66,6 +66,8 @@ void Engine::init_speculation() {
                "multi-token-prediction head, and ", model_->info().model_type, " has none loaded "
                "(mtp_num_hidden_layers or, for deepseek_v4, num_nextn_predict_layers in config.json; the model must be "
                "loaded with LoadOptions::mtp)");
+  STRATA_CHECK(sc.head_defer_max >= 0 && sc.head_defer_max <= 1024, "SpeculativeConfig::head_defer_max ",
+               sc.head_defer_max, " is outside [0, 1024]");
   spec_ = true;
   spec_sampler_ = std::make_unique<Sampler>(model_->info().vocab_size, config_.logprobs_mode);
   stats_.spec_drafted_at.assign(size_t(sc.num_speculative_tokens), 0);
@@ -340,6 +342,14 @@ void Engine::draft_tokens(const StepInFlight& f) {
   ForwardBatch b;
   std::vector<int32_t> hidden_rows;
   std::vector<Drafter> drafters;
+  // Dynamic K: a decoding sequence that drafts nothing this step skips the head, its positions'
+  // hidden states kept (keep_rows of hidden_ into head_pending_ rows keep_at), until a step where
+  // it drafts, or its kept rows reach head_defer_max, runs the head over them and the new ones
+  // (pending_rows of head_pending_, placed at head rows pending_at). A step where no sequence
+  // drafts then runs no head forward.
+  const int32_t defer_max = config_.speculative.head_defer_max;
+  const int32_t slot_rows = plan_.seq_slots * defer_max;  // then the staging rows
+  std::vector<int32_t> keep_rows, keep_at, pending_rows, pending_at, fresh_at;
   for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
     const ScheduledChunk& c = f.chunks[ci];
     Sequence& seq = *c.seq;
@@ -349,17 +359,36 @@ void Engine::draft_tokens(const StepInFlight& f) {
     const int32_t end = seq.num_computed;  // positions [ctx_len, end) are final; end's token is known
     if (end <= c.ctx_len) continue;
     STRATA_CHECK(end < seq.num_tokens(), "engine: the draft head needs the token after position ", end - 1);
+    const int32_t k = end + 1 == seq.num_tokens() ? draft_budget(seq, wanted[ci]) : 0;
+    const int32_t fresh = end - c.ctx_len, row0 = f.batch.seqs[ci].q_start;
+    if (draft_policy_ && k == 0 && end + 1 == seq.num_tokens() && seq.request->seqs.size() == 1 &&
+        seq.head_pending + fresh <= defer_max) {
+      for (int32_t j = 0; j < fresh; ++j) {
+        keep_rows.push_back(row0 + j);
+        keep_at.push_back(seq.state_slot * defer_max + seq.head_pending + j);
+      }
+      seq.head_pending += fresh;
+      stats_.spec_head_deferred += fresh;
+      continue;
+    }
     SeqInBatch s;
     s.q_start = b.num_tokens();
-    s.ctx_len = c.ctx_len;
-    s.q_len = end - c.ctx_len;
+    s.ctx_len = c.ctx_len - seq.head_pending;
+    s.q_len = end - s.ctx_len;
     s.state_slot = seq.state_slot;
-    for (int32_t p = c.ctx_len; p < end; ++p) {
+    for (int32_t j = 0; j < seq.head_pending; ++j) {
+      pending_rows.push_back(seq.state_slot * defer_max + j);
+      pending_at.push_back(s.q_start + j);
+    }
+    for (int32_t p = s.ctx_len; p < end; ++p) {
       b.token_ids.push_back(seq.tokens[size_t(p) + 1]);
       b.positions.push_back(p);
-      hidden_rows.push_back(f.batch.seqs[ci].q_start + p - c.ctx_len);
+      if (p >= c.ctx_len) {
+        hidden_rows.push_back(row0 + p - c.ctx_len);
+        fresh_at.push_back(s.q_start + p - s.ctx_len);
+      }
     }
-    const int32_t k = end + 1 == seq.num_tokens() ? draft_budget(seq, wanted[ci]) : 0;
+    seq.head_pending = 0;
     s.block_table = seq.block_table;  // after draft_budget's growth
     if (k > 0) {
       drafters.push_back({&seq, k, int32_t(b.logit_rows.size()), {}, {}});
@@ -370,6 +399,18 @@ void Engine::draft_tokens(const StepInFlight& f) {
       b.logit_rows.push_back(s.q_start + s.q_len - 1);
     }
     b.seqs.push_back(std::move(s));
+  }
+  if (!keep_rows.empty()) {
+    // Staged after the slots' rows, then copied to them in one launch.
+    if (!head_pending_.defined()) {
+      head_pending_ = Tensor::empty({2 * int64_t(slot_rows), hidden_.dim(1)}, hidden_.dtype(), hidden_.device());
+    }
+    const int64_t n = int64_t(keep_rows.size());
+    STRATA_CHECK(n <= slot_rows, "engine: ", n, " head rows to keep, room for ", slot_rows);
+    ops::gather_rows(hidden_, keep_rows, head_pending_.rows(slot_rows, slot_rows + n));
+    std::vector<ops::SlotCopy> copies;
+    for (int64_t i = 0; i < n; ++i) copies.push_back({int32_t(slot_rows + i), keep_at[size_t(i)]});
+    ops::copy_slots({head_pending_}, copies);
   }
   if (b.seqs.empty()) return;  // also every step that ran without the hidden states (only n > 1)
   // A head batch of equal-length sequences replays a head graph only when each one wants its last
@@ -393,7 +434,18 @@ void Engine::draft_tokens(const StepInFlight& f) {
   // The width is the model's choice (DeepSeek-V4, Qwen4-Exp: their residual streams).
   const int64_t hsz = hidden_.dim(1);
   Tensor hidden = Tensor::empty({b.num_tokens(), hsz}, hidden_.dtype(), hidden_.device());
-  ops::gather_rows(hidden_, hidden_rows, hidden);
+  if (pending_rows.empty()) {
+    ops::gather_rows(hidden_, hidden_rows, hidden);
+  } else {  // the new rows and the kept ones side by side, then in the head batch's order
+    const int64_t nf = int64_t(hidden_rows.size()), np = int64_t(pending_rows.size());
+    Tensor both = Tensor::empty({nf + np, hsz}, hidden_.dtype(), hidden_.device());
+    if (nf > 0) ops::gather_rows(hidden_, hidden_rows, both.rows(0, nf));
+    ops::gather_rows(head_pending_, pending_rows, both.rows(nf, nf + np));
+    std::vector<int32_t> order(size_t(b.num_tokens()), -1);
+    for (int64_t i = 0; i < nf; ++i) order[size_t(fresh_at[size_t(i)])] = int32_t(i);
+    for (int64_t i = 0; i < np; ++i) order[size_t(pending_at[size_t(i)])] = int32_t(nf + i);
+    ops::gather_rows(both, order, hidden);
+  }
   Tensor head_hidden;
   draft_logits_ = runner_->run_head(b, hidden, cache_->caches(), head_hidden);
   ++stats_.spec_draft_forwards;

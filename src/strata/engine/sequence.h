@@ -59,6 +59,11 @@ struct Sequence {
   std::vector<int32_t> drafts;
   std::vector<std::vector<double>> draft_probs;
   DraftHistory draft_history;  // its acceptance, for "draft_length": "dynamic" (draft_length.h)
+  // Dynamic draft length: the positions before num_computed's latest chunk whose head KV is not
+  // written yet (steps where it drafted nothing skip the head); their target hidden states wait in
+  // the engine's head_pending_ rows of its state slot, and the head covers them when it next runs
+  // over the sequence. Reset when the caches go back.
+  int32_t head_pending = 0;
 
   // Prompt logprobs (completion 0 of a request that asks for them): those computed so far, for
   // prompt tokens 1.. in order, and whether they were reported.

@@ -17,6 +17,9 @@ struct SpeculativeConfig {
   int32_t num_speculative_tokens = 0;  // K draft tokens per sequence and step; 0: off
   bool dynamic = false;                // "draft_length": "dynamic"
   DraftCosts costs;                    // the dynamic policy's cost model (not a flag: tests set it)
+  // Dynamic: the most positions a sequence's head forward waits for a step where it drafts
+  // (Sequence::head_pending); 0 runs the head every step (not a flag: tests compare the two).
+  int32_t head_defer_max = 16;
   bool enabled() const { return num_speculative_tokens > 0; }
 };
 
