@@ -10,8 +10,8 @@
 // where R(k) = sum_{j<k} a^j (1 - a) (j + 1) is the expected replayed tokens (a rejection after j
 // accepted drafts replays j + 1; no replay term where the model keeps per-token states). Each
 // sequence takes the k with the largest E(k) / cost(k) (k = 0: 1 / 1; ties to the smaller k).
-// The head's first forward over the step's positions is paid at every k (it keeps the head's KV
-// complete), so it is in neither side.
+// The head's first forward over the step's positions is in neither side (at k = 0 it is deferred
+// to the sequence's next drafting step, Sequence::head_pending, and paid there).
 // The batch rule adds what a speculating step pays once: `forward` (the fixed part of a forward)
 // for the replay when any draft is rejected (where rejections replay) and for each head forward
 // past the first. If the batch's tokens per cost with speculation, against B tokens per
