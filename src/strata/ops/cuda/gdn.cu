@@ -421,6 +421,41 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       if (j < hist) stf(p.conv_state, p.cs32, (int64_t(at) * hist + j) * p.conv_dim + ch, win[j]);
     }
   };
+  // One token of the recurrence on this thread's state cells: S *= decay; k·S, summed over the
+  // warps through `part`; delta = (v - k·S) beta; S += k delta; and this warp's share of S·q
+  // into `part` (summed by the caller after a barrier).
+  auto recur = [&](float decay, float beta, const float* kt, const float* qt, const float* v) {
+#pragma unroll
+    for (int m = 0; m < CPL; ++m) {
+      float kS = 0.f;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        sv[i][m] *= decay;
+        kS += sv[i][m] * kt[warp + kDecodeWarps * i];
+      }
+      part[warp][decode_column<kV>(lane, m)] = kS;
+    }
+    __syncthreads();
+    if (tid < ncols) {
+      float kS = 0.f;
+      for (int w = 0; w < kDecodeWarps; ++w) kS += part[w][tid];
+      delta[tid] = (v[tid] - kS) * beta;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < CPL; ++m) {
+      const int c = decode_column<kV>(lane, m);
+      const float dl = c < ncols ? delta[c] : 0.f;
+      float o = 0.f;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int row = warp + kDecodeWarps * i;
+        sv[i][m] += kt[row] * dl;
+        o += sv[i][m] * qt[row];
+      }
+      part[warp][c] = o;
+    }
+  };
   if constexpr (kMulti) {
     // Phase 1, every token at once (nothing here reads the recurrent state): the gates, the convs
     // (each thread runs its channel through the tokens with its window in registers, and after a
@@ -473,38 +508,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
     __syncthreads();
     // Phase 2, the recurrence token by token: four block barriers a token, no cluster exchange.
     for (int tok = 0; tok < tokens; ++tok) {
-      const float decay = decay_sm[tok], beta = beta_sm[tok];
-      const float *kt = ks + tok * DK, *qt = qs + tok * DK;
-#pragma unroll
-      for (int m = 0; m < CPL; ++m) {
-        float kS = 0.f;
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          sv[i][m] *= decay;
-          kS += sv[i][m] * kt[warp + kDecodeWarps * i];
-        }
-        part[warp][decode_column<kV>(lane, m)] = kS;
-      }
-      __syncthreads();
-      if (tid < ncols) {
-        float kS = 0.f;
-        for (int w = 0; w < kDecodeWarps; ++w) kS += part[w][tid];
-        delta[tid] = (vs[tok * kCols + tid] - kS) * beta;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int m = 0; m < CPL; ++m) {
-        const int c = decode_column<kV>(lane, m);
-        const float dl = c < ncols ? delta[c] : 0.f;
-        float o = 0.f;
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          const int row = warp + kDecodeWarps * i;
-          sv[i][m] += kt[row] * dl;
-          o += sv[i][m] * qt[row];
-        }
-        part[warp][c] = o;
-      }
+      recur(decay_sm[tok], beta_sm[tok], ks + tok * DK, qs + tok * DK, vs + tok * kCols);
       if constexpr (!kState32) {
         // A BF16 state is rounded after every token, as the recurrence rounds it (and single-token
         // steps would store it); the last token's rounding is the store's.
@@ -573,36 +577,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, CPL <= 4 ? 2 : 1) gdn_decod
       ks[tid] *= 1.f / sqrtf(kk + 1e-6f);
     }
     __syncthreads();
-#pragma unroll
-    for (int m = 0; m < CPL; ++m) {
-      float kS = 0.f;
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        sv[i][m] *= decay;
-        kS += sv[i][m] * ks[warp + kDecodeWarps * i];
-      }
-      part[warp][decode_column<kV>(lane, m)] = kS;
-    }
-    __syncthreads();
-    if (tid < ncols) {
-      float kS = 0.f;
-      for (int w = 0; w < kDecodeWarps; ++w) kS += part[w][tid];
-      delta[tid] = (vs[tid] - kS) * beta;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int m = 0; m < CPL; ++m) {
-      const int c = decode_column<kV>(lane, m);
-      const float dl = c < ncols ? delta[c] : 0.f;
-      float o = 0.f;
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        const int row = warp + kDecodeWarps * i;
-        sv[i][m] += ks[row] * dl;
-        o += sv[i][m] * qs[row];
-      }
-      part[warp][c] = o;
-    }
+    recur(decay, beta, ks, qs, vs);
     if (st) store_state(st, p.dv);
     __syncthreads();
     float o = 0.f;
