@@ -315,16 +315,17 @@ void launch_gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, c
   }
 }
 
-template <int R, bool kNorm>
+// One weight row a warp (R = 1) for any 1..kGemvMaxRows rows of x.
+template <bool kNorm>
 void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
   if (rows <= 1) {
-    launch_gemv<1, R, kNorm>(x, w, k, n, rows, o, nin);
+    launch_gemv<1, 1, kNorm>(x, w, k, n, rows, o, nin);
   } else if (rows <= 2) {
-    launch_gemv<2, R, kNorm>(x, w, k, n, rows, o, nin);
+    launch_gemv<2, 1, kNorm>(x, w, k, n, rows, o, nin);
   } else if (rows <= 4) {
-    launch_gemv<4, R, kNorm>(x, w, k, n, rows, o, nin);
+    launch_gemv<4, 1, kNorm>(x, w, k, n, rows, o, nin);
   } else {
-    launch_gemv<8, R, kNorm>(x, w, k, n, rows, o, nin);
+    launch_gemv<8, 1, kNorm>(x, w, k, n, rows, o, nin);
   }
 }
 
@@ -337,9 +338,13 @@ void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, con
 template <bool kNorm>
 void gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin = {}) {
   if (k <= 1024 && rows <= 2 && n >= int64_t(8 * 4) * sm_count()) {
-    gemv_rows<4, kNorm>(x, w, k, n, rows, o, nin);
+    if (rows <= 1) {
+      launch_gemv<1, 4, kNorm>(x, w, k, n, rows, o, nin);
+    } else {
+      launch_gemv<2, 4, kNorm>(x, w, k, n, rows, o, nin);
+    }
   } else {
-    gemv_rows<1, kNorm>(x, w, k, n, rows, o, nin);
+    gemv_rows<kNorm>(x, w, k, n, rows, o, nin);
   }
   check_launch("gemv");
 }
