@@ -252,6 +252,7 @@ EngineConfig dynamic_config(int k, const DraftCosts& costs) {
   EngineConfig c = default_model_config(k);
   c.speculative.dynamic = true;
   c.speculative.costs = costs;
+  c.speculative.measure_costs = false;  // the policy's choices by these costs, run after run
   return c;
 }
 
@@ -300,8 +301,8 @@ TEST(Speculative, DynamicDraftLengthKeepsGreedyOutputs) {
 // Dynamic K where speculation never pays for itself (a step's fixed cost dwarfs every row): only
 // the probes draft, all in the same steps, and the steps between run no head forward, their
 // positions' head forwards deferred to the next probe step (Sequence::head_pending). The outputs
-// stay those without speculation, and every draft is the one the head makes when it runs every
-// step (head_defer_max 0): on the CPU, whose forward is chunk-invariant, the caught-up head KV is
+// stay those without speculation, every draft is the one the head makes when it runs every step
+// (head_defer_max 0), and the steps between probes overlap as without speculation: on the CPU, whose forward is chunk-invariant, the caught-up head KV is
 // bit for bit the KV written step by step, so the acceptance at every position and the steps
 // match. (Left unwritten, the head's attention reads stale pages: 10 of 37 drafts accepted
 // against 19 of 45, measured when this test was written.)
@@ -329,6 +330,18 @@ TEST(Speculative, DeferredHeadForwardsCatchUpAtTheNextProbe) {
   EXPECT_EQ(deferred.stats.spec_accepted_at, reference.stats.spec_accepted_at)
       << "drafts after deferred head forwards differ from the head's every-step drafts";
   EXPECT_EQ(deferred.stats.steps, reference.stats.steps);
+  // The steps that draft nothing and defer their head forwards are planned at launch, so the
+  // next step is launched before their draws reach the host (overlapped), as without speculation.
+  // (Steps of only multi-completion sequences, which never draft, overlap either way; draws
+  // with penalties or grammars never do.)
+  std::printf("  overlapped steps: %lld of %lld deferring, %lld of %lld with the head every step, %lld of %lld "
+              "without speculation\n", (long long)deferred.stats.overlapped_steps, (long long)deferred.stats.steps,
+              (long long)reference.stats.overlapped_steps, (long long)reference.stats.steps,
+              (long long)plain.stats.overlapped_steps, (long long)plain.stats.steps);
+  EXPECT_GE(deferred.stats.overlapped_steps * 10, plain.stats.overlapped_steps * 8)
+      << "dynamic K's idle steps did not overlap as plain decoding's";
+  EXPECT_GE(deferred.stats.overlapped_steps, reference.stats.overlapped_steps + 8)
+      << "a step whose completion runs the head overlapped the next";
 }
 
 // One request at a time (batch 1), the second a whole-prefix hit of the first.

@@ -130,6 +130,16 @@ int run(int argc, char** argv) {
                 (long long)st.spec_head_deferred);
     std::printf("speculative time: target forwards %.3f s, replays %.3f s, head %.3f s\n", st.spec_verify_seconds,
                 st.spec_replay_seconds, st.spec_draft_seconds);
+    if (!st.spec_costs.empty()) {
+      std::printf("dynamic K's measured cost of a step verifying k drafts against a decode step's, by batch size:");
+      for (const BatchCosts& c : st.spec_costs) {
+        std::printf(" %d:", c.seqs);
+        for (size_t k = 1; k < c.costs.step_ratio.size(); ++k) {
+          if (c.costs.step_ratio[k] > 0) std::printf(" k%zu %.2f", k, c.costs.step_ratio[k]);
+        }
+      }
+      std::printf("\n");
+    }
   }
   std::printf("tokens per target forward and sequence: %.3f (%lld sampled tokens, %lld sequence-steps)\n",
               st.seq_steps ? double(st.sampled_tokens) / double(st.seq_steps) : 0.0, (long long)st.sampled_tokens,

@@ -107,8 +107,11 @@ void Engine::init() {
                                   : 0;
   if (spec_ && config_.speculative.dynamic) {
     // Where the verify stores its per-token states, a rejection copies a slot: no replay to price.
+    // Measured costs: a batch size not measured yet is priced cheap (a verify row a tenth of a
+    // decode step's, as on a GPU at small batch), so that speculation is tried there and measured.
     DraftCosts costs = config_.speculative.costs;
     costs.replays = state_steps == 0;
+    if (config_.speculative.measure_costs) costs = DraftCosts::from_step_times(1.0, 1.1, 1);
     draft_policy_ = std::make_unique<DraftLengthPolicy>(config_.speculative.num_speculative_tokens, costs);
   }
   if (spec_) {
@@ -120,6 +123,7 @@ void Engine::init() {
   // Before the plan: on CUDA the runner's graphs hold one logits buffer for all of them (256 rows
   // of the vocabulary, 254 MB at 248k), which the free memory the plan reads then leaves out.
   runner_ = std::make_unique<ModelRunner>(*model_, config_.enforce_eager);
+  if (draft_policy_) draft_policy_->set_uniform(runner_->uses_graphs());
   warm_up();
   plan_ = plan_memory(priced, mr, model_->device());
   if (config_.log_capacity) std::fprintf(stderr, "strata: %s\n", plan_.describe().c_str());
@@ -136,12 +140,15 @@ void Engine::init() {
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, *cache_);
   sampler_ = std::make_unique<BatchSampler>(info.vocab_size, config_.logprobs_mode);
-  overlap_ = overlap_possible() && !spec_;  // a verify's result decides the next step's batch
+  // With speculation a verify's result decides the next step's batch: only dynamic K's steps
+  // that draft nothing and run no head (StepInFlight::spec_work) are overlapped.
+  overlap_ = overlap_possible() && (!spec_ || draft_policy_);
   // CUDA graphs captured now, as vLLM does, not by the first requests of each batch size.
   const double capture_start = now();
   const int32_t verify_tokens = spec_ ? config_.speculative.num_speculative_tokens + 1 : 0;
   const int graphs = runner_->capture_graphs(cache_->caches(), std::min(config_.max_num_seqs, plan_.seq_slots),
-                                             verify_tokens, cache_->state_steps());
+                                             verify_tokens, cache_->state_steps(),
+                                             draft_policy_ ? config_.speculative.head_defer_max + 1 : 0);
   if (config_.log_capacity && graphs > 0) {
     std::fprintf(stderr, "strata: %d CUDA graphs captured in %.2f s (--enforce-eager: none)\n", graphs,
                  now() - capture_start);
@@ -403,8 +410,11 @@ void Engine::fork_children(Sequence& parent, int32_t logits_row, std::vector<Sam
 }
 
 std::vector<RequestOutput> Engine::step() {
+  const double start = now();
+  measure_cycle(start);
+  cycle_ = CallCycle{start};
   drain_inbox();
-  if (inflight_ && (!overlap_ || inflight_->reads_tokens)) complete_step();
+  if (inflight_ && (!overlap_ || inflight_->reads_tokens || inflight_->spec_work)) complete_step();
   std::optional<StepInFlight> launched = launch_step();
   if (inflight_) {
     complete_step();  // the previous step's draws, while the device runs the new step
@@ -447,6 +457,7 @@ std::vector<RequestOutput> Engine::step() {
 }
 
 std::optional<Engine::StepInFlight> Engine::launch_step() {
+  const bool behind = inflight_.has_value();
   const SchedulerOutput so = scheduler_->schedule();
   if (so.chunks.empty()) return std::nullopt;
   ForwardBatch batch;
@@ -566,6 +577,18 @@ std::optional<Engine::StepInFlight> Engine::launch_step() {
     seq.pending_draw = int32_t(i);
     f.reads_tokens = f.reads_tokens || BatchSampler::reads_tokens(seq);
   }
+  if (drafting) plan_at_launch(f);  // after the draws in flight are counted
+  if (draft_policy_) {
+    const bool decode = std::all_of(so.chunks.begin(), so.chunks.end(), [](const ScheduledChunk& c) {
+      return c.q_len == 1 && c.samples;
+    });
+    // A decode step launched behind another (the pipeline full): its call's time is a step's.
+    if (decode && f.verifies.empty() && behind) f.decode_rows = int32_t(f.jobs.size());
+    // A call that launches a prompt chunk is not timed: its time is the chunk's.
+    cycle_.launched = std::none_of(so.chunks.begin(), so.chunks.end(), [](const ScheduledChunk& c) {
+      return c.ctx_len < c.seq->prompt_len;
+    });
+  }
   return f;
 }
 
@@ -597,12 +620,15 @@ void Engine::complete_step() {
     append_token(seq, results[i]);
     check_stop(seq, results[i].token);
   }
-  if (spec_ && chain_ready(f)) {
-    chain_step(f);
-  } else if (spec_) {
-    verify_drafts(f);
-    draft_tokens(f);
+  if (f.spec_work) {
+    if (chain_ready(f)) {
+      chain_step(f);
+    } else {
+      verify_drafts(f);
+      draft_tokens(f);
+    }
   }
+  if (draft_policy_) note_completed(f);
 }
 
 RequestOutput Engine::report(Request& req) {

@@ -114,6 +114,8 @@ struct EngineStats {
   int64_t spec_head_deferred = 0;     // positions whose head forward waited for a drafting step (dynamic K)
   // Seconds in the target forwards of the steps, the replays and the head forwards.
   double spec_verify_seconds = 0, spec_replay_seconds = 0, spec_draft_seconds = 0;
+  // Dynamic K: the costs measured so far (SpeculativeConfig::measure_costs), by batch size.
+  std::vector<BatchCosts> spec_costs;
   double spec_acceptance_rate() const {
     return spec_draft_tokens ? double(spec_accepted_tokens) / double(spec_draft_tokens) : 0.0;
   }
@@ -186,6 +188,14 @@ class Engine {
     Tensor logits;
     std::vector<ScheduledChunk> chunks;
     ForwardBatch batch;
+    // Whether completing the step verifies drafts, drafts or runs the head (then the next step
+    // waits for it: its outcome decides the next batch). Dynamic K plans a step without verifies
+    // at its launch (plan_at_launch): `planned` holds each chunk's draft count, and the chunks
+    // whose head forward is deferred have their hidden rows kept already (`kept`).
+    bool spec_work = false;
+    std::vector<int32_t> planned;
+    std::vector<bool> kept;
+    int32_t decode_rows = -1;  // its sequences when every one decodes a token (dynamic K's meter)
   };
 
   void init();
@@ -226,8 +236,27 @@ class Engine {
   void accept_row(Sequence& seq, const float* logits, int32_t picked, int32_t draft_index, bool& accepted);
   static bool verified_on_device(const Sequence& seq);
   void draft_tokens(const StepInFlight& f);  // chain the head K times over the step's rows
-  // How many drafts each chunk's sequence wants now: K, or the dynamic policy's choice.
+  // How many drafts each chunk's sequence wants after the step: K, or the dynamic policy's choice.
   std::vector<int32_t> wanted_drafts(const StepInFlight& f);
+  // Dynamic K, a step without verifies: its draft counts planned and its deferred head rows kept
+  // at launch, so that a step that then drafts nothing and runs no head lets the next overlap it.
+  void plan_at_launch(StepInFlight& f);
+  // Whether the chunk's sequence, drafting k after the step, skips the head (Sequence::head_pending).
+  bool defers_head(const ScheduledChunk& c, int32_t k) const;
+  // Copies hidden_ rows `rows` to head_pending_ rows `at` (through its staging rows).
+  void keep_head_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& at);
+  // Dynamic K's measured costs (SpeculativeConfig::measure_costs): each call of step() that
+  // launched a step of no prompt chunk is timed from its start to the next call's (what a user waits per step,
+  // overlap and host work included) and counted by what it completed: a decode step that drafted
+  // nothing (a decode sample), or a verify after which its sequences drafted again (a speculating
+  // sample: speculation's steady state, the head forwards and the acceptance included).
+  struct CallCycle {
+    double start = -1;
+    bool launched = false;
+    int32_t decode_rows = 0, spec_seqs = 0, spec_k = 0;
+  };
+  void measure_cycle(double now);  // the last call's cycle, ending now
+  void note_completed(const StepInFlight& f);
   int32_t draft_budget(Sequence& seq, int32_t wanted) const;  // how many of them seq may get now
   // Greedy: the draft is `picked`, the head's arg max; sampled or structured: from the host row
   // `logits`. False when no draft may follow it.
@@ -248,6 +277,9 @@ class Engine {
   bool spec_ = false;
   std::unique_ptr<Sampler> spec_sampler_;
   std::unique_ptr<DraftLengthPolicy> draft_policy_;  // "draft_length": "dynamic"; null: fixed K
+  StepCostMeter cost_meter_;
+  CallCycle cycle_;
+  int32_t meter_plain_steps_ = 0;  // steps left without drafts, for the meter's decode sample
   Tensor hidden_, replay_logits_, replay_hidden_, draft_logits_;
   Tensor chain_buf_;  // the draft chain's results on the device (engine_spec_chain.cpp)
   // Dynamic K: SpeculativeConfig::head_defer_max target hidden states a sequence slot whose head

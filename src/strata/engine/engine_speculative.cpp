@@ -87,17 +87,108 @@ std::vector<int32_t> Engine::wanted_drafts(const StepInFlight& f) {
   for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
     Sequence& seq = *f.chunks[ci].seq;
     if (seq.status != SeqStatus::kRunning || seq.num_computed <= f.chunks[ci].ctx_len) continue;
-    if (seq.num_computed + 1 != seq.num_tokens() || seq.request->seqs.size() > 1) {
+    // The tokens it has after the step (at launch: with the draws in flight).
+    const int32_t tokens = seq.num_tokens_drawn();
+    if (seq.num_computed + 1 != tokens || seq.request->seqs.size() > 1) {
       plain_rows += f.chunks[ci].samples ? 1 : 0;
       continue;
     }
     histories.push_back(&seq.draft_history);
-    limits.push_back(std::clamp(seq.token_limit - seq.num_tokens() - 1, 0, max_k));
+    limits.push_back(std::clamp(seq.token_limit - tokens - 1, 0, max_k));
     drafter_chunks.push_back(ci);
   }
-  const std::vector<int32_t> ks = draft_policy_->plan(histories, limits, plain_rows);
+  std::vector<int32_t> ks = draft_policy_->plan(histories, limits, plain_rows);
+  // The meter needs a decode step at this batch size before speculation's costs there are known:
+  // three steps without drafts (the third's call times the second, launched behind the first).
+  if (config_.speculative.measure_costs && !ks.empty()) {
+    if (meter_plain_steps_ == 0 && !cost_meter_.decode_measured(int32_t(ks.size()) + plain_rows)) meter_plain_steps_ = 3;
+    if (meter_plain_steps_ > 0) {
+      --meter_plain_steps_;
+      ks.assign(ks.size(), 0);
+    }
+  }
   for (size_t i = 0; i < ks.size(); ++i) wanted[drafter_chunks[i]] = ks[i];
   return wanted;
+}
+
+bool Engine::defers_head(const ScheduledChunk& c, int32_t k) const {
+  const Sequence& seq = *c.seq;
+  const int32_t end = seq.num_computed, fresh = end - c.ctx_len;
+  return draft_policy_ && k == 0 && end + 1 == seq.num_tokens_drawn() && seq.request->seqs.size() == 1 &&
+         seq.head_pending + fresh <= config_.speculative.head_defer_max;
+}
+
+void Engine::keep_head_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& at) {
+  if (rows.empty()) return;
+  const int32_t slot_rows = plan_.seq_slots * config_.speculative.head_defer_max;  // then the staging rows
+  if (!head_pending_.defined()) {
+    head_pending_ = Tensor::empty({2 * int64_t(slot_rows), hidden_.dim(1)}, hidden_.dtype(), hidden_.device());
+  }
+  const int64_t n = int64_t(rows.size());
+  STRATA_CHECK(n <= slot_rows, "engine: ", n, " head rows to keep, room for ", slot_rows);
+  ops::gather_rows(hidden_, rows, head_pending_.rows(slot_rows, slot_rows + n));
+  std::vector<ops::SlotCopy> copies;
+  for (int64_t i = 0; i < n; ++i) copies.push_back({int32_t(slot_rows + i), at[size_t(i)]});
+  ops::copy_slots({head_pending_}, copies);
+}
+
+// At launch the step's hidden rows are in hidden_ until the next forward: the kept ones are
+// copied out now, queued behind the forward. The plan is the one draft_tokens would make at the
+// step's completion (no verify of this step changes an acceptance history; the limits count the
+// draws in flight), and it is made once: the policy's probe counts advance with each plan.
+void Engine::plan_at_launch(StepInFlight& f) {
+  f.spec_work = true;
+  if (!draft_policy_ || !f.verifies.empty() || f.chunks.empty()) return;
+  f.spec_work = false;
+  f.planned = wanted_drafts(f);
+  f.kept.assign(f.chunks.size(), false);
+  const int32_t defer_max = config_.speculative.head_defer_max;
+  std::vector<int32_t> rows, at;
+  for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
+    const ScheduledChunk& c = f.chunks[ci];
+    Sequence& seq = *c.seq;
+    if (seq.status != SeqStatus::kRunning || seq.num_computed <= c.ctx_len) continue;
+    if (!defers_head(c, f.planned[ci])) {
+      f.spec_work = true;  // it drafts, or its head forward is due
+      continue;
+    }
+    const int32_t fresh = seq.num_computed - c.ctx_len, row0 = f.batch.seqs[ci].q_start;
+    for (int32_t j = 0; j < fresh; ++j) {
+      rows.push_back(row0 + j);
+      at.push_back(seq.state_slot * defer_max + seq.head_pending + j);
+    }
+    seq.head_pending += fresh;
+    stats_.spec_head_deferred += fresh;
+    f.kept[ci] = true;
+  }
+  keep_head_rows(rows, at);
+}
+
+void Engine::note_completed(const StepInFlight& f) {
+  if (!f.spec_work) {
+    cycle_.decode_rows = std::max(f.decode_rows, 0);
+    return;
+  }
+  bool drafted = false;
+  for (const StepInFlight::Verify& v : f.verifies) {
+    drafted = drafted || !v.seq->drafts.empty();
+    cycle_.spec_k = std::max(cycle_.spec_k, v.drafts);
+  }
+  if (drafted) cycle_.spec_seqs = int32_t(f.verifies.size() + f.jobs.size());
+}
+
+void Engine::measure_cycle(double now) {
+  if (!draft_policy_ || !config_.speculative.measure_costs || cycle_.start < 0 || !cycle_.launched) return;
+  const double seconds = now - cycle_.start;
+  if (cycle_.decode_rows > 0) {
+    cost_meter_.decode(cycle_.decode_rows, seconds);
+  } else if (cycle_.spec_seqs > 0) {
+    cost_meter_.speculating(cycle_.spec_seqs, cycle_.spec_k, seconds);
+  } else {
+    return;
+  }
+  stats_.spec_costs = cost_meter_.costs();
+  draft_policy_->set_costs_by_batch(stats_.spec_costs);
 }
 
 // Drafts are made for single-completion requests; the others (n > 1) decode a token a step.
@@ -224,6 +315,7 @@ void Engine::verify_drafts(StepInFlight& f, const ChainResult* chain) {
   };
   std::vector<Replay> replays;
   std::vector<Sequence*> verified;
+  const int32_t step_rows = int32_t(f.verifies.size() + f.jobs.size());
   for (size_t vi = 0; vi < f.verifies.size(); ++vi) {
     const StepInFlight::Verify& v = f.verifies[vi];
     Sequence& seq = *v.seq;
@@ -251,7 +343,7 @@ void Engine::verify_drafts(StepInFlight& f, const ChainResult* chain) {
       if (!ok || seq.is_finished()) break;
     }
     stats_.spec_accepted_tokens += accepted;
-    if (draft_policy_) draft_policy_->observe(seq.draft_history, reached, accepted);
+    if (draft_policy_) draft_policy_->observe(seq.draft_history, reached, accepted, step_rows);
     seq.drafts.clear();
     seq.draft_probs.clear();
     if (seq.is_finished()) continue;  // its pages and slot went back with it
@@ -338,7 +430,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
       if (!more) d->k = int32_t(d->seq->drafts.size());
     }
   };
-  const std::vector<int32_t> wanted = wanted_drafts(f);
+  const std::vector<int32_t> wanted = f.planned.empty() ? wanted_drafts(f) : f.planned;
   ForwardBatch b;
   std::vector<int32_t> hidden_rows;
   std::vector<Drafter> drafters;
@@ -346,14 +438,13 @@ void Engine::draft_tokens(const StepInFlight& f) {
   // hidden states kept (keep_rows of hidden_ into head_pending_ rows keep_at), until a step where
   // it drafts, or its kept rows reach head_defer_max, runs the head over them and the new ones
   // (pending_rows of head_pending_, placed at head rows pending_at). A step where no sequence
-  // drafts then runs no head forward.
+  // drafts then runs no head forward. Chunks kept at the step's launch (plan_at_launch) are done.
   const int32_t defer_max = config_.speculative.head_defer_max;
-  const int32_t slot_rows = plan_.seq_slots * defer_max;  // then the staging rows
   std::vector<int32_t> keep_rows, keep_at, pending_rows, pending_at, fresh_at;
   for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
     const ScheduledChunk& c = f.chunks[ci];
     Sequence& seq = *c.seq;
-    if (seq.status != SeqStatus::kRunning) continue;
+    if (seq.status != SeqStatus::kRunning || (!f.kept.empty() && f.kept[ci])) continue;
     seq.drafts.clear();  // a chunk that verified none of them (the budget ran out) leaves them stale
     seq.draft_probs.clear();
     const int32_t end = seq.num_computed;  // positions [ctx_len, end) are final; end's token is known
@@ -361,8 +452,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
     STRATA_CHECK(end < seq.num_tokens(), "engine: the draft head needs the token after position ", end - 1);
     const int32_t k = end + 1 == seq.num_tokens() ? draft_budget(seq, wanted[ci]) : 0;
     const int32_t fresh = end - c.ctx_len, row0 = f.batch.seqs[ci].q_start;
-    if (draft_policy_ && k == 0 && end + 1 == seq.num_tokens() && seq.request->seqs.size() == 1 &&
-        seq.head_pending + fresh <= defer_max) {
+    if (defers_head(c, k)) {
       for (int32_t j = 0; j < fresh; ++j) {
         keep_rows.push_back(row0 + j);
         keep_at.push_back(seq.state_slot * defer_max + seq.head_pending + j);
@@ -400,18 +490,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
     }
     b.seqs.push_back(std::move(s));
   }
-  if (!keep_rows.empty()) {
-    // Staged after the slots' rows, then copied to them in one launch.
-    if (!head_pending_.defined()) {
-      head_pending_ = Tensor::empty({2 * int64_t(slot_rows), hidden_.dim(1)}, hidden_.dtype(), hidden_.device());
-    }
-    const int64_t n = int64_t(keep_rows.size());
-    STRATA_CHECK(n <= slot_rows, "engine: ", n, " head rows to keep, room for ", slot_rows);
-    ops::gather_rows(hidden_, keep_rows, head_pending_.rows(slot_rows, slot_rows + n));
-    std::vector<ops::SlotCopy> copies;
-    for (int64_t i = 0; i < n; ++i) copies.push_back({int32_t(slot_rows + i), keep_at[size_t(i)]});
-    ops::copy_slots({head_pending_}, copies);
-  }
+  keep_head_rows(keep_rows, keep_at);  // staged after the slots' rows, then copied to them in one launch
   if (b.seqs.empty()) return;  // also every step that ran without the hidden states (only n > 1)
   // A head batch of equal-length sequences replays a head graph only when each one wants its last
   // row's logits: those that draft nothing (k = 0) then ask for theirs too, unused (the head's

@@ -69,25 +69,40 @@ const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
   return logits_;
 }
 
-int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps) {
+int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps,
+                                int catch_up_tokens) {
 #if defined(STRATA_WITH_CUDA)
   if (!graphs_) return 0;
   graphs_->warm_decode(max_seqs, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });
-  if (verify_tokens > 0 && verify_tokens <= ops::cuda::DecodeGraphs::kMaxTokensPerSeq && model_.info().verify_graphs) {
-    const Tensor hidden = graphs_->warm_verify(
-        max_seqs, verify_tokens, state_steps,
-        [&](const ForwardBatch& b, Tensor& out, Tensor& h) { model_.forward_with_hidden(b, caches, out, h); });
+  constexpr int kMaxQ = ops::cuda::DecodeGraphs::kMaxTokensPerSeq;
+  if (verify_tokens > 0 && verify_tokens <= kMaxQ && model_.info().verify_graphs) {
+    const auto verify = [&](const ForwardBatch& b, Tensor& out, Tensor& h) {
+      model_.forward_with_hidden(b, caches, out, h);
+    };
+    const Tensor hidden = graphs_->warm_verify(max_seqs, verify_tokens, state_steps, verify);
     const auto head = [&](const ForwardBatch& b, const Tensor& in, Tensor& out, Tensor& h) {
       model_.mtp_forward_with_hidden(b, in, caches, out, h);
     };
     if (hidden.defined()) {
       graphs_->warm_head(max_seqs, 1, false, hidden, head);
       graphs_->warm_head(max_seqs, verify_tokens, true, hidden, head);
+      if (catch_up_tokens > 0) {
+        // Dynamic K: verifies of fewer drafts, steps of none (one token a sequence, with the
+        // hidden states), the head's forwards over fewer tokens and its catch-ups.
+        for (int q = 2; q < verify_tokens; ++q) {
+          graphs_->warm_verify(max_seqs, q, state_steps, verify);
+          graphs_->warm_head(max_seqs, q, true, hidden, head);
+        }
+        graphs_->warm_verify(max_seqs, 1, ForwardBatch::StateSteps{}, verify);
+        if (catch_up_tokens > 1 && catch_up_tokens <= kMaxQ) {
+          graphs_->warm_head(max_seqs, catch_up_tokens, false, hidden, head);
+        }
+      }
     }
   }
   return graphs_->captured();
 #else
-  (void)caches, (void)max_seqs, (void)verify_tokens, (void)state_steps;
+  (void)caches, (void)max_seqs, (void)verify_tokens, (void)state_steps, (void)catch_up_tokens;
   return 0;
 #endif
 }
@@ -102,7 +117,7 @@ bool ModelRunner::graphs_with_hidden(const ForwardBatch& batch) const {
 }
 
 const Tensor& ModelRunner::run_with_hidden(const ForwardBatch& batch, Caches& caches, Tensor& hidden) {
-  STRATA_CHECK(batch.feed_rows.empty(), "model runner: a forward with hidden states feeds no tokens");
+  if (device_parts_on_host(batch)) return run_with_hidden(resolved_on_host(batch), caches, hidden);
 #if defined(STRATA_WITH_CUDA)
   if (graphs_with_hidden(batch)) {
     graph_logits_ = graphs_->run_with_hidden(

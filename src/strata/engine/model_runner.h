@@ -29,7 +29,8 @@ class ModelRunner {
   // the next run.
   const Tensor& run(const ForwardBatch& batch, Caches& caches);
   // run with the final-norm hidden state of every row too (Model::forward_with_hidden;
-  // speculative decoding); no fed tokens. A batch of sequences of equal length (1 to 16 tokens)
+  // speculative decoding), fed tokens too (dynamic K's overlapped steps). A batch of sequences of
+  // equal length (1 to 16 tokens)
   // that wants every row's logits replays a verify graph when the model allows it
   // (ModelInfo::verify_graphs): `hidden` is then a view of the graph's buffer, valid until the
   // next run of that shape.
@@ -50,9 +51,16 @@ class ModelRunner {
   // every batch bucket up to max_seqs sequences and, with verify_tokens > 0 (speculative
   // decoding where ModelInfo::verify_graphs holds), the verify graphs of verify_tokens tokens a
   // sequence storing the per-token states `state_steps`, and the head graphs the draft chain
-  // replays (one token a sequence; verify_tokens tokens, every row's logits). Captured on
-  // padding sequences, which touch no page or slot of `caches`. Returns the graphs captured.
-  int capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps);
+  // replays (one token a sequence; verify_tokens tokens, every row's logits); with
+  // catch_up_tokens > 0 (dynamic K) also the verifies and head steps of every length in between,
+  // the one-token steps with hidden states (steps without drafts) and the head's catch-ups of
+  // catch_up_tokens tokens a sequence (last rows). Captured on padding sequences, which touch no
+  // page or slot of `caches`. Returns the graphs captured.
+  int capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps,
+                     int catch_up_tokens = 0);
+  // Whether steps of the right shapes replay CUDA graphs (CUDA, ModelInfo::cuda_graphs, not
+  // --enforce-eager).
+  bool uses_graphs() const { return graphs_ != nullptr; }
   // Decode and verify steps run as graphs so far (0 without graphs).
   int64_t graph_steps() const { return graph_steps_; }
   // Draft-head forwards run as graphs so far.

@@ -19,7 +19,14 @@ struct SpeculativeConfig {
   DraftCosts costs;                    // the dynamic policy's cost model (not a flag: tests set it)
   // Dynamic: the most positions a sequence's head forward waits for a step where it drafts
   // (Sequence::head_pending); 0 runs the head every step (not a flag: tests compare the two).
-  int32_t head_defer_max = 16;
+  // 15: a catch-up of every sequence's kept rows and its new one is 16 tokens a sequence, the most
+  // a head graph takes (DecodeGraphs::kMaxTokensPerSeq).
+  int32_t head_defer_max = 15;
+  // Dynamic: the policy prices drafts by the engine's measured step times where it has them
+  // (StepCostMeter) and as cheap elsewhere (a verify row 0.1 of a decode step's: tried, then
+  // measured); false: by `costs` always (not a flag: tests that need the policy's choices
+  // reproducible set it).
+  bool measure_costs = true;
   bool enabled() const { return num_speculative_tokens > 0; }
 };
 

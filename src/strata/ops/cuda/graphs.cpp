@@ -60,7 +60,7 @@ int DecodeGraphs::uniform_tokens(const ForwardBatch& batch) const {
 
 bool DecodeGraphs::eligible_with_hidden(const ForwardBatch& batch) const {
   const int q = uniform_tokens(batch);
-  return q > 0 && batch.feed_rows.empty() && !batch.shift.defined() && every_row(batch, q);
+  return q > 0 && !batch.shift.defined() && every_row(batch, q);
 }
 
 bool DecodeGraphs::every_row(const ForwardBatch& batch, int q) {

@@ -47,7 +47,8 @@ class DecodeGraphs {
   using ForwardWithHidden = std::function<void(const ForwardBatch& batch, Tensor& logits, Tensor& hidden)>;
   // True when `batch` can run as a verify graph: every sequence brings the same number of tokens
   // Q (1 .. kMaxTokensPerSeq), in order, every row wants its logits, and the padded batch has at
-  // most kMaxHiddenRows rows. Mixed lengths (dynamic K, drafts cut short) run eagerly: padding
+  // most kMaxHiddenRows rows; its tokens may be fed (ForwardBatch::feed_ids, as a decode step's).
+  // Mixed lengths (dynamic K, drafts cut short) run eagerly: padding
   // a real sequence with dead tokens would advance its recurrent state.
   bool eligible_with_hidden(const ForwardBatch& batch) const;
   // Runs such a batch as the graph of its (bucket, Q, per-token state slots), padded with
