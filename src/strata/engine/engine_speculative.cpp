@@ -111,11 +111,24 @@ std::vector<int32_t> Engine::wanted_drafts(const StepInFlight& f) {
   return wanted;
 }
 
-bool Engine::defers_head(const ScheduledChunk& c, int32_t k) const {
+bool Engine::defers_head(const ScheduledChunk& c, int32_t k, int32_t pending) const {
   const Sequence& seq = *c.seq;
   const int32_t end = seq.num_computed, fresh = end - c.ctx_len;
   return draft_policy_ && k == 0 && end + 1 == seq.num_tokens_drawn() && seq.request->seqs.size() == 1 &&
-         seq.head_pending + fresh <= config_.speculative.head_defer_max;
+         pending + fresh <= config_.speculative.head_defer_max;
+}
+
+bool Engine::defers_head(const ScheduledChunk& c, int32_t k) const { return defers_head(c, k, c.seq->head_pending); }
+
+void Engine::defer_head(const ScheduledChunk& c, int32_t row0, std::vector<int32_t>& rows, std::vector<int32_t>& at) {
+  Sequence& seq = *c.seq;
+  const int32_t fresh = seq.num_computed - c.ctx_len, slot_row = seq.state_slot * config_.speculative.head_defer_max;
+  for (int32_t j = 0; j < fresh; ++j) {
+    rows.push_back(row0 + j);
+    at.push_back(slot_row + seq.head_pending + j);
+  }
+  seq.head_pending += fresh;
+  stats_.spec_head_deferred += fresh;
 }
 
 void Engine::keep_head_rows(const std::vector<int32_t>& rows, const std::vector<int32_t>& at) {
@@ -136,32 +149,79 @@ void Engine::keep_head_rows(const std::vector<int32_t>& rows, const std::vector<
 // copied out now, queued behind the forward. The plan is the one draft_tokens would make at the
 // step's completion (no verify of this step changes an acceptance history; the limits count the
 // draws in flight), and it is made once: the policy's probe counts advance with each plan.
+// A sequence whose kept rows are full has them caught up first (catch_up_head_at_launch), so
+// that its head forward does not end the overlap either.
 void Engine::plan_at_launch(StepInFlight& f) {
   f.spec_work = true;
   if (!draft_policy_ || !f.verifies.empty() || f.chunks.empty()) return;
   f.spec_work = false;
   f.planned = wanted_drafts(f);
   f.kept.assign(f.chunks.size(), false);
-  const int32_t defer_max = config_.speculative.head_defer_max;
+  std::vector<const ScheduledChunk*> due;
+  for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
+    const ScheduledChunk& c = f.chunks[ci];
+    const Sequence& seq = *c.seq;
+    if (seq.status != SeqStatus::kRunning || seq.num_computed <= c.ctx_len) continue;
+    if (defers_head(c, f.planned[ci])) continue;
+    // Its head forward is due: caught up now, but for its newest kept row, when that makes room.
+    if (seq.head_pending >= 2 && defers_head(c, f.planned[ci], 1)) {
+      due.push_back(&c);
+    } else {
+      f.spec_work = true;  // it drafts, or its head forward must run at the step's completion
+    }
+  }
+  catch_up_head_at_launch(due);
   std::vector<int32_t> rows, at;
   for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
     const ScheduledChunk& c = f.chunks[ci];
-    Sequence& seq = *c.seq;
-    if (seq.status != SeqStatus::kRunning || seq.num_computed <= c.ctx_len) continue;
-    if (!defers_head(c, f.planned[ci])) {
-      f.spec_work = true;  // it drafts, or its head forward is due
-      continue;
-    }
-    const int32_t fresh = seq.num_computed - c.ctx_len, row0 = f.batch.seqs[ci].q_start;
-    for (int32_t j = 0; j < fresh; ++j) {
-      rows.push_back(row0 + j);
-      at.push_back(seq.state_slot * defer_max + seq.head_pending + j);
-    }
-    seq.head_pending += fresh;
-    stats_.spec_head_deferred += fresh;
+    const Sequence& seq = *c.seq;
+    if (seq.status != SeqStatus::kRunning || seq.num_computed <= c.ctx_len || !defers_head(c, f.planned[ci])) continue;
+    defer_head(c, f.batch.seqs[ci].q_start, rows, at);
     f.kept[ci] = true;
   }
   keep_head_rows(rows, at);
+}
+
+// At a step's launch the token after each kept row but the newest is on the host (the newest's
+// is drawn by the step in flight, if any), so the head runs over those rows now, queued behind
+// the step's forward with no host wait, as one batch of equal lengths (a head graph when the
+// kept rows filled up by decoding: head_defer_max - 1 rows a sequence). Its logits are not read.
+// The newest row then moves to the front of its slot's rows.
+void Engine::catch_up_head_at_launch(const std::vector<const ScheduledChunk*>& due) {
+  if (due.empty()) return;
+  const int32_t defer_max = config_.speculative.head_defer_max;
+  ForwardBatch b;
+  std::vector<int32_t> in_rows;
+  std::vector<ops::SlotCopy> shifts;
+  for (const ScheduledChunk* c : due) {
+    Sequence& seq = *c->seq;
+    const int32_t n = seq.head_pending - 1, first = c->ctx_len - seq.head_pending, slot_row = seq.state_slot * defer_max;
+    STRATA_CHECK(first + n < seq.num_tokens(), "engine: the head's catch-up needs the token after position ",
+                 first + n - 1);
+    SeqInBatch s;
+    s.q_start = b.num_tokens();
+    s.q_len = n;
+    s.ctx_len = first;
+    s.state_slot = seq.state_slot;
+    s.block_table = seq.block_table;
+    for (int32_t j = 0; j < n; ++j) {
+      b.token_ids.push_back(seq.tokens[size_t(first + j) + 1]);
+      b.positions.push_back(first + j);
+      in_rows.push_back(slot_row + j);
+    }
+    b.logit_rows.push_back(s.q_start + n - 1);
+    b.seqs.push_back(std::move(s));
+    shifts.push_back({slot_row + n, slot_row});
+    seq.head_pending = 1;
+  }
+  Tensor hidden = Tensor::empty({b.num_tokens(), head_pending_.dim(1)}, head_pending_.dtype(), head_pending_.device());
+  ops::gather_rows(head_pending_, in_rows, hidden);
+  Tensor head_hidden;
+  runner_->run_head(b, hidden, cache_->caches(), head_hidden);
+  ops::copy_slots({head_pending_}, shifts);
+  ++stats_.spec_draft_forwards;
+  ++stats_.spec_head_launch_catch_ups;
+  stats_.spec_draft_graphs = runner_->head_graph_steps();
 }
 
 void Engine::note_completed(const StepInFlight& f) {
@@ -451,14 +511,9 @@ void Engine::draft_tokens(const StepInFlight& f) {
     if (end <= c.ctx_len) continue;
     STRATA_CHECK(end < seq.num_tokens(), "engine: the draft head needs the token after position ", end - 1);
     const int32_t k = end + 1 == seq.num_tokens() ? draft_budget(seq, wanted[ci]) : 0;
-    const int32_t fresh = end - c.ctx_len, row0 = f.batch.seqs[ci].q_start;
+    const int32_t row0 = f.batch.seqs[ci].q_start;
     if (defers_head(c, k)) {
-      for (int32_t j = 0; j < fresh; ++j) {
-        keep_rows.push_back(row0 + j);
-        keep_at.push_back(seq.state_slot * defer_max + seq.head_pending + j);
-      }
-      seq.head_pending += fresh;
-      stats_.spec_head_deferred += fresh;
+      defer_head(c, row0, keep_rows, keep_at);
       continue;
     }
     SeqInBatch s;

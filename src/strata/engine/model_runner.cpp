@@ -70,7 +70,7 @@ const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
 }
 
 int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps,
-                                int catch_up_tokens) {
+                                const std::vector<int>& catch_up_tokens) {
 #if defined(STRATA_WITH_CUDA)
   if (!graphs_) return 0;
   graphs_->warm_decode(max_seqs, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });
@@ -86,7 +86,7 @@ int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens,
     if (hidden.defined()) {
       graphs_->warm_head(max_seqs, 1, false, hidden, head);
       graphs_->warm_head(max_seqs, verify_tokens, true, hidden, head);
-      if (catch_up_tokens > 0) {
+      if (!catch_up_tokens.empty()) {
         // Dynamic K: verifies of fewer drafts, steps of none (one token a sequence, with the
         // hidden states), the head's forwards over fewer tokens and its catch-ups.
         for (int q = 2; q < verify_tokens; ++q) {
@@ -94,8 +94,8 @@ int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens,
           graphs_->warm_head(max_seqs, q, true, hidden, head);
         }
         graphs_->warm_verify(max_seqs, 1, ForwardBatch::StateSteps{}, verify);
-        if (catch_up_tokens > 1 && catch_up_tokens <= kMaxQ) {
-          graphs_->warm_head(max_seqs, catch_up_tokens, false, hidden, head);
+        for (const int q : catch_up_tokens) {
+          if (q > 1 && q <= kMaxQ) graphs_->warm_head(max_seqs, q, false, hidden, head);
         }
       }
     }
