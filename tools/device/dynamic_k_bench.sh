@@ -6,7 +6,7 @@
 #     accepted: speculation's worst case), 1,024-token prompts, 256 tokens, at batch 16 and 64;
 #   - the default model (its trained MTP head: real acceptance), 32-token prompts, 2,000 tokens
 #     at batch 1, 512 at 16 and 64.
-# Each step runs only while its time limit fits before SECONDS (default 560) have passed.
+# Each run starts only while half its time limit is left before SECONDS (default 560) have passed.
 # Prints each run's TPOT and speculation counters; logs in $OUT/logs.tgz.
 # Usage: bash tools/device/dynamic_k_bench.sh [SECONDS] [WHAT]   (WHAT: all (default), 35b, default)
 set -uo pipefail
@@ -19,12 +19,13 @@ mkdir -p $logs
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $logs/gpu.txt
 fixed='{"method": "mtp", "num_speculative_tokens": 3}'
 dynamic='{"method": "mtp", "num_speculative_tokens": 3, "draft_length": "dynamic"}'
-bench() {  # bench NAME LIMIT SPEC_JSON MODEL_FLAGS...
+bench() {  # bench NAME LIMIT SPEC_JSON MODEL_FLAGS...: runs when half its LIMIT is left, within it
   local name=$1 limit=$2 spec=$3
   shift 3
   local flags=()
   [ -n "$spec" ] && flags=(--speculative-config "$spec")
-  if [ $((deadline - SECONDS)) -lt "$limit" ]; then echo "== $name: skipped"; return; fi
+  if [ $((deadline - SECONDS)) -lt $((limit / 2)) ]; then echo "== $name: skipped"; return; fi
+  limit=$((limit < deadline - SECONDS ? limit : deadline - SECONDS))
   timeout "$limit" "$bin/strata" bench --device cuda --temperature 0 "$@" "${flags[@]}" >$logs/$name.log 2>&1
   echo "== $name rc $? ($SECONDS s)"
   grep -E "TPOT|speculative:|head forward|overlapped|measured cost|error|Error" $logs/$name.log | cut -c1-400
