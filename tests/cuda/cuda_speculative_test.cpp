@@ -159,6 +159,61 @@ TEST(CudaSpeculative, GreedyFollowsThePlainEngineAtK1To3) {
   }
 }
 
+// Dynamic K where speculation never pays (a step's fixed cost dwarfs every row): only probes
+// draft, and the steps between defer the head (Sequence::head_pending); a sequence whose kept
+// rows fill up between probes has them caught up at a step's launch (a head graph queued behind
+// the forward), so those steps overlap the next as plain decoding's do. Outputs follow the plain
+// engine's, and the probes' drafts are as good as with the head run every step (head_defer_max
+// 0): a head KV left stale or written at the wrong positions would cut their acceptance (on the
+// CPU, 10 of 37 against 19 of 45).
+TEST(CudaSpeculative, DynamicKDefersAndCatchesUpTheHead) {
+  STRATA_REQUIRE_GPU();
+  const auto ps = prompts();
+  const SamplingParams params = greedy_params(64);
+  const SpecRun plain = generate(0, ps, params);
+  const auto run_dynamic = [&](int defer_max) {
+    EngineConfig c = config(3);
+    c.speculative.dynamic = true;
+    c.speculative.measure_costs = false;
+    c.speculative.costs.verify_row = 0.1;
+    c.speculative.costs.head_row = 0.05;
+    c.speculative.costs.replay_row = 0.5;
+    c.speculative.costs.forward = 1000;
+    c.speculative.head_defer_max = defer_max;
+    Engine engine(gpu_mtp_model(), c, GenerationDefaults::load(kDir));
+    SpecRun r;
+    r.outputs = run_all(engine, ps, params);
+    r.stats = engine.stats();
+    EXPECT_EQ(r.stats.cache.page_refs, 0) << "pages left referenced, head_defer_max " << defer_max;
+    return r;
+  };
+  const SpecRun deferred = run_dynamic(15), every_step = run_dynamic(0);
+  for (const SpecRun* run : {&deferred, &every_step}) {
+    int whole = 0;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      whole += follows(ps[i], plain.outputs[i].outputs.at(0).token_ids, run->outputs[i].outputs.at(0).token_ids,
+                       "dynamic K, prompt " + std::to_string(i));
+    }
+    const EngineStats& s = run->stats;
+    std::printf("CUDA dynamic K, head %s: %d of %zu outputs equal in full; %lld verifies, %lld drafted, %lld accepted "
+                "(rate %.3f); %lld head forwards (%lld as graphs, %lld catch-ups at launch), %lld positions deferred; "
+                "%lld of %lld steps overlapped (without speculation %lld of %lld)\n",
+                run == &deferred ? "deferred" : "every step", whole, ps.size(), (long long)s.spec_verifies,
+                (long long)s.spec_draft_tokens, (long long)s.spec_accepted_tokens, s.spec_acceptance_rate(),
+                (long long)s.spec_draft_forwards, (long long)s.spec_draft_graphs, (long long)s.spec_head_launch_catch_ups,
+                (long long)s.spec_head_deferred, (long long)s.overlapped_steps, (long long)s.steps,
+                (long long)plain.stats.overlapped_steps, (long long)plain.stats.steps);
+    EXPECT_GE(whole, int(ps.size()) / 2) << "most outputs should be equal in full";
+    EXPECT_GE(s.spec_draft_tokens, 32) << "too few probes to compare";
+  }
+  EXPECT_GT(deferred.stats.spec_head_launch_catch_ups, 0) << "no kept rows filled up between probes";
+  EXPECT_EQ(every_step.stats.spec_head_launch_catch_ups, 0);
+  EXPECT_GE(deferred.stats.spec_acceptance_rate(), 0.8 * every_step.stats.spec_acceptance_rate())
+      << "the probes' drafts after deferred and caught-up head forwards are worse than the head's every step";
+  EXPECT_GE(deferred.stats.overlapped_steps * 10, plain.stats.overlapped_steps * 8)
+      << "dynamic K's steps without drafts did not overlap as plain decoding's";
+}
+
 // Log-probabilities send the verify rows to the host's Sampler and the drafts to the host path
 // (engine_speculative.cpp) instead of the draft chain on the device (engine_spec_chain.cpp): the
 // same picks, and each token has its log-probability. The chain's head runs K + 1 rows at depth 1

@@ -30,10 +30,10 @@ bench() {  # bench NAME LIMIT SPEC_JSON MODEL_FLAGS...: runs when half its LIMIT
   echo "== $name rc $? ($SECONDS s)"
   grep -E "TPOT|speculative:|head forward|overlapped|measured cost|error|Error" $logs/$name.log | cut -c1-400
 }
-if [ "$what" != default ] && [ $((deadline - SECONDS)) -gt 120 ]; then
-  timeout 120 "$bin/strata_cuda_tests" --gtest_filter='CudaSpec*:CudaEngineGraphs*:CudaEngineAsync*' >$logs/tests.log 2>&1
+if [ "$what" != default ] && [ $((deadline - SECONDS)) -gt 150 ]; then
+  timeout 150 "$bin/strata_cuda_tests" --gtest_filter='CudaSpec*:CudaEngineGraphs*:CudaEngineAsync*' >$logs/tests.log 2>&1
   echo "== CUDA speculation tests rc $?"
-  grep -E "^\[  (PASSED|FAILED) " $logs/tests.log
+  grep -E "^\[  (PASSED|FAILED) |CUDA dynamic K|Failure" $logs/tests.log | cut -c1-400
 fi
 if [ "$what" != default ]; then
   m20=/tmp/strata-35b-20
