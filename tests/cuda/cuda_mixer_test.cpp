@@ -125,6 +125,39 @@ TEST(CudaMixer, PagedAttentionPrefillWgmma) {
   check_attention(128, 2, {64, 128, 192}, {0, 64, 0}, 16, 2.f, true);  // whole tiles only
 }
 
+// paged_kv_write (the draft head's catch-ups) writes the pages the CPU op writes, bf16 and FP8,
+// at the Qwen3.5 attention's kv shape (2 heads of 256), a chunk after cached tokens beside a
+// fresh sequence, and leaves every other row as it was.
+TEST(CudaMixer, PagedKvWriteMatchesCpu) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(21);
+  const int64_t hkv = 2, d = 256, bs = 16;
+  int blocks = 0;
+  const ForwardBatch batch = make_batch({14, 300}, {1000, 0}, int(bs), &blocks);
+  const int64_t t = batch.num_tokens();
+  const Tensor k = rand_bf16_values({t, hkv, d}, rng), v = rand_bf16_values({t, hkv, d}, rng);
+  const Tensor kc = rand_bf16_values({blocks, bs, hkv, d}, rng), vc = rand_bf16_values({blocks, bs, hkv, d}, rng);
+  Tensor gkc = to_gpu(kc), gvc = to_gpu(vc);
+  ops::paged_kv_write(k, v, {kc, vc, {}, {}}, batch);
+  ops::paged_kv_write(to_gpu(k), to_gpu(v), {gkc, gvc, {}, {}}, batch);
+  EXPECT_EQ(rel_err(to_host_f32(gkc), kc), 0.0) << "bf16 keys";
+  EXPECT_EQ(rel_err(to_host_f32(gvc), vc), 0.0) << "bf16 values";
+  // FP8 pages: the codes and scales bitwise (the CPU encodes the bf16 values the GPU holds).
+  ops::PagedKv cpu{Tensor::zeros({blocks, bs, hkv, d}, DType::kF8E4M3), Tensor::zeros({blocks, bs, hkv, d}, DType::kF8E4M3),
+                   Tensor::zeros({blocks, bs, hkv}, DType::kUE8M0), Tensor::zeros({blocks, bs, hkv}, DType::kUE8M0)};
+  ops::PagedKv gpu{cpu.k.to(Device::kCuda), cpu.v.to(Device::kCuda), cpu.k_scale.to(Device::kCuda),
+                   cpu.v_scale.to(Device::kCuda)};
+  ops::paged_kv_write(k, v, cpu, batch);
+  ops::paged_kv_write(to_gpu(k), to_gpu(v), gpu, batch);
+  const char* names[] = {"FP8 keys", "FP8 values", "key scales", "value scales"};
+  const Tensor* want[] = {&cpu.k, &cpu.v, &cpu.k_scale, &cpu.v_scale};
+  const Tensor* got[] = {&gpu.k, &gpu.v, &gpu.k_scale, &gpu.v_scale};
+  for (int i = 0; i < 4; ++i) {
+    const Tensor host = got[i]->to(Device::kCpu);
+    EXPECT_EQ(std::memcmp(host.raw(), want[i]->raw(), host.nbytes()), 0) << names[i];
+  }
+}
+
 // The wgmma prefill's two products apart, to tell from one run which one is wrong: with Q = 0
 // only O += P V (V read transposed) and the softmax sums matter; with every value row the same,
 // only the softmax normalization and the epilogue (Q K^T must merely be finite).

@@ -196,7 +196,7 @@ TEST(CudaSpeculative, DynamicKDefersAndCatchesUpTheHead) {
     }
     const EngineStats& s = run->stats;
     std::printf("CUDA dynamic K, head %s: %d of %zu outputs equal in full; %lld verifies, %lld drafted, %lld accepted "
-                "(rate %.3f); %lld head forwards (%lld as graphs, %lld catch-ups at launch), %lld positions deferred; "
+                "(rate %.3f); %lld head forwards (%lld as graphs), %lld head KV catch-ups at launch, %lld positions deferred; "
                 "%lld of %lld steps overlapped (without speculation %lld of %lld)\n",
                 run == &deferred ? "deferred" : "every step", whole, ps.size(), (long long)s.spec_verifies,
                 (long long)s.spec_draft_tokens, (long long)s.spec_accepted_tokens, s.spec_acceptance_rate(),

@@ -320,9 +320,9 @@ TEST(Speculative, DeferredHeadForwardsCatchUpAtTheNextProbe) {
   expect_same(plain, reference, "dynamic, probes only, the head every step");
   print_stats("head every step", reference.stats);
   print_stats("head deferred", deferred.stats);
-  std::printf("  deferred head positions %lld; head forwards %lld (%lld of them catch-ups at launch) against %lld\n",
+  std::printf("  deferred head positions %lld; head forwards %lld against %lld, and %lld head KV catch-ups at launch\n",
               (long long)deferred.stats.spec_head_deferred, (long long)deferred.stats.spec_draft_forwards,
-              (long long)deferred.stats.spec_head_launch_catch_ups, (long long)reference.stats.spec_draft_forwards);
+              (long long)reference.stats.spec_draft_forwards, (long long)deferred.stats.spec_head_launch_catch_ups);
   EXPECT_GT(deferred.stats.spec_head_deferred, 0) << "no head forward was deferred";
   EXPECT_GT(deferred.stats.spec_head_launch_catch_ups, 0) << "no sequence's kept rows filled up between probes";
   EXPECT_EQ(reference.stats.spec_head_deferred, 0);

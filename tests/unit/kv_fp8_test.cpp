@@ -186,6 +186,42 @@ TEST(KvFp8, AttentionEqualsFloatAttentionOverTheDecodedValues) {
   }
 }
 
+// paged_kv_write (the draft head's catch-ups) leaves the cache paged_attention leaves, float and
+// FP8 pages alike, and touches nothing else (a mixed batch: a chunk after cached tokens beside a
+// fresh sequence, neither a whole number of pages).
+TEST(KvFp8, KvWriteLeavesTheCacheAttentionLeaves) {
+  std::mt19937 rng(12);
+  const int64_t hq = 4, hkv = 2, d = 256, block = 16;
+  int blocks = 0;
+  const ForwardBatch b = make_batch({5, 21}, {37, 0}, int(block), &blocks);
+  const int64_t t = b.num_tokens();
+  const Tensor q = random_tensor({t, hq, d}, rng), k = random_tensor({t, hkv, d}, rng, 3.f),
+               v = random_tensor({t, hkv, d}, rng);
+  for (const bool fp8 : {false, true}) {
+    auto cache = [&] {
+      std::mt19937 fill(13);  // the same stale contents in both caches
+      if (!fp8) return ops::PagedKv{random_tensor({blocks, block, hkv, d}, fill), random_tensor({blocks, block, hkv, d}, fill), {}, {}};
+      ops::PagedKv c{Tensor::zeros({blocks, block, hkv, d}, DType::kF8E4M3), Tensor::zeros({blocks, block, hkv, d}, DType::kF8E4M3),
+                     Tensor::zeros({blocks, block, hkv}, DType::kUE8M0), Tensor::zeros({blocks, block, hkv}, DType::kUE8M0)};
+      for (const Tensor* x : {&c.k, &c.v, &c.k_scale, &c.v_scale}) {
+        for (int64_t i = 0; i < int64_t(x->nbytes()); ++i) static_cast<uint8_t*>(x->raw())[i] = uint8_t(fill() % 120);
+      }
+      return c;
+    };
+    const ops::PagedKv by_attention = cache(), by_write = cache();
+    Tensor out = Tensor::empty({t, hq, d}, DType::kF32);
+    ops::paged_attention(q, k, v, by_attention, b, 0.0625f, out);
+    ops::paged_kv_write(k, v, by_write, b);
+    EXPECT_TRUE(bitwise_equal(by_write.k, by_attention.k)) << (fp8 ? "FP8" : "float") << " keys";
+    EXPECT_TRUE(bitwise_equal(by_write.v, by_attention.v)) << (fp8 ? "FP8" : "float") << " values";
+    if (fp8) {
+      EXPECT_TRUE(bitwise_equal(by_write.k_scale, by_attention.k_scale));
+      EXPECT_TRUE(bitwise_equal(by_write.v_scale, by_attention.v_scale));
+    }
+    EXPECT_FALSE(bitwise_equal(by_write.k, cache().k)) << "nothing was written";
+  }
+}
+
 TEST(KvFp8, AttentionNamesMissingScales) {
   std::mt19937 rng(11);
   int blocks = 0;

@@ -146,12 +146,9 @@ void Engine::init() {
   // CUDA graphs captured now, as vLLM does, not by the first requests of each batch size.
   const double capture_start = now();
   const int32_t verify_tokens = spec_ ? config_.speculative.num_speculative_tokens + 1 : 0;
-  // Dynamic K's head catch-ups: at a step's completion over full kept rows and the new one, at
-  // a launch over all but the newest (Engine::catch_up_head_at_launch).
-  const int32_t defer_max = config_.speculative.head_defer_max;
-  const std::vector<int> catch_ups = draft_policy_ ? std::vector<int>{defer_max + 1, defer_max - 1} : std::vector<int>{};
   const int graphs = runner_->capture_graphs(cache_->caches(), std::min(config_.max_num_seqs, plan_.seq_slots),
-                                             verify_tokens, cache_->state_steps(), catch_ups);
+                                             verify_tokens, cache_->state_steps(),
+                                             draft_policy_ ? config_.speculative.head_defer_max + 1 : 0);
   if (config_.log_capacity && graphs > 0) {
     std::fprintf(stderr, "strata: %d CUDA graphs captured in %.2f s (--enforce-eager: none)\n", graphs,
                  now() - capture_start);

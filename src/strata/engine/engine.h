@@ -112,7 +112,7 @@ struct EngineStats {
   int64_t spec_draft_graphs = 0;      // of those, replayed as CUDA graphs
   int64_t spec_chain_steps = 0;       // steps whose acceptance and drafts ran on the device (one read back)
   int64_t spec_head_deferred = 0;     // positions whose head forward waited for a drafting step (dynamic K)
-  int64_t spec_head_launch_catch_ups = 0;  // head forwards over kept rows run at a step's launch (dynamic K)
+  int64_t spec_head_launch_catch_ups = 0;  // head KV writes over kept rows at a step's launch (dynamic K)
   // Seconds in the target forwards of the steps, the replays and the head forwards.
   double spec_verify_seconds = 0, spec_replay_seconds = 0, spec_draft_seconds = 0;
   // Dynamic K: the costs measured so far (SpeculativeConfig::measure_costs), by batch size.
@@ -246,7 +246,7 @@ class Engine {
   // with `pending` rows kept before the chunk (default: its head_pending).
   bool defers_head(const ScheduledChunk& c, int32_t k) const;
   bool defers_head(const ScheduledChunk& c, int32_t k, int32_t pending) const;
-  // Runs the head over the kept rows of these chunks' sequences but each one's newest, at launch.
+  // Writes the head's KV over the kept rows of these chunks' sequences but each one's newest, at launch.
   void catch_up_head_at_launch(const std::vector<const ScheduledChunk*>& due);
   // Defers the chunk's head forward: its new positions' hidden rows (from row0 of hidden_) are
   // added to `rows`, their head_pending_ rows to `at` (for keep_head_rows), head_pending grows.

@@ -183,10 +183,10 @@ void Engine::plan_at_launch(StepInFlight& f) {
 }
 
 // At a step's launch the token after each kept row but the newest is on the host (the newest's
-// is drawn by the step in flight, if any), so the head runs over those rows now, queued behind
-// the step's forward with no host wait, as one batch of equal lengths (a head graph when the
-// kept rows filled up by decoding: head_defer_max - 1 rows a sequence). Its logits are not read.
-// The newest row then moves to the front of its slot's rows.
+// is drawn by the step in flight, if any), so the head's KV at those positions is written now
+// (ModelRunner::write_head_kv: the head's layers up to their keys and values, where the family
+// allows, eagerly), queued behind the step's forward with no host wait. The newest row then
+// moves to the front of its slot's rows.
 void Engine::catch_up_head_at_launch(const std::vector<const ScheduledChunk*>& due) {
   if (due.empty()) return;
   const int32_t defer_max = config_.speculative.head_defer_max;
@@ -209,19 +209,16 @@ void Engine::catch_up_head_at_launch(const std::vector<const ScheduledChunk*>& d
       b.positions.push_back(first + j);
       in_rows.push_back(slot_row + j);
     }
-    b.logit_rows.push_back(s.q_start + n - 1);
+    b.logit_rows.push_back(s.q_start + n - 1);  // for a family whose head then runs in full
     b.seqs.push_back(std::move(s));
     shifts.push_back({slot_row + n, slot_row});
     seq.head_pending = 1;
   }
   Tensor hidden = Tensor::empty({b.num_tokens(), head_pending_.dim(1)}, head_pending_.dtype(), head_pending_.device());
   ops::gather_rows(head_pending_, in_rows, hidden);
-  Tensor head_hidden;
-  runner_->run_head(b, hidden, cache_->caches(), head_hidden);
+  runner_->write_head_kv(b, hidden, cache_->caches());
   ops::copy_slots({head_pending_}, shifts);
-  ++stats_.spec_draft_forwards;
   ++stats_.spec_head_launch_catch_ups;
-  stats_.spec_draft_graphs = runner_->head_graph_steps();
 }
 
 void Engine::note_completed(const StepInFlight& f) {

@@ -70,7 +70,7 @@ const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
 }
 
 int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps,
-                                const std::vector<int>& catch_up_tokens) {
+                                int catch_up_tokens) {
 #if defined(STRATA_WITH_CUDA)
   if (!graphs_) return 0;
   graphs_->warm_decode(max_seqs, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });
@@ -86,7 +86,7 @@ int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens,
     if (hidden.defined()) {
       graphs_->warm_head(max_seqs, 1, false, hidden, head);
       graphs_->warm_head(max_seqs, verify_tokens, true, hidden, head);
-      if (!catch_up_tokens.empty()) {
+      if (catch_up_tokens > 0) {
         // Dynamic K: verifies of fewer drafts, steps of none (one token a sequence, with the
         // hidden states), the head's forwards over fewer tokens and its catch-ups.
         for (int q = 2; q < verify_tokens; ++q) {
@@ -94,8 +94,8 @@ int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens,
           graphs_->warm_head(max_seqs, q, true, hidden, head);
         }
         graphs_->warm_verify(max_seqs, 1, ForwardBatch::StateSteps{}, verify);
-        for (const int q : catch_up_tokens) {
-          if (q > 1 && q <= kMaxQ) graphs_->warm_head(max_seqs, q, false, hidden, head);
+        if (catch_up_tokens > 1 && catch_up_tokens <= kMaxQ) {
+          graphs_->warm_head(max_seqs, catch_up_tokens, false, hidden, head);
         }
       }
     }
@@ -157,6 +157,11 @@ const Tensor& ModelRunner::run_head(const ForwardBatch& batch, const Tensor& inp
   model_.mtp_forward_with_hidden(batch, input, caches, head_logits_, head_hidden_);
   hidden = head_hidden_;
   return head_logits_;
+}
+
+void ModelRunner::write_head_kv(const ForwardBatch& batch, const Tensor& input, Caches& caches) {
+  if (device_parts_on_host(batch)) return write_head_kv(resolved_on_host(batch), input, caches);
+  model_.mtp_write_kv(batch, input, caches);
 }
 
 }  // namespace strata

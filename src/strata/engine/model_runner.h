@@ -7,7 +7,6 @@
 #pragma once
 
 #include <memory>
-#include <vector>
 
 #include "strata/core/batch.h"
 #include "strata/core/tensor.h"
@@ -46,6 +45,9 @@ class ModelRunner {
   // views of the graph's buffers, valid until the next run of that shape. The batch may feed
   // its tokens and shift its positions (core/batch.h).
   const Tensor& run_head(const ForwardBatch& batch, const Tensor& input, Caches& caches, Tensor& hidden);
+  // The draft head's KV at the batch's positions alone (Model::mtp_write_kv), eagerly: its
+  // catch-ups, whose outputs nobody reads.
+  void write_head_kv(const ForwardBatch& batch, const Tensor& input, Caches& caches);
   // Whether run_head would replay a head graph for `batch`.
   bool graphs_for_head(const ForwardBatch& batch) const;
   // Start-up capture on CUDA (graphs, not --enforce-eager), as vLLM's: the decode graphs of
@@ -53,12 +55,12 @@ class ModelRunner {
   // decoding where ModelInfo::verify_graphs holds), the verify graphs of verify_tokens tokens a
   // sequence storing the per-token states `state_steps`, and the head graphs the draft chain
   // replays (one token a sequence; verify_tokens tokens, every row's logits); with
-  // catch_up_tokens not empty (dynamic K): also the verifies and head steps of every length in
-  // between, the one-token steps with hidden states (steps without drafts) and the head's
-  // catch-ups of each of those lengths a sequence (last rows). Captured on padding sequences, which touch no
+  // catch_up_tokens > 0 (dynamic K) also the verifies and head steps of every length in between,
+  // the one-token steps with hidden states (steps without drafts) and the head's catch-ups of
+  // catch_up_tokens tokens a sequence (last rows). Captured on padding sequences, which touch no
   // page or slot of `caches`. Returns the graphs captured.
   int capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps,
-                     const std::vector<int>& catch_up_tokens = {});
+                     int catch_up_tokens = 0);
   // Whether steps of the right shapes replay CUDA graphs (CUDA, ModelInfo::cuda_graphs, not
   // --enforce-eager).
   bool uses_graphs() const { return graphs_ != nullptr; }

@@ -99,4 +99,9 @@ void Model::mtp_forward_with_hidden(const ForwardBatch&, const Tensor&, Caches&,
   fail(info().model_type, ": no multi-token-prediction head is loaded (or the family has none yet)");
 }
 
+void Model::mtp_write_kv(const ForwardBatch& batch, const Tensor& hidden, Caches& caches) {
+  Tensor logits;
+  mtp_forward(batch, hidden, caches, logits);
+}
+
 }  // namespace strata

@@ -134,6 +134,11 @@ class Model {
   // the next position; vLLM's MTP proposer does the same).
   virtual void mtp_forward_with_hidden(const ForwardBatch& batch, const Tensor& hidden, Caches& caches,
                                        Tensor& logits, Tensor& hidden_out);
+  // The head's KV at the batch's positions and nothing else: the cache contents mtp_forward
+  // leaves, without its outputs (the engine's catch-ups of deferred head forwards, whose logits
+  // nobody reads). By default mtp_forward itself, its logits dropped; a family may stop at its
+  // last head layer's keys and values.
+  virtual void mtp_write_kv(const ForwardBatch& batch, const Tensor& hidden, Caches& caches);
   // The pools of allocate_caches plus the head's layers after them (with_mtp).
   Caches allocate_caches(int num_blocks, int block_size, int num_slots, bool with_mtp) const;
 };

@@ -249,8 +249,23 @@ class Qwen35Model final : public Model {
     run_mtp(batch, hidden, caches, logits, &hidden_out);
   }
 
+  // The head's one full-attention layer up to its keys and values (the layer's output and the
+  // logits are not needed); a head of several layers runs in full.
+  void mtp_write_kv(const ForwardBatch& batch, const Tensor& hidden, Caches& caches) override {
+    if (mtp_.layers.size() != 1 || mtp_.layers[0].linear) return Model::mtp_write_kv(batch, hidden, caches);
+    check_mtp(batch, hidden, caches);
+    const int64_t t = batch.num_tokens();
+    ops::ForwardScope scope(device_, batch);
+    Residual r = mtp_input(batch, hidden);
+    const Layer& l = mtp_.layers[0];
+    r.norm = &l.input_norm;
+    Tensor x = act({t, cfg_.hidden}), q, gate, k, v;
+    attention_inputs(l, r, x, batch, q, gate, k, v);
+    ops::paged_kv_write(k, v, paged_kv(caches.layers[layers_.size()]), batch);
+  }
+
  private:
-  void run_mtp(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits, Tensor* hidden_out) {
+  void check_mtp(const ForwardBatch& batch, const Tensor& hidden, const Caches& caches) const {
     STRATA_CHECK(info_.mtp_layers > 0, cfg_.model_type, ": the multi-token-prediction head is not loaded");
     batch.validate(caches.block_size, caches.num_blocks, caches.num_slots);
     STRATA_CHECK(caches.layers.size() == layers_.size() + mtp_.layers.size(), "mtp_forward: caches for ",
@@ -260,14 +275,12 @@ class Qwen35Model final : public Model {
     STRATA_CHECK(hidden.shape() == Shape({t, cfg_.hidden}) && hidden.device() == device_ &&
                      hidden.dtype() == act_dtype(),
                  "mtp_forward: hidden ", hidden.describe(), " for ", t, " rows (forward_with_hidden's)");
-    prepare_logits(batch, logits);
-    if (hidden_out && (!hidden_out->defined() || hidden_out->shape() != Shape{t, cfg_.hidden} ||
-                       hidden_out->device() != device_ || hidden_out->dtype() != act_dtype())) {
-      *hidden_out = act({t, cfg_.hidden});  // before the scope: it outlives the forward's workspace
-    }
-    ops::ForwardScope scope(device_, batch);
-    // fc([norm(embed(token)); norm(hidden)]) as fc's two column blocks, their sum left to the
-    // first layer's fused add and norm.
+  }
+
+  // fc([norm(embed(token)); norm(hidden)]) as fc's two column blocks, their sum left to the
+  // first layer's fused add and norm (inside the forward's scope).
+  Residual mtp_input(const ForwardBatch& batch, const Tensor& hidden) {
+    const int64_t t = batch.num_tokens();
     Tensor e = act({t, cfg_.hidden}), en = act({t, cfg_.hidden}), hn = act({t, cfg_.hidden});
     ops::embedding(embed_, batch.token_ids, e);
     ops::rms_norm(e, mtp_.embed_norm, float(cfg_.eps), true, en);
@@ -275,6 +288,19 @@ class Qwen35Model final : public Model {
     Residual r{act({t, cfg_.hidden}), act({t, cfg_.hidden}), act({t, cfg_.hidden}), nullptr};
     ops::linear(en, mtp_.fc_embed, r.h);
     ops::linear(hn, mtp_.fc_hidden, r.y);
+    return r;
+  }
+
+  void run_mtp(const ForwardBatch& batch, const Tensor& hidden, Caches& caches, Tensor& logits, Tensor* hidden_out) {
+    check_mtp(batch, hidden, caches);
+    const int64_t t = batch.num_tokens();
+    prepare_logits(batch, logits);
+    if (hidden_out && (!hidden_out->defined() || hidden_out->shape() != Shape{t, cfg_.hidden} ||
+                       hidden_out->device() != device_ || hidden_out->dtype() != act_dtype())) {
+      *hidden_out = act({t, cfg_.hidden});  // before the scope: it outlives the forward's workspace
+    }
+    ops::ForwardScope scope(device_, batch);
+    Residual r = mtp_input(batch, hidden);
     decoder_layers(mtp_.layers, layers_.size(), r, batch, caches);
     head(r, batch, mtp_.norm, logits, hidden_out);
   }
@@ -593,23 +619,39 @@ class Qwen35Model final : public Model {
     reduce(y);
   }
 
-  void attention(const Layer& l, Residual& r, Tensor& x, const ForwardBatch& batch, LayerCaches& cache,
-                 Tensor& y) {
+  // The attention sublayer's inputs: x = norm(h + y), its projections, q and k normed and
+  // rotated (q [T, Hq, D], gate [T, Hq * D], k and v [T, Hkv, D]).
+  void attention_inputs(const Layer& l, Residual& r, Tensor& x, const ForwardBatch& batch, Tensor& q, Tensor& gate,
+                        Tensor& k, Tensor& v) {
     const int64_t t = x.dim(0), d = cfg_.head_dim, hq = cfg_.heads, hkv = cfg_.kv_heads;
     // q_proj gives per head [query (d) | gate (d)].
     Tensor qg = act({t, hq * 2 * d});
-    Tensor k = act({t, hkv, d}), v = act({t, hkv, d});
+    k = act({t, hkv, d});
+    v = act({t, hkv, d});
     project(r, x, l.qkv_proj, {qg, k.reshape({t, hkv * d}), v.reshape({t, hkv * d})});
-    Tensor q = act({t, hq, d}), gate = act({t, hq * d});
+    q = act({t, hq, d});
+    gate = act({t, hq * d});
     ops::qk_norm_rope(qg.reshape({t, hq, 2 * d}), k, l.q_norm, l.k_norm, float(cfg_.eps), true, batch.positions,
                       cfg_.rope, q, gate);
-    Tensor o = act({t, hq * d});
+  }
+
+  ops::PagedKv paged_kv(LayerCaches& cache) const {
     ops::PagedKv kv{cache.paged[0], cache.paged[1], {}, {}};
     if (kv_fp8_) {
       kv.k_scale = cache.paged[2];
       kv.v_scale = cache.paged[3];
     }
-    ops::paged_attention_gated(q, k, v, kv, batch, 1.f / std::sqrt(float(d)), gate, o.reshape({t, hq, d}));
+    return kv;
+  }
+
+  void attention(const Layer& l, Residual& r, Tensor& x, const ForwardBatch& batch, LayerCaches& cache,
+                 Tensor& y) {
+    const int64_t t = x.dim(0), d = cfg_.head_dim, hq = cfg_.heads;
+    Tensor q, gate, k, v;
+    attention_inputs(l, r, x, batch, q, gate, k, v);
+    Tensor o = act({t, hq * d});
+    ops::paged_attention_gated(q, k, v, paged_kv(cache), batch, 1.f / std::sqrt(float(d)), gate,
+                               o.reshape({t, hq, d}));
     ops::linear(o, l.o_proj, y);
     reduce(y);
   }

@@ -79,6 +79,10 @@ struct PagedKv {
 // out is [T, Hq, D].
 void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
                      const ForwardBatch& batch, float scale, const Tensor& out);
+// paged_attention's first part alone: the new k, v [T, Hkv, D] written into the paged cache at
+// each token's position (for a layer whose KV must be complete but whose output is not needed:
+// the draft head's catch-ups, Model::mtp_write_kv).
+void paged_kv_write(const Tensor& k, const Tensor& v, const PagedKv& cache, const ForwardBatch& batch);
 // paged_attention, then out *= sigmoid(gate) elementwise (gate has out's elements): the gated
 // attention output of the Qwen3.5 family in one op, so that a CUDA decode step applies the gate
 // where it writes the output.

@@ -60,7 +60,43 @@ void check_cache(const PagedKv& c, int64_t hkv, int64_t d, const Tensor& q, cons
   }
 }
 
+// The new keys and values [T, Hkv, D] at their positions in the pages (FP8: encoded).
+void write_new_kv(const Tensor& k, const Tensor& v, const PagedKv& cache, const ForwardBatch& batch) {
+  const int64_t hkv = k.dim(1), d = k.dim(2), block = cache.k.dim(1);
+  const int64_t row = hkv * d;  // elements per cached token
+  for (const SeqInBatch& s : batch.seqs) {
+    for (int32_t i = 0; i < s.q_len; ++i) {
+      const int64_t pos = s.ctx_len + i;
+      const int64_t slot = int64_t(s.block_table[pos / block]) * block + pos % block,
+                    src = int64_t(s.q_start + i) * row;
+      if (!cache.fp8()) {
+        std::memcpy(cache.k.data<float>() + slot * row, k.data<float>() + src, row * sizeof(float));
+        std::memcpy(cache.v.data<float>() + slot * row, v.data<float>() + src, row * sizeof(float));
+        continue;
+      }
+      for (int64_t h = 0; h < hkv; ++h) {
+        const int64_t e = slot * hkv + h;
+        kv_fp8_encode(k.data<float>() + src + h * d, d, cache.k.data<uint8_t>() + e * d,
+                      cache.k_scale.data<uint8_t>() + e);
+        kv_fp8_encode(v.data<float>() + src + h * d, d, cache.v.data<uint8_t>() + e * d,
+                      cache.v_scale.data<uint8_t>() + e);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void paged_kv_write(const Tensor& k, const Tensor& v, const PagedKv& cache, const ForwardBatch& batch) {
+  STRATA_CUDA_DISPATCH(k, paged_kv_write(k, v, cache, batch));
+  expect_cpu_f32(k, "paged_kv_write", "k");
+  STRATA_CHECK(k.ndim() == 3 && k.dim(0) == int64_t(batch.token_ids.size()), "paged_kv_write: k ", k.describe(),
+               " for a batch of ", batch.token_ids.size(), " tokens");
+  const int64_t t = k.dim(0), hkv = k.dim(1), d = k.dim(2);
+  expect_shape(v, {t, hkv, d}, "paged_kv_write", "v");
+  check_cache(cache, hkv, d, k, k);
+  write_new_kv(k, v, cache, batch);
+}
 
 void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
                      const ForwardBatch& batch, float scale, const Tensor& out) {
@@ -75,28 +111,11 @@ void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Pa
   const bool fp8 = cache.fp8();
   const int64_t block = cache.k.dim(1);
   const int64_t group = hq / hkv;
-  const int64_t row = hkv * d;  // elements per cached token
   auto slot_of = [&](const SeqInBatch& s, int64_t pos) {
     return int64_t(s.block_table[pos / block]) * block + pos % block;
   };
   // 1. Append the new keys and values at their positions.
-  for (const SeqInBatch& s : batch.seqs) {
-    for (int32_t i = 0; i < s.q_len; ++i) {
-      const int64_t slot = slot_of(s, s.ctx_len + i), src = int64_t(s.q_start + i) * row;
-      if (!fp8) {
-        std::memcpy(cache.k.data<float>() + slot * row, k.data<float>() + src, row * sizeof(float));
-        std::memcpy(cache.v.data<float>() + slot * row, v.data<float>() + src, row * sizeof(float));
-        continue;
-      }
-      for (int64_t h = 0; h < hkv; ++h) {
-        const int64_t e = slot * hkv + h;
-        kv_fp8_encode(k.data<float>() + src + h * d, d, cache.k.data<uint8_t>() + e * d,
-                      cache.k_scale.data<uint8_t>() + e);
-        kv_fp8_encode(v.data<float>() + src + h * d, d, cache.v.data<uint8_t>() + e * d,
-                      cache.v_scale.data<uint8_t>() + e);
-      }
-    }
-  }
+  write_new_kv(k, v, cache, batch);
   // 2. Every (token, head) attends to its sequence's visible prefix.
   std::vector<int32_t> seq_of(t);
   for (size_t si = 0; si < batch.seqs.size(); ++si) {

@@ -772,4 +772,43 @@ void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, co
   run_paged_attention(q, k, v, cache, batch, scale, &gate, out);
 }
 
+void paged_kv_write(const Tensor& k, const Tensor& v, const PagedKv& cache, const ForwardBatch& batch) {
+  OpTimer timer_("paged_kv_write");
+  const Tensor &k_cache = cache.k, &v_cache = cache.v;
+  for (const Tensor* t : {&k, &v}) expect_dtype(*t, DType::kBF16, "paged_kv_write", "k and v");
+  const DType cache_dtype = cache.fp8() ? DType::kF8E4M3 : DType::kBF16;
+  for (const Tensor* t : {&k_cache, &v_cache}) {
+    expect_dtype(*t, cache_dtype, "paged_kv_write", "the caches (bf16, or both F8E4M3)");
+  }
+  const int64_t t = k.dim(0), hkv = k.dim(1), d = k.dim(2);
+  STRATA_CHECK(k.ndim() == 3 && v.shape() == k.shape() && k_cache.ndim() == 4 && k_cache.dim(2) == hkv &&
+                   k_cache.dim(3) == d && v_cache.shape() == k_cache.shape() &&
+                   int64_t(batch.token_ids.size()) == t,
+               "paged_kv_write: k ", k.describe(), " v ", v.describe(), " caches ", k_cache.describe(), " for ",
+               batch.token_ids.size(), " tokens");
+  if (cache.fp8()) {
+    for (const Tensor* s : {&cache.k_scale, &cache.v_scale}) {
+      STRATA_CHECK(s->defined() && s->device() == Device::kCuda && s->dtype() == DType::kUE8M0 &&
+                       s->shape() == Shape({k_cache.dim(0), k_cache.dim(1), hkv}),
+                   "paged_kv_write: an FP8 cache ", k_cache.describe(), " needs UE8M0 scales [", k_cache.dim(0),
+                   ", ", k_cache.dim(1), ", ", hkv, "], got ", s->defined() ? s->describe() : std::string("none"));
+    }
+  }
+  if (t == 0) return;
+  const int bs = int(k_cache.dim(1));
+  const DeviceBatch& db = device_batch(batch);
+  const auto* kp = static_cast<const bf16*>(k.raw());
+  const auto* vp = static_cast<const bf16*>(v.raw());
+  if (cache.fp8()) {
+    launch_pdl(kv_write_fp8_kernel, unsigned(t), 128, 0, kp, vp, static_cast<uint8_t*>(k_cache.raw()),
+               static_cast<uint8_t*>(v_cache.raw()), static_cast<uint8_t*>(cache.k_scale.raw()),
+               static_cast<uint8_t*>(cache.v_scale.raw()), db, int(hkv), int(d), bs);
+    check_launch("kv_write_fp8");
+  } else {
+    launch_pdl(kv_write_kernel, unsigned(t), 128, 0, kp, vp, static_cast<bf16*>(k_cache.raw()),
+               static_cast<bf16*>(v_cache.raw()), db, hkv * d, bs);
+    check_launch("kv_write");
+  }
+}
+
 }  // namespace strata::ops::cuda

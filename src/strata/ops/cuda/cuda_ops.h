@@ -60,6 +60,7 @@ void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Pa
                      const ForwardBatch& batch, float scale, const Tensor& out);
 void paged_attention_gated(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
                            const ForwardBatch& batch, float scale, const Tensor& gate, const Tensor& out);
+void paged_kv_write(const Tensor& k, const Tensor& v, const PagedKv& cache, const ForwardBatch& batch);
 
 // ---- Gated DeltaNet (gdn.cu, gdn_chunked.cu) ----
 void causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& conv_state,
