@@ -159,7 +159,7 @@ TEST(CudaSpeculative, GreedyFollowsThePlainEngineAtK1To3) {
   }
 }
 
-// Dynamic K where speculation never pays (a step's fixed cost dwarfs every row): only probes
+// Dynamic K where speculation never pays (a verify row costs a thousand decode steps): only probes
 // draft, and the steps between defer the head (Sequence::head_pending); a sequence whose kept
 // rows fill up between probes has them caught up at a step's launch (a head graph queued behind
 // the forward), so those steps overlap the next as plain decoding's do. Outputs follow the plain
@@ -175,10 +175,7 @@ TEST(CudaSpeculative, DynamicKDefersAndCatchesUpTheHead) {
     EngineConfig c = config(3);
     c.speculative.dynamic = true;
     c.speculative.measure_costs = false;
-    c.speculative.costs.verify_row = 0.1;
-    c.speculative.costs.head_row = 0.05;
-    c.speculative.costs.replay_row = 0.5;
-    c.speculative.costs.forward = 1000;
+    c.speculative.costs.verify_row = 1000;  // (a verify here stores per-token states: no replay to charge)
     c.speculative.head_defer_max = defer_max;
     Engine engine(gpu_mtp_model(), c, GenerationDefaults::load(kDir));
     SpecRun r;
