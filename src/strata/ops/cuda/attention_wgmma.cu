@@ -255,21 +255,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   float o[D / 2];  // O[64 x D]: column block cb's accumulator at o[32 cb ...]
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8: running max (of raw S), lane's partial sum
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8: P's maximum (S x scale_log2), lane's partial sum
   float sc[kKeys / 2], corr[2];  // S (then P in fp32) of the tile: 64 x kKeys
   uint32_t p[kSteps][4];         // P of the previous tile: the A fragments of its k16 steps
 
-  // S = Q K^T, 64 x kKeys, into sc (issued, not waited for).
+  // S = Q K^T, 64 x kKeys, into sc (issued, not waited for; its first k step overwrites sc).
   auto issue_qk = [&](int n) {
     const uint32_t k_tile = k_sm + (n % S) * L::kStage;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t at = (kk / 4) * L::kQBlock + (kk % 4) * 32, bt_off = (kk / 4) * L::kKvBlock + (kk % 4) * 32;
       if constexpr (kKeys == 80) {
-        wgmma_m64n80k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off));
+        wgmma_m64n80k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off), kk > 0);
       } else {
         static_assert(kKeys == 64, "an S instruction of n = kKeys");
-        wgmma_m64n64k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off));
+        wgmma_m64n64k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off), kk > 0);
       }
     }
     wgmma_commit();
@@ -292,7 +292,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // The causal mask (only where the tile reaches past the warpgroup's first query) and the online
   // softmax of tile n's S: the new row maxima over the quad's lanes, P = exp2 in sc, the sums
-  // rescaled; corr, the factors of O (exactly 1 for a row whose maximum did not change).
+  // rescaled; corr, the factors of O. A row's maximum is raised only when the tile's exceeds it
+  // by more than kLazyMax (in log2 units, after the scale), so P stays at most 2^kLazyMax
+  // (FlashAttention-4's rule): after a row's first tiles its maximum rarely moves and O is
+  // rarely rescaled (corr exactly 1: rescale_o skips it). A row's first keys set it outright.
+  constexpr float kLazyMax = 8.f;
   auto softmax = [&](int n) {
     const int kt = n * kKeys;
     if (kt + kKeys - 1 > pos_lo) {
@@ -306,14 +310,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      float mx = m[rr];
+      float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kJ; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * rr], sc[4 * j + 2 * rr + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base_l2 = mx == -INFINITY ? 0.f : mx * scale_log2;  // a row with no key yet stays at 0
-      corr[rr] = fast_exp2(m[rr] * scale_log2 - base_l2);
-      m[rr] = mx;
+      // m (the maximum P is taken against, times scale_log2) kept unless the tile's is larger by
+      // more than kLazyMax; from -inf (no key yet) or to -inf (none now) O and l are 0, nothing to rescale.
+      const float tile_l2 = mx * scale_log2;
+      corr[rr] = 1.f;
+      if (tile_l2 > m[rr] + kLazyMax) {
+        if (m[rr] != -INFINITY) corr[rr] = fast_exp2(m[rr] - tile_l2);
+        m[rr] = tile_l2;
+      }
+      const float base_l2 = m[rr] == -INFINITY ? 0.f : m[rr];  // a row with no key yet stays at 0
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
@@ -331,18 +341,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < 4; ++i) p[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
     }
   };
-  auto zero_s = [&] {
-#pragma unroll
-    for (int i = 0; i < kKeys / 2; ++i) sc[i] = 0.f;
-  };
   auto fence_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) wgmma_fence_operands(p[kk]);
   };
 
-  // O *= the factors of the last softmax. Always: a branch on whether any maximum grew, or a
-  // barrier wait, between the two MMAs' issues makes ptxas serialize them (C7518, C7520).
+  // O *= the factors of the last softmax, where a row of the warp's needs it: after the P V
+  // product in flight is done (a branch between the two MMAs' issues makes ptxas serialize them,
+  // C7518, C7520).
   auto rescale_o = [&] {
+    if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       o[4 * j] *= corr[0], o[4 * j + 1] *= corr[0];
@@ -351,36 +359,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   // The pipeline, FlashAttention-3's intra-warpgroup overlap: iteration n waits for K n and V n - 1,
-  // issues S(n) = Q K(n)^T, rescales O by tile n - 1's factors while S runs (O then holds tiles
-  // ..n - 2 against tile n - 1's maxima), issues O += P(n - 1) V(n - 1), and runs tile n's softmax
-  // while that P V product is still in the tensor cores.
+  // issues S(n) = Q K(n)^T and O += P(n - 1) V(n - 1), runs tile n's softmax while that P V
+  // product is still in the tensor cores, then rescales O (tiles ..n - 1) by tile n's factors.
   if (n_mine > 0) {
     acquire(k_full, 0);
     fence_proxy_async();
-    zero_s();
     wgmma_fence_operands(sc);
     wgmma_fence();
     issue_qk(0);
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
     release(k_empty, 0);
-    softmax(0);  // its factors are 0 (no maximum before), O's rescale keeps O = 0
+    softmax(0);  // its factors are 1: O is 0
     pack_p();
   }
   for (int n = 1; n < n_mine; ++n) {
     acquire(k_full, n);
     fence_proxy_async();
-    zero_s();
     wgmma_fence_operands(sc);
     fence_p();
     wgmma_fence();
     issue_qk(n);
-    rescale_o();
     wgmma_fence_operands(o);
     // V n - 1 only now, while S runs: the tile that loaded last gets S's time to land too.
     mbar_wait(v_full + 8 * ((n - 1) % S), ((n - 1) / S) & 1);
     fence_proxy_async();
-    wgmma_fence();  // O's rescale before P V reads it
+    wgmma_fence();
     issue_pv(n - 1);
     wgmma_wait<1>();  // S(n) done, P V still running
     wgmma_fence_operands(sc);
@@ -391,10 +395,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence_operands(o);
     fence_p();
     release(v_empty, n - 1);
+    rescale_o();
+    wgmma_fence_operands(o);
     pack_p();
   }
   if (n_mine > 0) {
-    rescale_o();
     acquire(v_full, n_mine - 1);
     fence_proxy_async();
     fence_p();
