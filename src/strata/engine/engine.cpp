@@ -147,8 +147,7 @@ void Engine::init() {
   const double capture_start = now();
   const int32_t verify_tokens = spec_ ? config_.speculative.num_speculative_tokens + 1 : 0;
   const int graphs = runner_->capture_graphs(cache_->caches(), std::min(config_.max_num_seqs, plan_.seq_slots),
-                                             verify_tokens, cache_->state_steps(),
-                                             draft_policy_ ? config_.speculative.head_defer_max + 1 : 0);
+                                             verify_tokens, cache_->state_steps(), draft_policy_ != nullptr);
   if (config_.log_capacity && graphs > 0) {
     std::fprintf(stderr, "strata: %d CUDA graphs captured in %.2f s (--enforce-eager: none)\n", graphs,
                  now() - capture_start);

@@ -493,11 +493,13 @@ void Engine::draft_tokens(const StepInFlight& f) {
   std::vector<Drafter> drafters;
   // Dynamic K: a decoding sequence that drafts nothing this step skips the head, its positions'
   // hidden states kept (keep_rows of hidden_ into head_pending_ rows keep_at), until a step where
-  // it drafts, or its kept rows reach head_defer_max, runs the head over them and the new ones
-  // (pending_rows of head_pending_, placed at head rows pending_at). A step where no sequence
-  // drafts then runs no head forward. Chunks kept at the step's launch (plan_at_launch) are done.
+  // it drafts, or its kept rows reach head_defer_max: the head's KV is then written at the kept
+  // positions (batch kv of pending_rows of head_pending_: Model::mtp_write_kv, no outputs), and
+  // the head runs over the new ones. A step where no sequence drafts then runs no head forward.
+  // Chunks kept at the step's launch (plan_at_launch) are done.
   const int32_t defer_max = config_.speculative.head_defer_max;
-  std::vector<int32_t> keep_rows, keep_at, pending_rows, pending_at, fresh_at;
+  std::vector<int32_t> keep_rows, keep_at, pending_rows;
+  ForwardBatch kv;
   for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
     const ScheduledChunk& c = f.chunks[ci];
     Sequence& seq = *c.seq;
@@ -513,24 +515,32 @@ void Engine::draft_tokens(const StepInFlight& f) {
       defer_head(c, row0, keep_rows, keep_at);
       continue;
     }
+    if (seq.head_pending > 0) {
+      SeqInBatch w;
+      w.q_start = kv.num_tokens();
+      w.ctx_len = c.ctx_len - seq.head_pending;
+      w.q_len = seq.head_pending;
+      w.state_slot = seq.state_slot;
+      w.block_table = seq.block_table;
+      for (int32_t j = 0; j < seq.head_pending; ++j) {
+        pending_rows.push_back(seq.state_slot * defer_max + j);
+        kv.token_ids.push_back(seq.tokens[size_t(w.ctx_len + j) + 1]);
+        kv.positions.push_back(w.ctx_len + j);
+      }
+      kv.logit_rows.push_back(w.q_start + w.q_len - 1);  // for a family whose head then runs in full
+      kv.seqs.push_back(std::move(w));
+      seq.head_pending = 0;
+    }
     SeqInBatch s;
     s.q_start = b.num_tokens();
-    s.ctx_len = c.ctx_len - seq.head_pending;
+    s.ctx_len = c.ctx_len;
     s.q_len = end - s.ctx_len;
     s.state_slot = seq.state_slot;
-    for (int32_t j = 0; j < seq.head_pending; ++j) {
-      pending_rows.push_back(seq.state_slot * defer_max + j);
-      pending_at.push_back(s.q_start + j);
-    }
     for (int32_t p = s.ctx_len; p < end; ++p) {
       b.token_ids.push_back(seq.tokens[size_t(p) + 1]);
       b.positions.push_back(p);
-      if (p >= c.ctx_len) {
-        hidden_rows.push_back(row0 + p - c.ctx_len);
-        fresh_at.push_back(s.q_start + p - s.ctx_len);
-      }
+      hidden_rows.push_back(row0 + p - c.ctx_len);
     }
-    seq.head_pending = 0;
     s.block_table = seq.block_table;  // after draft_budget's growth
     if (k > 0) {
       drafters.push_back({&seq, k, int32_t(b.logit_rows.size()), {}, {}});
@@ -543,6 +553,11 @@ void Engine::draft_tokens(const StepInFlight& f) {
     b.seqs.push_back(std::move(s));
   }
   keep_head_rows(keep_rows, keep_at);  // staged after the slots' rows, then copied to them in one launch
+  if (!kv.seqs.empty()) {
+    Tensor kept = Tensor::empty({kv.num_tokens(), head_pending_.dim(1)}, head_pending_.dtype(), head_pending_.device());
+    ops::gather_rows(head_pending_, pending_rows, kept);
+    runner_->write_head_kv(kv, kept, cache_->caches());
+  }
   if (b.seqs.empty()) return;  // also every step that ran without the hidden states (only n > 1)
   // A head batch of equal-length sequences replays a head graph only when each one wants its last
   // row's logits: those that draft nothing (k = 0) then ask for theirs too, unused (the head's
@@ -565,18 +580,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
   // The width is the model's choice (DeepSeek-V4, Qwen4-Exp: their residual streams).
   const int64_t hsz = hidden_.dim(1);
   Tensor hidden = Tensor::empty({b.num_tokens(), hsz}, hidden_.dtype(), hidden_.device());
-  if (pending_rows.empty()) {
-    ops::gather_rows(hidden_, hidden_rows, hidden);
-  } else {  // the new rows and the kept ones side by side, then in the head batch's order
-    const int64_t nf = int64_t(hidden_rows.size()), np = int64_t(pending_rows.size());
-    Tensor both = Tensor::empty({nf + np, hsz}, hidden_.dtype(), hidden_.device());
-    if (nf > 0) ops::gather_rows(hidden_, hidden_rows, both.rows(0, nf));
-    ops::gather_rows(head_pending_, pending_rows, both.rows(nf, nf + np));
-    std::vector<int32_t> order(size_t(b.num_tokens()), -1);
-    for (int64_t i = 0; i < nf; ++i) order[size_t(fresh_at[size_t(i)])] = int32_t(i);
-    for (int64_t i = 0; i < np; ++i) order[size_t(pending_at[size_t(i)])] = int32_t(nf + i);
-    ops::gather_rows(both, order, hidden);
-  }
+  ops::gather_rows(hidden_, hidden_rows, hidden);
   Tensor head_hidden;
   draft_logits_ = runner_->run_head(b, hidden, cache_->caches(), head_hidden);
   ++stats_.spec_draft_forwards;

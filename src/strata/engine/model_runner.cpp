@@ -70,7 +70,7 @@ const Tensor& ModelRunner::run(const ForwardBatch& batch, Caches& caches) {
 }
 
 int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps,
-                                int catch_up_tokens) {
+                                bool dynamic_k) {
 #if defined(STRATA_WITH_CUDA)
   if (!graphs_) return 0;
   graphs_->warm_decode(max_seqs, [&](const ForwardBatch& b, Tensor& out) { model_.forward(b, caches, out); });
@@ -86,23 +86,20 @@ int ModelRunner::capture_graphs(Caches& caches, int max_seqs, int verify_tokens,
     if (hidden.defined()) {
       graphs_->warm_head(max_seqs, 1, false, hidden, head);
       graphs_->warm_head(max_seqs, verify_tokens, true, hidden, head);
-      if (catch_up_tokens > 0) {
+      if (dynamic_k) {
         // Dynamic K: verifies of fewer drafts, steps of none (one token a sequence, with the
-        // hidden states), the head's forwards over fewer tokens and its catch-ups.
+        // hidden states) and the head's forwards over fewer tokens.
         for (int q = 2; q < verify_tokens; ++q) {
           graphs_->warm_verify(max_seqs, q, state_steps, verify);
           graphs_->warm_head(max_seqs, q, true, hidden, head);
         }
         graphs_->warm_verify(max_seqs, 1, ForwardBatch::StateSteps{}, verify);
-        if (catch_up_tokens > 1 && catch_up_tokens <= kMaxQ) {
-          graphs_->warm_head(max_seqs, catch_up_tokens, false, hidden, head);
-        }
       }
     }
   }
   return graphs_->captured();
 #else
-  (void)caches, (void)max_seqs, (void)verify_tokens, (void)state_steps, (void)catch_up_tokens;
+  (void)caches, (void)max_seqs, (void)verify_tokens, (void)state_steps, (void)dynamic_k;
   return 0;
 #endif
 }

@@ -55,12 +55,11 @@ class ModelRunner {
   // decoding where ModelInfo::verify_graphs holds), the verify graphs of verify_tokens tokens a
   // sequence storing the per-token states `state_steps`, and the head graphs the draft chain
   // replays (one token a sequence; verify_tokens tokens, every row's logits); with
-  // catch_up_tokens > 0 (dynamic K) also the verifies and head steps of every length in between,
-  // the one-token steps with hidden states (steps without drafts) and the head's catch-ups of
-  // catch_up_tokens tokens a sequence (last rows). Captured on padding sequences, which touch no
-  // page or slot of `caches`. Returns the graphs captured.
+  // dynamic_k (dynamic K) also the verifies and head steps of every length in between and the
+  // one-token steps with hidden states (steps without drafts). Captured on padding sequences,
+  // which touch no page or slot of `caches`. Returns the graphs captured.
   int capture_graphs(Caches& caches, int max_seqs, int verify_tokens, ForwardBatch::StateSteps state_steps,
-                     int catch_up_tokens = 0);
+                     bool dynamic_k = false);
   // Whether steps of the right shapes replay CUDA graphs (CUDA, ModelInfo::cuda_graphs, not
   // --enforce-eager).
   bool uses_graphs() const { return graphs_ != nullptr; }
