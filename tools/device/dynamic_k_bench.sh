@@ -8,7 +8,8 @@
 #     at batch 1, 512 at 16 and 64.
 # Each run starts only while half its time limit is left before SECONDS (default 560) have passed.
 # Prints each run's TPOT and speculation counters; logs in $OUT/logs.tgz.
-# Usage: bash tools/device/dynamic_k_bench.sh [SECONDS] [WHAT]   (WHAT: all (default), 35b, default)
+# Usage: bash tools/device/dynamic_k_bench.sh [SECONDS] [WHAT]   (WHAT: all (default); 35b or
+# default: that model's runs alone, no tests)
 set -uo pipefail
 deadline=$((SECONDS + ${1:-560}))
 what=${2:-all}
@@ -30,7 +31,7 @@ bench() {  # bench NAME LIMIT SPEC_JSON MODEL_FLAGS...: runs when half its LIMIT
   echo "== $name rc $? ($SECONDS s)"
   grep -E "TPOT|speculative:|head forward|overlapped|measured cost|error|Error" $logs/$name.log | cut -c1-400
 }
-if [ "$what" != default ] && [ $((deadline - SECONDS)) -gt 150 ]; then
+if [ "$what" = all ] && [ $((deadline - SECONDS)) -gt 150 ]; then
   timeout 150 "$bin/strata_cuda_tests" --gtest_filter='CudaSpec*:CudaEngineGraphs*:CudaEngineAsync*' >$logs/tests.log 2>&1
   echo "== CUDA speculation tests rc $?"
   grep -E "^\[  (PASSED|FAILED) |CUDA dynamic K|Failure" $logs/tests.log | cut -c1-400
