@@ -712,28 +712,31 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
   }
 }
 
+// The caches' dtypes (bf16, or both F8E4M3 with UE8M0 scales [pages, bs, hkv]), for `op`'s errors.
+void check_kv_dtypes(const PagedKv& cache, int64_t hkv, const char* op) {
+  const Tensor &k_cache = cache.k, &v_cache = cache.v;
+  const DType cache_dtype = cache.fp8() ? DType::kF8E4M3 : DType::kBF16;
+  for (const Tensor* t : {&k_cache, &v_cache}) expect_dtype(*t, cache_dtype, op, "the caches (bf16, or both F8E4M3)");
+  if (!cache.fp8()) return;
+  for (const Tensor* s : {&cache.k_scale, &cache.v_scale}) {
+    STRATA_CHECK(s->defined() && s->device() == Device::kCuda && s->dtype() == DType::kUE8M0 && k_cache.ndim() == 4 &&
+                     s->shape() == Shape({k_cache.dim(0), k_cache.dim(1), hkv}),
+                 op, ": an FP8 cache ", k_cache.describe(), " needs UE8M0 scales [pages, block, ", hkv, "], got ",
+                 s->defined() ? s->describe() : std::string("none"));
+  }
+}
+
 void run_paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKv& cache,
                          const ForwardBatch& batch, float scale, const Tensor* gate, const Tensor& out) {
   const Tensor &k_cache = cache.k, &v_cache = cache.v;
   for (const Tensor* t : {&q, &k, &v, &out}) expect_dtype(*t, DType::kBF16, "paged_attention", "q, k, v and out");
-  const DType cache_dtype = cache.fp8() ? DType::kF8E4M3 : DType::kBF16;
-  for (const Tensor* t : {&k_cache, &v_cache}) {
-    expect_dtype(*t, cache_dtype, "paged_attention", "the caches (bf16, or both F8E4M3)");
-  }
   const int64_t t = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k.dim(1);
   STRATA_CHECK(q.ndim() == 3 && k.shape() == Shape({t, hkv, d}) && v.shape() == k.shape() &&
                    out.shape() == q.shape() && k_cache.ndim() == 4 && k_cache.dim(2) == hkv &&
                    k_cache.dim(3) == d && v_cache.shape() == k_cache.shape() && hq % hkv == 0,
                "paged_attention: q ", q.describe(), " k ", k.describe(), " v ", v.describe(), " caches ",
                k_cache.describe(), " out ", out.describe());
-  if (cache.fp8()) {
-    for (const Tensor* s : {&cache.k_scale, &cache.v_scale}) {
-      STRATA_CHECK(s->defined() && s->device() == Device::kCuda && s->dtype() == DType::kUE8M0 &&
-                       s->shape() == Shape({k_cache.dim(0), k_cache.dim(1), hkv}),
-                   "paged_attention: an FP8 cache ", k_cache.describe(), " needs UE8M0 scales [", k_cache.dim(0),
-                   ", ", k_cache.dim(1), ", ", hkv, "], got ", s->defined() ? s->describe() : std::string("none"));
-    }
-  }
+  check_kv_dtypes(cache, hkv, "paged_attention");
   STRATA_CHECK(int64_t(batch.token_ids.size()) == t, "paged_attention: batch has ", batch.token_ids.size(),
                " tokens, q has ", t);
   if (gate) {
@@ -776,24 +779,13 @@ void paged_kv_write(const Tensor& k, const Tensor& v, const PagedKv& cache, cons
   OpTimer timer_("paged_kv_write");
   const Tensor &k_cache = cache.k, &v_cache = cache.v;
   for (const Tensor* t : {&k, &v}) expect_dtype(*t, DType::kBF16, "paged_kv_write", "k and v");
-  const DType cache_dtype = cache.fp8() ? DType::kF8E4M3 : DType::kBF16;
-  for (const Tensor* t : {&k_cache, &v_cache}) {
-    expect_dtype(*t, cache_dtype, "paged_kv_write", "the caches (bf16, or both F8E4M3)");
-  }
   const int64_t t = k.dim(0), hkv = k.dim(1), d = k.dim(2);
   STRATA_CHECK(k.ndim() == 3 && v.shape() == k.shape() && k_cache.ndim() == 4 && k_cache.dim(2) == hkv &&
                    k_cache.dim(3) == d && v_cache.shape() == k_cache.shape() &&
                    int64_t(batch.token_ids.size()) == t,
                "paged_kv_write: k ", k.describe(), " v ", v.describe(), " caches ", k_cache.describe(), " for ",
                batch.token_ids.size(), " tokens");
-  if (cache.fp8()) {
-    for (const Tensor* s : {&cache.k_scale, &cache.v_scale}) {
-      STRATA_CHECK(s->defined() && s->device() == Device::kCuda && s->dtype() == DType::kUE8M0 &&
-                       s->shape() == Shape({k_cache.dim(0), k_cache.dim(1), hkv}),
-                   "paged_kv_write: an FP8 cache ", k_cache.describe(), " needs UE8M0 scales [", k_cache.dim(0),
-                   ", ", k_cache.dim(1), ", ", hkv, "], got ", s->defined() ? s->describe() : std::string("none"));
-    }
-  }
+  check_kv_dtypes(cache, hkv, "paged_kv_write");
   if (t == 0) return;
   const int bs = int(k_cache.dim(1));
   const DeviceBatch& db = device_batch(batch);
