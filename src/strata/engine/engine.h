@@ -248,6 +248,10 @@ class Engine {
   bool defers_head(const ScheduledChunk& c, int32_t k, int32_t pending) const;
   // Writes the head's KV over the kept rows of these chunks' sequences but each one's newest, at launch.
   void catch_up_head_at_launch(const std::vector<const ScheduledChunk*>& due);
+  // A head KV catch-up: seq's kept rows 0 .. n - 1 (positions first ..) added to the batch `kv`
+  // (their head_pending_ rows to `rows`), then the head's KV written from those rows.
+  void add_kept_rows(const Sequence& seq, int32_t first, int32_t n, ForwardBatch& kv, std::vector<int32_t>& rows) const;
+  void write_kept_head_kv(const ForwardBatch& kv, const std::vector<int32_t>& rows);
   // Defers the chunk's head forward: its new positions' hidden rows (from row0 of hidden_) are
   // added to `rows`, their head_pending_ rows to `at` (for keep_head_rows), head_pending grows.
   void defer_head(const ScheduledChunk& c, int32_t row0, std::vector<int32_t>& rows, std::vector<int32_t>& at);

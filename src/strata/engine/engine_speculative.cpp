@@ -195,30 +195,40 @@ void Engine::catch_up_head_at_launch(const std::vector<const ScheduledChunk*>& d
   std::vector<ops::SlotCopy> shifts;
   for (const ScheduledChunk* c : due) {
     Sequence& seq = *c->seq;
-    const int32_t n = seq.head_pending - 1, first = c->ctx_len - seq.head_pending, slot_row = seq.state_slot * defer_max;
-    STRATA_CHECK(first + n < seq.num_tokens(), "engine: the head's catch-up needs the token after position ",
-                 first + n - 1);
-    SeqInBatch s;
-    s.q_start = b.num_tokens();
-    s.q_len = n;
-    s.ctx_len = first;
-    s.state_slot = seq.state_slot;
-    s.block_table = seq.block_table;
-    for (int32_t j = 0; j < n; ++j) {
-      b.token_ids.push_back(seq.tokens[size_t(first + j) + 1]);
-      b.positions.push_back(first + j);
-      in_rows.push_back(slot_row + j);
-    }
-    b.logit_rows.push_back(s.q_start + n - 1);  // for a family whose head then runs in full
-    b.seqs.push_back(std::move(s));
+    const int32_t n = seq.head_pending - 1, slot_row = seq.state_slot * defer_max;
+    add_kept_rows(seq, c->ctx_len - seq.head_pending, n, b, in_rows);
     shifts.push_back({slot_row + n, slot_row});
     seq.head_pending = 1;
   }
-  Tensor hidden = Tensor::empty({b.num_tokens(), head_pending_.dim(1)}, head_pending_.dtype(), head_pending_.device());
-  ops::gather_rows(head_pending_, in_rows, hidden);
-  runner_->write_head_kv(b, hidden, cache_->caches());
+  write_kept_head_kv(b, in_rows);
   ops::copy_slots({head_pending_}, shifts);
   ++stats_.spec_head_launch_catch_ups;
+}
+
+void Engine::add_kept_rows(const Sequence& seq, int32_t first, int32_t n, ForwardBatch& kv,
+                           std::vector<int32_t>& rows) const {
+  STRATA_CHECK(first + n < seq.num_tokens(), "engine: the head's catch-up needs the token after position ",
+               first + n - 1);
+  SeqInBatch s;
+  s.q_start = kv.num_tokens();
+  s.q_len = n;
+  s.ctx_len = first;
+  s.state_slot = seq.state_slot;
+  s.block_table = seq.block_table;
+  const int32_t slot_row = seq.state_slot * config_.speculative.head_defer_max;
+  for (int32_t j = 0; j < n; ++j) {
+    kv.token_ids.push_back(seq.tokens[size_t(first + j) + 1]);
+    kv.positions.push_back(first + j);
+    rows.push_back(slot_row + j);
+  }
+  kv.logit_rows.push_back(s.q_start + n - 1);  // for a family whose head then runs in full
+  kv.seqs.push_back(std::move(s));
+}
+
+void Engine::write_kept_head_kv(const ForwardBatch& kv, const std::vector<int32_t>& rows) {
+  Tensor kept = Tensor::empty({kv.num_tokens(), head_pending_.dim(1)}, head_pending_.dtype(), head_pending_.device());
+  ops::gather_rows(head_pending_, rows, kept);
+  runner_->write_head_kv(kv, kept, cache_->caches());
 }
 
 void Engine::note_completed(const StepInFlight& f) {
@@ -497,7 +507,6 @@ void Engine::draft_tokens(const StepInFlight& f) {
   // positions (batch kv of pending_rows of head_pending_: Model::mtp_write_kv, no outputs), and
   // the head runs over the new ones. A step where no sequence drafts then runs no head forward.
   // Chunks kept at the step's launch (plan_at_launch) are done.
-  const int32_t defer_max = config_.speculative.head_defer_max;
   std::vector<int32_t> keep_rows, keep_at, pending_rows;
   ForwardBatch kv;
   for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
@@ -516,19 +525,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
       continue;
     }
     if (seq.head_pending > 0) {
-      SeqInBatch w;
-      w.q_start = kv.num_tokens();
-      w.ctx_len = c.ctx_len - seq.head_pending;
-      w.q_len = seq.head_pending;
-      w.state_slot = seq.state_slot;
-      w.block_table = seq.block_table;
-      for (int32_t j = 0; j < seq.head_pending; ++j) {
-        pending_rows.push_back(seq.state_slot * defer_max + j);
-        kv.token_ids.push_back(seq.tokens[size_t(w.ctx_len + j) + 1]);
-        kv.positions.push_back(w.ctx_len + j);
-      }
-      kv.logit_rows.push_back(w.q_start + w.q_len - 1);  // for a family whose head then runs in full
-      kv.seqs.push_back(std::move(w));
+      add_kept_rows(seq, c.ctx_len - seq.head_pending, seq.head_pending, kv, pending_rows);
       seq.head_pending = 0;
     }
     SeqInBatch s;
@@ -553,11 +550,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
     b.seqs.push_back(std::move(s));
   }
   keep_head_rows(keep_rows, keep_at);  // staged after the slots' rows, then copied to them in one launch
-  if (!kv.seqs.empty()) {
-    Tensor kept = Tensor::empty({kv.num_tokens(), head_pending_.dim(1)}, head_pending_.dtype(), head_pending_.device());
-    ops::gather_rows(head_pending_, pending_rows, kept);
-    runner_->write_head_kv(kv, kept, cache_->caches());
-  }
+  if (!kv.seqs.empty()) write_kept_head_kv(kv, pending_rows);
   if (b.seqs.empty()) return;  // also every step that ran without the hidden states (only n > 1)
   // A head batch of equal-length sequences replays a head graph only when each one wants its last
   // row's logits: those that draft nothing (k = 0) then ask for theirs too, unused (the head's

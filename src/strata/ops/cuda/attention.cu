@@ -636,6 +636,26 @@ DecodedPages decode_visible_pages(const NewKv& nk, const DeviceBatch& db, const 
   return out;
 }
 
+// The new keys and values k, v [T, Hkv, D] (bf16) and the cache they go into.
+NewKv new_kv(const Tensor& k, const Tensor& v, const PagedKv& cache) {
+  return {static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()), cache.k.raw(), cache.v.raw(),
+          cache.fp8() ? static_cast<uint8_t*>(cache.k_scale.raw()) : nullptr,
+          cache.fp8() ? static_cast<uint8_t*>(cache.v_scale.raw()) : nullptr};
+}
+
+// The t new keys and values into their pages (kv_write_kernel, or kv_write_fp8_kernel's codes and scales).
+void write_new_kv(const NewKv& nk, const DeviceBatch& db, unsigned t, int hkv, int d, int bs, bool fp8) {
+  if (fp8) {
+    launch_pdl(kv_write_fp8_kernel, t, 128, 0, nk.k, nk.v, static_cast<uint8_t*>(nk.k_cache),
+               static_cast<uint8_t*>(nk.v_cache), nk.k_scale, nk.v_scale, db, hkv, d, bs);
+    check_launch("kv_write_fp8");
+  } else {
+    launch_pdl(kv_write_kernel, t, 128, 0, nk.k, nk.v, static_cast<bf16*>(nk.k_cache), static_cast<bf16*>(nk.v_cache),
+               db, int64_t(hkv) * d, bs);
+    check_launch("kv_write");
+  }
+}
+
 // Decode with the new keys and values stored inside (bf16 pages), or after kv_write_fp8_kernel
 // (FP8 pages); prefill after kv_write_kernel or kv_write_fp8_kernel, over the pages or (FP8)
 // their decoded copies. The gate (null: none) applied by decode's and the wgmma prefill's output
@@ -649,19 +669,14 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
   const int nseq = db.num_seqs;
   const bool fp8 = cache.fp8();
   if (fp8) {
-    launch_pdl(kv_write_fp8_kernel, unsigned(batch.token_ids.size()), 128, 0, nk.k, nk.v,
-               static_cast<uint8_t*>(nk.k_cache), static_cast<uint8_t*>(nk.v_cache), nk.k_scale, nk.v_scale, db, hkv,
-               D, bs);
-    check_launch("kv_write_fp8");
+    write_new_kv(nk, db, unsigned(batch.token_ids.size()), hkv, D, bs, true);
   }
   // Decode, and (rows) batches of at most kDecodeRowsMax tokens a sequence, a speculative
   // verify's: a block per (split, kv head, sequence or row), the keys split over the context.
   const bool rows = !db.all_single_token && db.max_q_len <= kDecodeRowsMax;
   if (db.all_single_token || rows) {
     if (rows && !fp8) {  // the rows read their own keys and values from the pages
-      launch_pdl(kv_write_kernel, unsigned(batch.token_ids.size()), 128, 0, nk.k, nk.v,
-                 static_cast<bf16*>(nk.k_cache), static_cast<bf16*>(nk.v_cache), db, int64_t(hkv) * D, bs);
-      check_launch("kv_write");
+      write_new_kv(nk, db, unsigned(batch.token_ids.size()), hkv, D, bs, false);
     }
     const int nq = rows ? int(batch.token_ids.size()) : nseq;
     const int base = nq * hkv;
@@ -700,9 +715,7 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
     pdb = &decoded.db;
     cache_rows = decoded.rows;
   } else {
-    launch_pdl(kv_write_kernel, unsigned(batch.token_ids.size()), 128, 0, nk.k, nk.v,
-               static_cast<bf16*>(nk.k_cache), static_cast<bf16*>(nk.v_cache), db, int64_t(hkv) * D, bs);
-    check_launch("kv_write");
+    write_new_kv(nk, db, unsigned(batch.token_ids.size()), hkv, D, bs, false);
   }
   if constexpr (D == 128 || D == 256) {
     launch_prefill_wgmma<D>(qp, kp, vp, cache_rows, *pdb, batch, hq, hkv, bs, scale, gp, op);
@@ -747,9 +760,7 @@ void run_paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (t == 0) return;
   const int bs = int(k_cache.dim(1));
   const DeviceBatch& db = device_batch(batch);
-  const NewKv nk{static_cast<const bf16*>(k.raw()), static_cast<const bf16*>(v.raw()), k_cache.raw(), v_cache.raw(),
-                 cache.fp8() ? static_cast<uint8_t*>(cache.k_scale.raw()) : nullptr,
-                 cache.fp8() ? static_cast<uint8_t*>(cache.v_scale.raw()) : nullptr};
+  const NewKv nk = new_kv(k, v, cache);
   const int h = int(hq), kv = int(hkv);
   switch (d) {
     case 16: return launch_attention<16>(q, cache, db, batch, nk, h, kv, bs, scale, gate, out);
@@ -787,20 +798,8 @@ void paged_kv_write(const Tensor& k, const Tensor& v, const PagedKv& cache, cons
                batch.token_ids.size(), " tokens");
   check_kv_dtypes(cache, hkv, "paged_kv_write");
   if (t == 0) return;
-  const int bs = int(k_cache.dim(1));
-  const DeviceBatch& db = device_batch(batch);
-  const auto* kp = static_cast<const bf16*>(k.raw());
-  const auto* vp = static_cast<const bf16*>(v.raw());
-  if (cache.fp8()) {
-    launch_pdl(kv_write_fp8_kernel, unsigned(t), 128, 0, kp, vp, static_cast<uint8_t*>(k_cache.raw()),
-               static_cast<uint8_t*>(v_cache.raw()), static_cast<uint8_t*>(cache.k_scale.raw()),
-               static_cast<uint8_t*>(cache.v_scale.raw()), db, int(hkv), int(d), bs);
-    check_launch("kv_write_fp8");
-  } else {
-    launch_pdl(kv_write_kernel, unsigned(t), 128, 0, kp, vp, static_cast<bf16*>(k_cache.raw()),
-               static_cast<bf16*>(v_cache.raw()), db, hkv * d, bs);
-    check_launch("kv_write");
-  }
+  const NewKv nk = new_kv(k, v, cache);
+  write_new_kv(nk, device_batch(batch), unsigned(t), int(hkv), int(d), int(k_cache.dim(1)), cache.fp8());
 }
 
 }  // namespace strata::ops::cuda
