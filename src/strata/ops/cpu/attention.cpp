@@ -42,21 +42,23 @@ class KvReader {
   int64_t hkv_, d_;
 };
 
-void check_cache(const PagedKv& c, int64_t hkv, int64_t d, const Tensor& q, const Tensor& k) {
+// The caches against the new keys k [T, Hkv, D] (and, for paged_attention, the queries q), for
+// `op`'s errors.
+void check_cache(const PagedKv& c, int64_t hkv, int64_t d, const Tensor* q, const Tensor& k, const char* op) {
   const Tensor& kc = c.k;
   STRATA_CHECK(kc.device() == Device::kCpu && kc.ndim() == 4 && kc.dim(2) == hkv && kc.dim(3) == d &&
                    c.v.shape() == kc.shape() && c.v.dtype() == kc.dtype() && c.v.device() == Device::kCpu,
-               "paged_attention: caches ", kc.describe(), " / ", c.v.describe(), " do not fit q ", q.describe(),
-               " k ", k.describe());
+               op, ": caches ", kc.describe(), " / ", c.v.describe(), " do not fit ",
+               q ? "q " + q->describe() + " " : std::string(), "k ", k.describe());
   if (!c.fp8()) {
-    expect_cpu_f32(kc, "paged_attention", "k_cache");
+    expect_cpu_f32(kc, op, "k_cache");
     return;
   }
   for (const Tensor* s : {&c.k_scale, &c.v_scale}) {
     STRATA_CHECK(s->defined() && s->device() == Device::kCpu && s->dtype() == DType::kUE8M0 &&
                      s->shape() == Shape({kc.dim(0), kc.dim(1), hkv}),
-                 "paged_attention: an FP8 cache ", kc.describe(), " needs UE8M0 scales [", kc.dim(0), ", ",
-                 kc.dim(1), ", ", hkv, "], got ", s->defined() ? s->describe() : std::string("none"));
+                 op, ": an FP8 cache ", kc.describe(), " needs UE8M0 scales [", kc.dim(0), ", ", kc.dim(1), ", ",
+                 hkv, "], got ", s->defined() ? s->describe() : std::string("none"));
   }
 }
 
@@ -94,7 +96,7 @@ void paged_kv_write(const Tensor& k, const Tensor& v, const PagedKv& cache, cons
                " for a batch of ", batch.token_ids.size(), " tokens");
   const int64_t t = k.dim(0), hkv = k.dim(1), d = k.dim(2);
   expect_shape(v, {t, hkv, d}, "paged_kv_write", "v");
-  check_cache(cache, hkv, d, k, k);
+  check_cache(cache, hkv, d, nullptr, k, "paged_kv_write");
   write_new_kv(k, v, cache, batch);
 }
 
@@ -107,7 +109,7 @@ void paged_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Pa
   expect_shape(v, {t, hkv, d}, "paged_attention", "v");
   expect_shape(out, {t, hq, d}, "paged_attention", "out");
   STRATA_CHECK(hq % hkv == 0, "paged_attention: ", hq, " query heads over ", hkv, " kv heads");
-  check_cache(cache, hkv, d, q, k);
+  check_cache(cache, hkv, d, &q, k, "paged_attention");
   const bool fp8 = cache.fp8();
   const int64_t block = cache.k.dim(1);
   const int64_t group = hq / hkv;
