@@ -41,18 +41,27 @@ TEST(DraftLength, AllRejectedGoesToZeroAndReprobes) {
   EXPECT_LE(steps, 6);
   EXPECT_EQ(h.probe_interval, 2 * DraftLengthPolicy::kProbeInterval) << "the verify that stopped it";
   // Idle steps until the probe: one draft, then idle again while it is rejected, each wait
-  // twice the last, up to the longest.
+  // twice the last, four times once the engine's recent acceptance (the prior: here this
+  // sequence's) would not draft either, up to the longest.
+  int32_t quadrupled = 0;
   for (int32_t interval = h.probe_interval, probe = 0; probe < 6; ++probe) {
-    // Idle plans before the probe: interval - 1 (the first round: one was made above).
-    for (int32_t i = probe == 0 ? 2 : 1; i < interval; ++i) {
+    // Idle plans before the probe: interval - 1 (the first round: one was made above; the plan
+    // after a verify applies its back-off).
+    if (probe > 0) {
+      ASSERT_EQ(plan_one(p, h), 0) << "probe " << probe << ", step 1";
+      EXPECT_EQ(h.probe_interval, interval) << "probe " << probe;
+    }
+    for (int32_t i = 2; i < interval; ++i) {
       ASSERT_EQ(plan_one(p, h), 0) << "probe " << probe << ", step " << i;
     }
     ASSERT_EQ(plan_one(p, h), 1) << "no probe after " << interval << " idle steps";
     EXPECT_EQ(h.idle_steps, 0);
     p.observe(h, 1, 0);
-    interval = std::min(2 * interval, DraftLengthPolicy::kMaxProbeInterval);
-    EXPECT_EQ(h.probe_interval, interval);
+    const int32_t growth = p.best(p.prior(), 3) == 0 ? 4 : 2;
+    quadrupled += growth == 4 && interval < DraftLengthPolicy::kMaxProbeInterval;
+    interval = std::min(growth * interval, DraftLengthPolicy::kMaxProbeInterval);
   }
+  EXPECT_GT(quadrupled, 0) << "the prior fell below drafting, and the waits still doubled";
   EXPECT_EQ(plan_one(p, h), 0);
   // Probes that are accepted bring it back.
   for (int32_t probe = 0; probe < 6 && k < 3; ++probe) {
@@ -70,7 +79,10 @@ TEST(DraftLength, NewSequencesStartAtTheOthersAcceptance) {
   DraftLengthPolicy p(3, cheap_costs());
   EXPECT_DOUBLE_EQ(p.prior(), 1.0);
   DraftHistory old;
-  for (int32_t i = 0; i < 200; ++i) p.observe(old, 3, 0);
+  for (int32_t i = 0; i < 200; ++i) {
+    p.observe(old, 3, 0);
+    plan_one(p, old);  // applies the verify's back-off
+  }
   EXPECT_LT(p.prior(), 0.02);
   DraftHistory fresh;
   EXPECT_DOUBLE_EQ(p.acceptance(fresh), p.prior());
@@ -184,11 +196,28 @@ TEST(DraftLength, IdleSequencesProbeInTheSameSteps) {
       for (DraftHistory* h : ptrs) p.observe(*h, 1, 0);
     }
   }
-  ASSERT_EQ(probe_steps.size(), 4u);  // at 5, 5 + 32, 37 + 64, 101 + 128
+  // At 5, then 5 + 64 (each fruitless probe quadruples the wait: the prior, over all three
+  // sequences' verifies, would not draft either), and 69 + 256 is past the end.
+  ASSERT_EQ(probe_steps.size(), 2u);
   EXPECT_EQ(probe_steps[0], DraftLengthPolicy::kProbeInterval - 1 - 10) << "the longest idle is due first";
-  for (size_t i = 1; i < probe_steps.size(); ++i) {  // each fruitless probe doubles the wait
-    EXPECT_EQ(probe_steps[i] - probe_steps[i - 1], DraftLengthPolicy::kProbeInterval << i) << "probe " << i;
-  }
+  EXPECT_EQ(probe_steps[1] - probe_steps[0], 4 * DraftLengthPolicy::kProbeInterval);
+}
+
+// The back-off of a step's verifies is decided after all of them, on the prior they make
+// together: at batch 64, the first fruitless verify of a fresh engine sees a prior near 1 and
+// the last one near 0, and all 64 wait four times the first interval (one that doubled would
+// bring the whole batch's next probe forward).
+TEST(DraftLength, OneStepsVerifiesBackOffTogether) {
+  DraftLengthPolicy p(3, cheap_costs());
+  std::vector<DraftHistory> hs(64);
+  std::vector<DraftHistory*> ptrs;
+  for (DraftHistory& h : hs) ptrs.push_back(&h);
+  const std::vector<int32_t> limits(64, 3);
+  EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(64, 3)) << "a fresh engine drafts K";
+  for (DraftHistory* h : ptrs) p.observe(*h, 1, 0);
+  EXPECT_LT(p.prior(), 0.05);
+  EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(64, 0));
+  for (const DraftHistory& h : hs) ASSERT_EQ(h.probe_interval, 4 * DraftLengthPolicy::kProbeInterval);
 }
 
 // Measured step ratios (DraftCosts::step_ratio) by batch size: at batch 1 a step verifying

@@ -301,7 +301,8 @@ TEST(Speculative, DynamicDraftLengthKeepsGreedyOutputs) {
 // Dynamic K where speculation never pays for itself (a step's fixed cost dwarfs every row): only
 // the probes draft, all in the same steps, and the steps between run no head forward, their
 // positions' head forwards deferred to the next probe step (Sequence::head_pending) or, where a
-// sequence's kept rows fill up first, caught up at a step's launch (catch_up_head_at_launch). The outputs
+// sequence's kept rows fill up first, caught up at a step's launch (catch_up_head_at_launch); a
+// prompt chunk too long to defer has its head KV written at launch (write_prompt_head_kv_at_launch). The outputs
 // stay those without speculation, every draft is the one the head makes when it runs every step
 // (head_defer_max 0), and the steps between probes overlap as without speculation: on the CPU, whose forward is chunk-invariant, the caught-up head KV is
 // bit for bit the KV written step by step, so the acceptance at every position and the steps
@@ -327,6 +328,8 @@ TEST(Speculative, DeferredHeadForwardsCatchUpAtTheNextProbe) {
   EXPECT_GT(deferred.stats.spec_head_launch_catch_ups, 0) << "no sequence's kept rows filled up between probes";
   EXPECT_EQ(reference.stats.spec_head_deferred, 0);
   EXPECT_EQ(reference.stats.spec_head_launch_catch_ups, 0);
+  EXPECT_GT(deferred.stats.spec_head_prompt_writes, 0) << "no prompt chunk had its head KV written at launch";
+  EXPECT_EQ(reference.stats.spec_head_prompt_writes, 0);
   EXPECT_LT(deferred.stats.spec_draft_forwards, reference.stats.spec_draft_forwards);
   EXPECT_GE(deferred.stats.spec_draft_tokens, 8) << "too few probes to compare";
   EXPECT_EQ(deferred.stats.spec_drafted_at, reference.stats.spec_drafted_at);

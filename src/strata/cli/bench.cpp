@@ -124,10 +124,12 @@ int run(int argc, char** argv) {
       std::printf(" %lld/%lld", (long long)st.spec_accepted_at[i], (long long)st.spec_drafted_at[i]);
     }
     std::printf("; %lld rollbacks, %lld of them replays (%lld tokens), %lld head forwards (%lld as graphs), %lld "
-                "steps chained on the device, %lld positions' head forward deferred (caught up by %lld head KV writes at launch)\n",
+                "steps chained on the device, %lld positions' head forward deferred (caught up by %lld head KV writes at launch), %lld prompt head KV "
+                "writes at launch\n",
                 (long long)st.spec_rollbacks, (long long)st.spec_replays, (long long)st.spec_replayed_tokens,
                 (long long)st.spec_draft_forwards, (long long)st.spec_draft_graphs, (long long)st.spec_chain_steps,
-                (long long)st.spec_head_deferred, (long long)st.spec_head_launch_catch_ups);
+                (long long)st.spec_head_deferred, (long long)st.spec_head_launch_catch_ups,
+                (long long)st.spec_head_prompt_writes);
     std::printf("speculative time: target forwards %.3f s, replays %.3f s, head %.3f s\n", st.spec_verify_seconds,
                 st.spec_replay_seconds, st.spec_draft_seconds);
     if (!st.spec_costs.empty()) {

@@ -142,6 +142,7 @@ std::vector<int32_t> DraftLengthPolicy::plan(const std::vector<DraftHistory*>& h
   std::vector<int32_t> ks(histories.size(), 0);
   std::vector<bool> probe(histories.size(), false);
   const DraftCosts& c = costs_for(int32_t(histories.size()) + plain_rows);
+  apply_back_offs(histories, c);
   for (size_t i = 0; i < histories.size(); ++i) {
     ks[i] = best(acceptance(*histories[i]), limits[i], c);
     // Idle long enough (by its own choice or the batch rule's): it drafts whatever the batch.
@@ -201,7 +202,7 @@ void DraftLengthPolicy::drop_unprofitable(const std::vector<DraftHistory*>& hist
   }
 }
 
-void DraftLengthPolicy::observe(DraftHistory& h, int32_t reached, int32_t accepted, int32_t rows) {
+void DraftLengthPolicy::observe(DraftHistory& h, int32_t reached, int32_t accepted) {
   STRATA_CHECK(reached >= 0 && accepted >= 0 && accepted <= reached, "DraftLengthPolicy: bad verify outcome ",
                accepted, " of ", reached);
   if (reached == 0) return;
@@ -209,11 +210,25 @@ void DraftLengthPolicy::observe(DraftHistory& h, int32_t reached, int32_t accept
   h.accepted = kDecay * h.accepted + accepted;
   prior_reached_ = kPriorDecay * prior_reached_ + reached;
   prior_accepted_ = kPriorDecay * prior_accepted_ + accepted;
-  // Back to k = 0 after it: the next probe waits twice as long; drafting on: the first interval.
-  h.probe_interval = best(acceptance(h), max_k_, costs_for(rows)) == 0
-                         ? std::min(2 * interval(h), kMaxProbeInterval)
-                         : kProbeInterval;
-  prior_interval_ = h.probe_interval;
+  h.backing_off = true;
+}
+
+// Back to k = 0 after its verify: the next probe waits twice as long, four times when the
+// engine's recent acceptance would not draft either (the other sequences' verifies agree);
+// drafting on: the first interval. Decided at the plan after the verify, so that the prior (in
+// each sequence's estimate too) has every verify of that step: at batch 64 the first of a step's
+// 64 fruitless verifies sees a prior near 1, the last one near 0.
+void DraftLengthPolicy::apply_back_offs(const std::vector<DraftHistory*>& histories, const DraftCosts& c) const {
+  const int32_t growth = best(prior(), max_k_, c) == 0 ? 4 : 2;
+  const int32_t before = prior_interval_;  // a new sequence's interval: the one before this step's verifies
+  for (DraftHistory* h : histories) {
+    if (!h->backing_off) continue;
+    const int32_t last = h->probe_interval > 0 ? h->probe_interval : before;
+    h->probe_interval = best(acceptance(*h), max_k_, c) == 0 ? std::min(growth * last, kMaxProbeInterval)
+                                                             : kProbeInterval;
+    h->backing_off = false;
+    prior_interval_ = h->probe_interval;
+  }
 }
 
 }  // namespace strata

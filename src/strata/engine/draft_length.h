@@ -21,8 +21,10 @@
 // follows the text. Every other sequence of the step that may draft probes with it, so that idle
 // sequences probe in the same steps and the steps between verify no draft at all. The interval
 // starts at kProbeInterval steps and doubles after each verify that leaves the sequence at k = 0
-// (up to kMaxProbeInterval), so that a text the head cannot predict costs ever fewer probes; a
-// verify after which it drafts again resets it. A new sequence starts at the interval of the
+// (up to kMaxProbeInterval), or grows four times when the engine-wide acceptance (the prior,
+// below) would not draft either, so that a text the head cannot predict costs ever fewer probes
+// (at batch 64 of random weights, two probes in 256 steps instead of five); a verify after which
+// it drafts again resets it. A new sequence starts at the interval of the
 // last verify of any sequence (probes drag the whole batch in: a newcomer must not probe the
 // batch at the first interval while the others have backed off).
 // Prior: a sequence's estimate blends its own decayed counts with one pseudo-verify at the
@@ -110,6 +112,9 @@ struct DraftHistory {
   double accepted = 0.0;  // decayed count of those accepted (the prior adds one pseudo-verify)
   int32_t idle_steps = 0; // steps at k = 0 since it last drafted
   int32_t probe_interval = 0;   // doubled by fruitless verifies; 0: the policy's (its last verify's)
+  // Verified since the last plan, which sets probe_interval from the outcome (the prior then
+  // counts every verify of that step).
+  bool backing_off = false;
 };
 
 class DraftLengthPolicy {
@@ -145,9 +150,9 @@ class DraftLengthPolicy {
   // 0 when it cannot draft now) among `plain_rows` other rows of the step; updates idle_steps.
   std::vector<int32_t> plan(const std::vector<DraftHistory*>& histories, const std::vector<int32_t>& limits,
                             int32_t plain_rows) const;
-  // A verify's outcome: `reached` drafts verified, `accepted` of them accepted; `rows`: the
-  // step's rows (the costs that decide whether it drafts on).
-  void observe(DraftHistory& h, int32_t reached, int32_t accepted, int32_t rows = 1);
+  // A verify's outcome: `reached` drafts verified, `accepted` of them accepted (whether it then
+  // drafts on, and its probe interval, are decided by the next plan).
+  void observe(DraftHistory& h, int32_t reached, int32_t accepted);
   // Uniform steps: plan gives every drafter of a step one k (the batch's best, within each one's
   // limit), so that the step's verify and head forwards replay CUDA graphs (steps of mixed
   // lengths run eagerly: at batch 16 of the default model on an H100 the measured k = 3 step
@@ -163,9 +168,10 @@ class DraftLengthPolicy {
   DraftCosts costs_;
   std::vector<BatchCosts> by_batch_;
   double prior_reached_ = 1.0, prior_accepted_ = 1.0;
-  int32_t prior_interval_ = kProbeInterval;
+  mutable int32_t prior_interval_ = kProbeInterval;  // plan applies the verifies' back-offs
   bool uniform_ = false;
   int32_t interval(const DraftHistory& h) const { return h.probe_interval > 0 ? h.probe_interval : prior_interval_; }
+  void apply_back_offs(const std::vector<DraftHistory*>& histories, const DraftCosts& c) const;
 };
 
 }  // namespace strata

@@ -113,6 +113,7 @@ struct EngineStats {
   int64_t spec_chain_steps = 0;       // steps whose acceptance and drafts ran on the device (one read back)
   int64_t spec_head_deferred = 0;     // positions whose head forward waited for a drafting step (dynamic K)
   int64_t spec_head_launch_catch_ups = 0;  // head KV writes over kept rows at a step's launch (dynamic K)
+  int64_t spec_head_prompt_writes = 0;  // head KV writes over prompt chunks at a step's launch (dynamic K)
   // Seconds in the target forwards of the steps, the replays and the head forwards.
   double spec_verify_seconds = 0, spec_replay_seconds = 0, spec_draft_seconds = 0;
   // Dynamic K: the costs measured so far (SpeculativeConfig::measure_costs), by batch size.
@@ -248,6 +249,11 @@ class Engine {
   bool defers_head(const ScheduledChunk& c, int32_t k, int32_t pending) const;
   // Writes the head's KV over the kept rows of these chunks' sequences but each one's newest, at launch.
   void catch_up_head_at_launch(const std::vector<const ScheduledChunk*>& due);
+  // Whether the chunk, a prompt's, drafting k after the step, has its head KV written at launch.
+  bool prompt_head_at_launch(const ScheduledChunk& c, int32_t k) const;
+  // Writes those chunks' head KV at launch, their last row added to `rows` / `at` (keep_head_rows)
+  // when its next token is the step's draw.
+  void write_prompt_head_kv_at_launch(StepInFlight& f, std::vector<int32_t>& rows, std::vector<int32_t>& at);
   // A head KV catch-up: seq's kept rows 0 .. n - 1 (positions first ..) added to the batch `kv`
   // (their head_pending_ rows to `rows`), then the head's KV written from those rows.
   void add_kept_rows(const Sequence& seq, int32_t first, int32_t n, ForwardBatch& kv, std::vector<int32_t>& rows) const;
@@ -260,8 +266,9 @@ class Engine {
   // Dynamic K's measured costs (SpeculativeConfig::measure_costs): each call of step() that
   // launched a step of no prompt chunk is timed from its start to the next call's (what a user waits per step,
   // overlap and host work included) and counted by what it completed: a decode step that drafted
-  // nothing (a decode sample), or a verify after which its sequences drafted again (a speculating
-  // sample: speculation's steady state, the head forwards and the acceptance included).
+  // nothing (a decode sample), or a step where every sequence verified drafts and drafted again
+  // (a speculating sample: speculation's steady state, the head forwards and the acceptance
+  // included; a step where a few of many sequences verify costs about a decode step).
   struct CallCycle {
     double start = -1;
     bool launched = false;

@@ -89,8 +89,12 @@ std::vector<int32_t> Engine::wanted_drafts(const StepInFlight& f) {
     if (seq.status != SeqStatus::kRunning || seq.num_computed <= f.chunks[ci].ctx_len) continue;
     // The tokens it has after the step (at launch: with the draws in flight).
     const int32_t tokens = seq.num_tokens_drawn();
-    if (seq.num_computed + 1 != tokens || seq.request->seqs.size() > 1) {
+    // A prompt's chunk (at launch, a chunk of several tokens in a step without verifies) drafts
+    // nothing: its head KV is then written at launch (plan_at_launch), and the step overlaps.
+    const bool prompt_chunk = f.verifies.empty() && f.chunks[ci].q_len > 1;
+    if (seq.num_computed + 1 != tokens || seq.request->seqs.size() > 1 || prompt_chunk) {
       plain_rows += f.chunks[ci].samples ? 1 : 0;
+      if (prompt_chunk) wanted[ci] = 0;
       continue;
     }
     histories.push_back(&seq.draft_history);
@@ -162,7 +166,7 @@ void Engine::plan_at_launch(StepInFlight& f) {
     const ScheduledChunk& c = f.chunks[ci];
     const Sequence& seq = *c.seq;
     if (seq.status != SeqStatus::kRunning || seq.num_computed <= c.ctx_len) continue;
-    if (defers_head(c, f.planned[ci])) continue;
+    if (defers_head(c, f.planned[ci]) || prompt_head_at_launch(c, f.planned[ci])) continue;
     // Its head forward is due: caught up now, but for its newest kept row, when that makes room.
     if (seq.head_pending >= 2 && defers_head(c, f.planned[ci], 1)) {
       due.push_back(&c);
@@ -179,7 +183,60 @@ void Engine::plan_at_launch(StepInFlight& f) {
     defer_head(c, f.batch.seqs[ci].q_start, rows, at);
     f.kept[ci] = true;
   }
+  write_prompt_head_kv_at_launch(f, rows, at);
   keep_head_rows(rows, at);
+}
+
+// A prompt's chunk too long to defer (it drafts nothing: wanted_drafts) has its head KV written
+// at launch, queued behind the forward, at every position whose next token is known: all of a
+// chunk the prompt goes on after, all but the last of the prompt's last chunk, whose last row is
+// kept (its next token is the step's draw) as a deferred row.
+bool Engine::prompt_head_at_launch(const ScheduledChunk& c, int32_t k) const {
+  const Sequence& seq = *c.seq;
+  const int32_t end = seq.num_computed;
+  return draft_policy_ && config_.speculative.head_defer_max > 0 && k == 0 && c.q_len > 1 && end > c.ctx_len &&
+         seq.head_pending == 0 && seq.request->seqs.size() == 1 &&
+         (end < seq.num_tokens() || end + 1 == seq.num_tokens_drawn());
+}
+
+void Engine::write_prompt_head_kv_at_launch(StepInFlight& f, std::vector<int32_t>& rows, std::vector<int32_t>& at) {
+  ForwardBatch kv;
+  std::vector<int32_t> hidden_rows;
+  for (size_t ci = 0; ci < f.chunks.size(); ++ci) {
+    const ScheduledChunk& c = f.chunks[ci];
+    Sequence& seq = *c.seq;
+    if (seq.status != SeqStatus::kRunning || f.kept[ci] || !prompt_head_at_launch(c, f.planned[ci])) continue;
+    const int32_t end = seq.num_computed;
+    const int32_t known = std::min(end, seq.num_tokens() - 1) - c.ctx_len;  // positions whose next token is known
+    const int32_t row0 = f.batch.seqs[ci].q_start;
+    if (known > 0) {
+      SeqInBatch s;
+      s.q_start = kv.num_tokens();
+      s.q_len = known;
+      s.ctx_len = c.ctx_len;
+      s.state_slot = seq.state_slot;
+      s.block_table = seq.block_table;
+      for (int32_t j = 0; j < known; ++j) {
+        kv.token_ids.push_back(seq.tokens[size_t(c.ctx_len + j) + 1]);
+        kv.positions.push_back(c.ctx_len + j);
+        hidden_rows.push_back(row0 + j);
+      }
+      kv.logit_rows.push_back(s.q_start + known - 1);  // for a family whose head then runs in full
+      kv.seqs.push_back(std::move(s));
+    }
+    if (known < end - c.ctx_len) {  // the last row waits for its next token
+      rows.push_back(row0 + known);
+      at.push_back(seq.state_slot * config_.speculative.head_defer_max);
+      seq.head_pending = 1;
+      ++stats_.spec_head_deferred;
+    }
+    f.kept[ci] = true;
+  }
+  if (kv.seqs.empty()) return;
+  Tensor hidden = Tensor::empty({kv.num_tokens(), hidden_.dim(1)}, hidden_.dtype(), hidden_.device());
+  ops::gather_rows(hidden_, hidden_rows, hidden);
+  runner_->write_head_kv(kv, hidden, cache_->caches());
+  ++stats_.spec_head_prompt_writes;
 }
 
 // At a step's launch the token after each kept row but the newest is on the host (the newest's
@@ -236,12 +293,15 @@ void Engine::note_completed(const StepInFlight& f) {
     cycle_.decode_rows = std::max(f.decode_rows, 0);
     return;
   }
-  bool drafted = false;
+  // A sample of speculation's steady state: every sequence of the step verified drafts and
+  // drafted again (a step where a few of many rows verify costs about a decode step: priced at
+  // that, it would make every sequence draft).
+  bool all_drafted = f.jobs.empty() && !f.verifies.empty();
   for (const StepInFlight::Verify& v : f.verifies) {
-    drafted = drafted || !v.seq->drafts.empty();
+    all_drafted = all_drafted && v.drafts > 0 && !v.seq->drafts.empty();
     cycle_.spec_k = std::max(cycle_.spec_k, v.drafts);
   }
-  if (drafted) cycle_.spec_seqs = int32_t(f.verifies.size() + f.jobs.size());
+  if (all_drafted) cycle_.spec_seqs = int32_t(f.verifies.size());
 }
 
 void Engine::measure_cycle(double now) {
@@ -382,7 +442,6 @@ void Engine::verify_drafts(StepInFlight& f, const ChainResult* chain) {
   };
   std::vector<Replay> replays;
   std::vector<Sequence*> verified;
-  const int32_t step_rows = int32_t(f.verifies.size() + f.jobs.size());
   for (size_t vi = 0; vi < f.verifies.size(); ++vi) {
     const StepInFlight::Verify& v = f.verifies[vi];
     Sequence& seq = *v.seq;
@@ -410,7 +469,7 @@ void Engine::verify_drafts(StepInFlight& f, const ChainResult* chain) {
       if (!ok || seq.is_finished()) break;
     }
     stats_.spec_accepted_tokens += accepted;
-    if (draft_policy_) draft_policy_->observe(seq.draft_history, reached, accepted, step_rows);
+    if (draft_policy_) draft_policy_->observe(seq.draft_history, reached, accepted);
     seq.drafts.clear();
     seq.draft_probs.clear();
     if (seq.is_finished()) continue;  // its pages and slot went back with it
