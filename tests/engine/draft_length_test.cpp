@@ -30,8 +30,8 @@ int32_t plan_one(const DraftLengthPolicy& p, DraftHistory& h, int32_t limit = 3)
 TEST(DraftLength, AllRejectedGoesToZeroAndReprobes) {
   DraftLengthPolicy p(3, cheap_costs());
   DraftHistory h;
-  EXPECT_EQ(plan_one(p, h), 3) << "the first sequence starts at K";
-  int32_t steps = 0, k = 3;
+  EXPECT_EQ(plan_one(p, h), 1) << "before the engine's first verify: one draft";
+  int32_t steps = 0, k = 1;
   while (k > 0 && steps < 20) {
     p.observe(h, 1, 0);  // the first draft rejected: the rest were not reached
     k = plan_one(p, h);
@@ -105,7 +105,7 @@ TEST(DraftLength, AllAcceptedStaysAtK) {
   DraftHistory h;
   for (int32_t step = 0; step < 50; ++step) {
     const int32_t k = plan_one(p, h, 4);
-    ASSERT_EQ(k, 4) << "step " << step;
+    ASSERT_EQ(k, step == 0 ? 1 : 4) << "step " << step << " (the engine's first verify: one draft)";
     p.observe(h, k, k);
   }
   EXPECT_DOUBLE_EQ(p.acceptance(h), 1.0);
@@ -213,7 +213,7 @@ TEST(DraftLength, OneStepsVerifiesBackOffTogether) {
   std::vector<DraftHistory*> ptrs;
   for (DraftHistory& h : hs) ptrs.push_back(&h);
   const std::vector<int32_t> limits(64, 3);
-  EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(64, 3)) << "a fresh engine drafts K";
+  EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(64, 1)) << "a fresh engine drafts one token";
   for (DraftHistory* h : ptrs) p.observe(*h, 1, 0);
   EXPECT_LT(p.prior(), 0.05);
   EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(64, 0));
@@ -246,6 +246,8 @@ TEST(DraftLength, MeasuredCostsByBatchSize) {
     h.accepted = 6;  // a = 0.7 with the prior's pseudo-verify
     ptrs.push_back(&h);
   }
+  DraftHistory first;
+  p.observe(first, 1, 1);  // the engine's first verify (before it, one draft at most), at the prior's 1
   EXPECT_EQ(p.plan({ptrs[0]}, {3}, 0), std::vector<int32_t>{3}) << "batch 1";
   EXPECT_EQ(p.plan(ptrs, std::vector<int32_t>(64, 3), 0), std::vector<int32_t>(64, 0)) << "batch 64";
   EXPECT_THROW(p.set_costs_by_batch({{64, large}, {1, small}}), Error);

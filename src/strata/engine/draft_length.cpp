@@ -137,8 +137,14 @@ double DraftLengthPolicy::batch_gain(const std::vector<DraftHistory*>& histories
 }
 
 std::vector<int32_t> DraftLengthPolicy::plan(const std::vector<DraftHistory*>& histories,
-                                             const std::vector<int32_t>& limits, int32_t plain_rows) const {
-  STRATA_CHECK(histories.size() == limits.size(), "DraftLengthPolicy: one limit per history");
+                                             const std::vector<int32_t>& wanted_limits, int32_t plain_rows) const {
+  STRATA_CHECK(histories.size() == wanted_limits.size(), "DraftLengthPolicy: one limit per history");
+  // Before the engine's first verify, one draft at most: the first verifies measure the
+  // acceptance (and the step's cost) at the least price; k grows from there as they accept.
+  std::vector<int32_t> limits = wanted_limits;
+  if (!verified_) {
+    for (int32_t& l : limits) l = std::min(l, 1);
+  }
   std::vector<int32_t> ks(histories.size(), 0);
   std::vector<bool> probe(histories.size(), false);
   const DraftCosts& c = costs_for(int32_t(histories.size()) + plain_rows);
@@ -208,6 +214,7 @@ void DraftLengthPolicy::observe(DraftHistory& h, int32_t reached, int32_t accept
   if (reached == 0) return;
   h.reached = kDecay * h.reached + reached;
   h.accepted = kDecay * h.accepted + accepted;
+  verified_ = true;
   prior_reached_ = kPriorDecay * prior_reached_ + reached;
   prior_accepted_ = kPriorDecay * prior_accepted_ + accepted;
   h.backing_off = true;

@@ -29,7 +29,10 @@
 // batch at the first interval while the others have backed off).
 // Prior: a sequence's estimate blends its own decayed counts with one pseudo-verify at the
 // engine's acceptance over recent verifies of every sequence (the first sequences: a = 1), so
-// that a new request starts where the others are, not at K.
+// that a new request starts where the others are, not at K. Until the engine's first verify, k
+// is at most 1: the first verifies measure the acceptance at the least price (at a large batch
+// of a MoE model a verify of K + 1 tokens a sequence reads several times a decode step's experts,
+// one of two tokens about twice).
 // Costs by batch size: what a verify row costs against a decode row depends on the device and the
 // batch (on the CPU about one; on a GPU at batch 1 a fraction), so the engine measures them as it
 // runs (StepCostMeter: the wall time of its decode steps and of its speculating steps, by batch
@@ -168,6 +171,7 @@ class DraftLengthPolicy {
   DraftCosts costs_;
   std::vector<BatchCosts> by_batch_;
   double prior_reached_ = 1.0, prior_accepted_ = 1.0;
+  bool verified_ = false;  // a verify was observed (before it, plans draft one token at most)
   mutable int32_t prior_interval_ = kProbeInterval;  // plan applies the verifies' back-offs
   bool uniform_ = false;
   int32_t interval(const DraftHistory& h) const { return h.probe_interval > 0 ? h.probe_interval : prior_interval_; }
