@@ -169,6 +169,61 @@ TEST(CudaDefaultModel, MtpHeadFollowsTheReference) {
   EXPECT_GE(compared, (t - 1) / 2);
 }
 
+// Model::mtp_write_kv on CUDA (the head's KV alone: qkv_proj's k and v rows, k's norm and
+// rotation as separate ops) against the head's full forward: the head layer's cache over the
+// prompt's positions within a few bf16 roundings (the fused qk_norm_rope rounds k once, the
+// separate ops twice; the narrower GEMM may sum in another order).
+TEST(CudaDefaultModel, MtpWriteKvFollowsTheHeadsForwardKv) {
+  STRATA_REQUIRE_GPU();
+  LoadOptions o;
+  o.device = Device::kCuda;
+  o.mtp = true;
+  std::unique_ptr<Model> model = load_model(kDir, o);
+  const nlohmann::json ref = read_json_file(kDir + "/reference/reference.json");
+  const std::vector<int32_t> prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  const int32_t t = int32_t(prompt.size()), pages = (t + 15) / 16;
+  auto batch = [&](std::vector<int32_t> ids) {
+    ForwardBatch b;
+    SeqInBatch s;
+    s.q_len = int32_t(ids.size());
+    for (int32_t i = 0; i < pages; ++i) s.block_table.push_back(i);
+    s.state_slot = 0;
+    b.seqs.push_back(s);
+    for (int32_t i = 0; i < int32_t(ids.size()); ++i) b.positions.push_back(i);
+    b.logit_rows.push_back(int32_t(ids.size()) - 1);
+    b.token_ids = std::move(ids);
+    return b;
+  };
+  const std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  Caches full = model->allocate_caches(pages, 16, 1, true), kv_only = model->allocate_caches(pages, 16, 1, true);
+  for (Caches* c : {&full, &kv_only}) {
+    Tensor logits, hidden, head_logits;
+    model->forward_with_hidden(batch(prompt), *c, logits, hidden);
+    if (c == &full) {
+      model->mtp_forward(batch(next), hidden.rows(0, t - 1), *c, head_logits);
+    } else {
+      model->mtp_write_kv(batch(next), hidden.rows(0, t - 1), *c);
+    }
+  }
+  for (size_t i = 0; i < 2; ++i) {  // k, v: [pages, 16, kv heads, head dim], bf16
+    const Tensor a = full.layers.back().paged[i].to(Device::kCpu).to_f32();
+    const Tensor b = kv_only.layers.back().paged[i].to(Device::kCpu).to_f32();
+    const int64_t n = int64_t(t - 1) * (a.numel() / (int64_t(pages) * 16));
+    double max_d = 0, max_a = 0, sq = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double d = std::fabs(double(a.data<float>()[j]) - double(b.data<float>()[j]));
+      max_d = std::max(max_d, d);
+      max_a = std::max(max_a, double(std::fabs(a.data<float>()[j])));
+      sq += d * d;
+    }
+    std::printf("head %s written alone against the head's forward: max |d| %.4g (max |%s| %.3g), rms %.3g over %d "
+                "positions\n", i ? "values" : "keys", max_d, i ? "v" : "k", max_a, std::sqrt(sq / double(n)), t - 1);
+    EXPECT_GT(max_a, 0.0) << "the head's forward wrote nothing";
+    EXPECT_LE(max_d, 0.02 * max_a) << (i ? "values" : "keys");
+    EXPECT_LE(std::sqrt(sq / double(n)), 0.002 * max_a) << (i ? "values" : "keys");
+  }
+}
+
 // Prompt logprobs (echo with logprobs) through the CUDA engine, over chunked prefill, against the
 // CPU engine's: two prompts of the 32 prompts' ids run together (about 70 tokens each, 32 tokens
 // a step). A logprob moves by at most twice its row's largest logit error, which the greedy test

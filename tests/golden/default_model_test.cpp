@@ -135,6 +135,43 @@ TEST(DefaultModel, MtpHeadMatchesReferenceFullAndStepwise) {
   }
 }
 
+// Model::mtp_write_kv (the head's KV alone, for positions whose drafts are not wanted: dynamic
+// K's deferred and prompt rows) writes the head layer's cache exactly as the head's full forward
+// does, from the k and v rows of its projection alone.
+TEST(DefaultModel, MtpWriteKvWritesTheHeadsForwardKv) {
+  const std::string missing = missing_files();
+  ASSERT_TRUE(missing.empty()) << missing;
+  Reference ref = load_reference();
+  LoadOptions options;
+  options.mtp = true;
+  auto model = load_model(default_dir(), options);
+  const int32_t t = int32_t(ref.prompt.size()), pages = (t + 15) / 16;
+  const int64_t hsz = model->info().hidden_size;
+  const std::vector<int32_t> next(ref.prompt.begin() + 1, ref.prompt.end());
+  Caches full = model->allocate_caches(pages, 16, 1, true), kv_only = model->allocate_caches(pages, 16, 1, true);
+  for (Caches* c : {&full, &kv_only}) {
+    Tensor logits, hidden, head_logits;
+    model->forward_with_hidden(sequence_batch(ref.prompt, 0, pages), *c, logits, hidden);
+    Tensor rows = Tensor::empty({t - 1, hsz}, hidden.dtype());
+    std::memcpy(rows.raw(), hidden.raw(), rows.nbytes());
+    if (c == &full) {
+      model->mtp_forward(sequence_batch(next, 0, pages), rows, *c, head_logits);
+    } else {
+      model->mtp_write_kv(sequence_batch(next, 0, pages), rows, *c);
+    }
+  }
+  const LayerCaches &a = full.layers.back(), &b = kv_only.layers.back();
+  ASSERT_EQ(a.paged.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {  // k, v: [pages, 16, kv heads, head dim]
+    const int64_t row = a.paged[i].numel() / (int64_t(pages) * 16);
+    bool any = false;
+    for (int64_t j = 0; j < (t - 1) * row; ++j) any = any || a.paged[i].data<float>()[j] != 0.f;
+    EXPECT_TRUE(any) << "the head's forward wrote no " << (i ? "v" : "k");
+    EXPECT_EQ(std::memcmp(a.paged[i].raw(), b.paged[i].raw(), size_t((t - 1) * row) * sizeof(float)), 0)
+        << "the head's " << (i ? "values" : "keys") << " differ at some of the " << t - 1 << " positions";
+  }
+}
+
 // Loading without the head leaves it out; asking a model without one for it names the field.
 TEST(DefaultModel, MtpHeadIsLoadedOnlyWhenAsked) {
   auto model = load_model(default_dir());

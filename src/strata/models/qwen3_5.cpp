@@ -250,17 +250,21 @@ class Qwen35Model final : public Model {
   }
 
   // The head's one full-attention layer up to its keys and values (the layer's output and the
-  // logits are not needed); a head of several layers runs in full.
+  // logits are not needed): the k and v rows of qkv_proj alone (a ninth of its rows at the
+  // 35B-A3B shape; no queries, no gates), k's norm and rotation as qk_norm_rope does them. A
+  // head of several layers runs in full.
   void mtp_write_kv(const ForwardBatch& batch, const Tensor& hidden, Caches& caches) override {
     if (mtp_.layers.size() != 1 || mtp_.layers[0].linear) return Model::mtp_write_kv(batch, hidden, caches);
     check_mtp(batch, hidden, caches);
-    const int64_t t = batch.num_tokens();
+    const int64_t t = batch.num_tokens(), d = cfg_.head_dim, hkv = cfg_.kv_heads, q_rows = cfg_.heads * 2 * d;
     ops::ForwardScope scope(device_, batch);
     Residual r = mtp_input(batch, hidden);
     const Layer& l = mtp_.layers[0];
     r.norm = &l.input_norm;
-    Tensor x = act({t, cfg_.hidden}), q, gate, k, v;
-    attention_inputs(l, r, x, batch, q, gate, k, v);
+    Tensor x = act({t, cfg_.hidden}), k = act({t, hkv, d}), v = act({t, hkv, d});
+    project(r, x, l.qkv_proj.rows(q_rows, q_rows + 2 * hkv * d), {k.reshape({t, hkv * d}), v.reshape({t, hkv * d})});
+    ops::rms_norm(k, l.k_norm, float(cfg_.eps), true, k);
+    ops::rope(k, batch.positions, cfg_.rope);
     ops::paged_kv_write(k, v, paged_kv(caches.layers[layers_.size()]), batch);
   }
 
