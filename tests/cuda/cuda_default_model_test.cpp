@@ -114,31 +114,43 @@ TEST(CudaDefaultModel, GreedyPicksEqualTheCpuWhereTheMarginIsClear) {
 // The multi-token-prediction head on CUDA against transformers' fp32 mtp_logits.npy (the
 // reference prompt through the model, then the head over every row): within the same bf16 bound
 // as the main model's logits, and the same arg max wherever the reference's margin is clear.
-TEST(CudaDefaultModel, MtpHeadFollowsTheReference) {
-  STRATA_REQUIRE_GPU();
+// The default model with its MTP head on the GPU.
+std::unique_ptr<Model> gpu_model_with_head() {
   LoadOptions o;
   o.device = Device::kCuda;
   o.mtp = true;
-  std::unique_ptr<Model> model = load_model(kDir, o);
-  const nlohmann::json ref = read_json_file(kDir + "/reference/reference.json");
-  const std::vector<int32_t> prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  return load_model(kDir, o);
+}
+
+std::vector<int32_t> reference_prompt() {
+  return read_json_file(kDir + "/reference/reference.json").at("prompt_ids").get<std::vector<int32_t>>();
+}
+
+// One sequence of `ids` at positions 0.. over pages 0 .. pages - 1 of slot 0; the logits of every
+// row, or of the last.
+ForwardBatch prompt_batch(std::vector<int32_t> ids, int32_t pages, bool every_row) {
+  ForwardBatch b;
+  SeqInBatch s;
+  s.q_len = int32_t(ids.size());
+  for (int32_t i = 0; i < pages; ++i) s.block_table.push_back(i);
+  s.state_slot = 0;
+  b.seqs.push_back(s);
+  for (int32_t i = 0; i < int32_t(ids.size()); ++i) {
+    b.positions.push_back(i);
+    if (every_row || i + 1 == int32_t(ids.size())) b.logit_rows.push_back(i);
+  }
+  b.token_ids = std::move(ids);
+  return b;
+}
+
+TEST(CudaDefaultModel, MtpHeadFollowsTheReference) {
+  STRATA_REQUIRE_GPU();
+  std::unique_ptr<Model> model = gpu_model_with_head();
+  const std::vector<int32_t> prompt = reference_prompt();
   const Tensor want = read_npy(kDir + "/reference/mtp_logits.npy");
   const int32_t t = int32_t(prompt.size()), pages = (t + 15) / 16;
   const int64_t vocab = model->info().vocab_size;
-  auto batch = [&](std::vector<int32_t> ids) {
-    ForwardBatch b;
-    SeqInBatch s;
-    s.q_len = int32_t(ids.size());
-    for (int32_t i = 0; i < pages; ++i) s.block_table.push_back(i);
-    s.state_slot = 0;
-    b.seqs.push_back(s);
-    for (int32_t i = 0; i < int32_t(ids.size()); ++i) {
-      b.positions.push_back(i);
-      b.logit_rows.push_back(i);
-    }
-    b.token_ids = std::move(ids);
-    return b;
-  };
+  auto batch = [&](std::vector<int32_t> ids) { return prompt_batch(std::move(ids), pages, true); };
   Caches caches = model->allocate_caches(pages, 16, 1, true);
   Tensor logits, hidden, draft;
   model->forward_with_hidden(batch(prompt), caches, logits, hidden);
@@ -175,25 +187,10 @@ TEST(CudaDefaultModel, MtpHeadFollowsTheReference) {
 // separate ops twice; the narrower GEMM may sum in another order).
 TEST(CudaDefaultModel, MtpWriteKvFollowsTheHeadsForwardKv) {
   STRATA_REQUIRE_GPU();
-  LoadOptions o;
-  o.device = Device::kCuda;
-  o.mtp = true;
-  std::unique_ptr<Model> model = load_model(kDir, o);
-  const nlohmann::json ref = read_json_file(kDir + "/reference/reference.json");
-  const std::vector<int32_t> prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  std::unique_ptr<Model> model = gpu_model_with_head();
+  const std::vector<int32_t> prompt = reference_prompt();
   const int32_t t = int32_t(prompt.size()), pages = (t + 15) / 16;
-  auto batch = [&](std::vector<int32_t> ids) {
-    ForwardBatch b;
-    SeqInBatch s;
-    s.q_len = int32_t(ids.size());
-    for (int32_t i = 0; i < pages; ++i) s.block_table.push_back(i);
-    s.state_slot = 0;
-    b.seqs.push_back(s);
-    for (int32_t i = 0; i < int32_t(ids.size()); ++i) b.positions.push_back(i);
-    b.logit_rows.push_back(int32_t(ids.size()) - 1);
-    b.token_ids = std::move(ids);
-    return b;
-  };
+  auto batch = [&](std::vector<int32_t> ids) { return prompt_batch(std::move(ids), pages, false); };
   const std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
   Caches full = model->allocate_caches(pages, 16, 1, true), kv_only = model->allocate_caches(pages, 16, 1, true);
   for (Caches* c : {&full, &kv_only}) {

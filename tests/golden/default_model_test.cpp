@@ -100,13 +100,18 @@ ForwardBatch sequence_batch(const std::vector<int32_t>& ids, int32_t start, int3
 // head over the main model's final-norm state at t and the token at t + 1 (reference.json's
 // "mtp_logits"). Full: the prompt through the model, then the head over every row at once;
 // stepwise: one main step, then one head step, position by position (both through the caches).
+// The default model with its MTP head.
+std::unique_ptr<Model> load_with_head() {
+  LoadOptions options;
+  options.mtp = true;
+  return load_model(default_dir(), options);
+}
+
 TEST(DefaultModel, MtpHeadMatchesReferenceFullAndStepwise) {
   const std::string missing = missing_files();
   ASSERT_TRUE(missing.empty()) << missing;
   Reference ref = load_reference();
-  LoadOptions options;
-  options.mtp = true;
-  auto model = load_model(default_dir(), options);
+  auto model = load_with_head();
   ASSERT_EQ(model->info().mtp_layers, 1);
   const Tensor want = read_npy(default_dir() + "/reference/mtp_logits.npy");
   const int32_t t = int32_t(ref.prompt.size()), pages = (t + 15) / 16;
@@ -139,19 +144,16 @@ TEST(DefaultModel, MtpHeadMatchesReferenceFullAndStepwise) {
 // K's deferred and prompt rows) writes the head layer's cache exactly as the head's full forward
 // does, from the k and v rows of its projection alone.
 TEST(DefaultModel, MtpWriteKvWritesTheHeadsForwardKv) {
-  const std::string missing = missing_files();
-  ASSERT_TRUE(missing.empty()) << missing;
-  Reference ref = load_reference();
-  LoadOptions options;
-  options.mtp = true;
-  auto model = load_model(default_dir(), options);
-  const int32_t t = int32_t(ref.prompt.size()), pages = (t + 15) / 16;
+  ASSERT_TRUE(missing_files().empty()) << missing_files();
+  const std::vector<int32_t> prompt = load_reference().prompt;
+  auto model = load_with_head();
+  const int32_t t = int32_t(prompt.size()), pages = (t + 15) / 16;
   const int64_t hsz = model->info().hidden_size;
-  const std::vector<int32_t> next(ref.prompt.begin() + 1, ref.prompt.end());
+  const std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
   Caches full = model->allocate_caches(pages, 16, 1, true), kv_only = model->allocate_caches(pages, 16, 1, true);
   for (Caches* c : {&full, &kv_only}) {
     Tensor logits, hidden, head_logits;
-    model->forward_with_hidden(sequence_batch(ref.prompt, 0, pages), *c, logits, hidden);
+    model->forward_with_hidden(sequence_batch(prompt, 0, pages), *c, logits, hidden);
     Tensor rows = Tensor::empty({t - 1, hsz}, hidden.dtype());
     std::memcpy(rows.raw(), hidden.raw(), rows.nbytes());
     if (c == &full) {
