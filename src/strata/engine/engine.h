@@ -254,10 +254,14 @@ class Engine {
   // Writes those chunks' head KV at launch, their last row added to `rows` / `at` (keep_head_rows)
   // when its next token is the step's draw.
   void write_prompt_head_kv_at_launch(StepInFlight& f, std::vector<int32_t>& rows, std::vector<int32_t>& at);
-  // A head KV catch-up: seq's kept rows 0 .. n - 1 (positions first ..) added to the batch `kv`
-  // (their head_pending_ rows to `rows`), then the head's KV written from those rows.
+  // A head KV write: seq's positions first .. first + n - 1 added to the batch `kv` (each with the
+  // token after it), their hidden states' rows row0 .. row0 + n - 1 of the source to `rows`; then
+  // the head's KV written from those rows of `source` (hidden_ or head_pending_).
+  void add_head_kv_rows(const Sequence& seq, int32_t first, int32_t n, int32_t row0, ForwardBatch& kv,
+                        std::vector<int32_t>& rows) const;
+  void write_head_kv_from(const Tensor& source, const ForwardBatch& kv, const std::vector<int32_t>& rows);
+  // A catch-up of seq's kept rows 0 .. n - 1 (its head_pending_ rows), positions first ..
   void add_kept_rows(const Sequence& seq, int32_t first, int32_t n, ForwardBatch& kv, std::vector<int32_t>& rows) const;
-  void write_kept_head_kv(const ForwardBatch& kv, const std::vector<int32_t>& rows);
   // Defers the chunk's head forward: its new positions' hidden rows (from row0 of hidden_) are
   // added to `rows`, their head_pending_ rows to `at` (for keep_head_rows), head_pending grows.
   void defer_head(const ScheduledChunk& c, int32_t row0, std::vector<int32_t>& rows, std::vector<int32_t>& at);

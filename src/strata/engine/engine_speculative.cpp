@@ -209,21 +209,7 @@ void Engine::write_prompt_head_kv_at_launch(StepInFlight& f, std::vector<int32_t
     const int32_t end = seq.num_computed;
     const int32_t known = std::min(end, seq.num_tokens() - 1) - c.ctx_len;  // positions whose next token is known
     const int32_t row0 = f.batch.seqs[ci].q_start;
-    if (known > 0) {
-      SeqInBatch s;
-      s.q_start = kv.num_tokens();
-      s.q_len = known;
-      s.ctx_len = c.ctx_len;
-      s.state_slot = seq.state_slot;
-      s.block_table = seq.block_table;
-      for (int32_t j = 0; j < known; ++j) {
-        kv.token_ids.push_back(seq.tokens[size_t(c.ctx_len + j) + 1]);
-        kv.positions.push_back(c.ctx_len + j);
-        hidden_rows.push_back(row0 + j);
-      }
-      kv.logit_rows.push_back(s.q_start + known - 1);  // for a family whose head then runs in full
-      kv.seqs.push_back(std::move(s));
-    }
+    if (known > 0) add_head_kv_rows(seq, c.ctx_len, known, row0, kv, hidden_rows);
     if (known < end - c.ctx_len) {  // the last row waits for its next token
       rows.push_back(row0 + known);
       at.push_back(seq.state_slot * config_.speculative.head_defer_max);
@@ -233,9 +219,7 @@ void Engine::write_prompt_head_kv_at_launch(StepInFlight& f, std::vector<int32_t
     f.kept[ci] = true;
   }
   if (kv.seqs.empty()) return;
-  Tensor hidden = Tensor::empty({kv.num_tokens(), hidden_.dim(1)}, hidden_.dtype(), hidden_.device());
-  ops::gather_rows(hidden_, hidden_rows, hidden);
-  runner_->write_head_kv(kv, hidden, cache_->caches());
+  write_head_kv_from(hidden_, kv, hidden_rows);
   ++stats_.spec_head_prompt_writes;
 }
 
@@ -257,13 +241,13 @@ void Engine::catch_up_head_at_launch(const std::vector<const ScheduledChunk*>& d
     shifts.push_back({slot_row + n, slot_row});
     seq.head_pending = 1;
   }
-  write_kept_head_kv(b, in_rows);
+  write_head_kv_from(head_pending_, b, in_rows);
   ops::copy_slots({head_pending_}, shifts);
   ++stats_.spec_head_launch_catch_ups;
 }
 
-void Engine::add_kept_rows(const Sequence& seq, int32_t first, int32_t n, ForwardBatch& kv,
-                           std::vector<int32_t>& rows) const {
+void Engine::add_head_kv_rows(const Sequence& seq, int32_t first, int32_t n, int32_t row0, ForwardBatch& kv,
+                              std::vector<int32_t>& rows) const {
   STRATA_CHECK(first + n < seq.num_tokens(), "engine: the head's catch-up needs the token after position ",
                first + n - 1);
   SeqInBatch s;
@@ -272,20 +256,24 @@ void Engine::add_kept_rows(const Sequence& seq, int32_t first, int32_t n, Forwar
   s.ctx_len = first;
   s.state_slot = seq.state_slot;
   s.block_table = seq.block_table;
-  const int32_t slot_row = seq.state_slot * config_.speculative.head_defer_max;
   for (int32_t j = 0; j < n; ++j) {
     kv.token_ids.push_back(seq.tokens[size_t(first + j) + 1]);
     kv.positions.push_back(first + j);
-    rows.push_back(slot_row + j);
+    rows.push_back(row0 + j);
   }
   kv.logit_rows.push_back(s.q_start + n - 1);  // for a family whose head then runs in full
   kv.seqs.push_back(std::move(s));
 }
 
-void Engine::write_kept_head_kv(const ForwardBatch& kv, const std::vector<int32_t>& rows) {
-  Tensor kept = Tensor::empty({kv.num_tokens(), head_pending_.dim(1)}, head_pending_.dtype(), head_pending_.device());
-  ops::gather_rows(head_pending_, rows, kept);
-  runner_->write_head_kv(kv, kept, cache_->caches());
+void Engine::add_kept_rows(const Sequence& seq, int32_t first, int32_t n, ForwardBatch& kv,
+                           std::vector<int32_t>& rows) const {
+  add_head_kv_rows(seq, first, n, seq.state_slot * config_.speculative.head_defer_max, kv, rows);
+}
+
+void Engine::write_head_kv_from(const Tensor& source, const ForwardBatch& kv, const std::vector<int32_t>& rows) {
+  Tensor hidden = Tensor::empty({kv.num_tokens(), source.dim(1)}, source.dtype(), source.device());
+  ops::gather_rows(source, rows, hidden);
+  runner_->write_head_kv(kv, hidden, cache_->caches());
 }
 
 void Engine::note_completed(const StepInFlight& f) {
@@ -609,7 +597,7 @@ void Engine::draft_tokens(const StepInFlight& f) {
     b.seqs.push_back(std::move(s));
   }
   keep_head_rows(keep_rows, keep_at);  // staged after the slots' rows, then copied to them in one launch
-  if (!kv.seqs.empty()) write_kept_head_kv(kv, pending_rows);
+  if (!kv.seqs.empty()) write_head_kv_from(head_pending_, kv, pending_rows);
   if (b.seqs.empty()) return;  // also every step that ran without the hidden states (only n > 1)
   // A head batch of equal-length sequences replays a head graph only when each one wants its last
   // row's logits: those that draft nothing (k = 0) then ask for theirs too, unused (the head's
