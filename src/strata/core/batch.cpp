@@ -44,6 +44,12 @@ void ForwardBatch::validate_feed() const {
                      feed_from[i] < feed_ids.numel(),
                  "batch: fed row ", feed_rows[i], " from draw ", feed_from[i], " out of range");
   }
+  if (pick.defined()) {
+    STRATA_CHECK(pick.dtype() == DType::kI32 && pick.ndim() == 1 && pick.numel() <= int64_t(seqs.size()) &&
+                     logit_rows.size() == seqs.size(),
+                 "batch: pick ", pick.describe(), " for ", seqs.size(), " sequences and ", logit_rows.size(),
+                 " logit rows");
+  }
   if (!shift.defined()) return;
   STRATA_CHECK(shift.dtype() == DType::kI32 && shift.ndim() == 1 && shift.numel() <= int64_t(seqs.size()),
                "batch: shift ", shift.describe(), " for ", seqs.size(), " sequences");

@@ -37,6 +37,12 @@ struct ForwardBatch {
   // block tables cover the shifted positions. Applied by the CUDA upload on the device, by the
   // model runner on the CPU.
   Tensor shift;
+  // Logit rows the host does not know yet (the draft chain's first head forward, which wants each
+  // sequence's row after its accepted drafts): when defined, I32 [S] on the model's device, S <=
+  // seqs.size(); logit_rows holds one row a sequence (its placeholder) and sequence s < S's logit
+  // row is q_start + pick[s] instead, pick[s] < q_len. Applied by the CUDA upload on the device, by
+  // the model runner on the CPU.
+  Tensor pick;
   // Speculative decoding's rollback without a replay (ModelInfo::state_step_tokens): with
   // count > 0 the forward also stores, for each sequence in state slot s that brings n tokens,
   // its recurrent state after its token j, for j < min(n - 1, count), in state slot
@@ -49,7 +55,7 @@ struct ForwardBatch {
   // Checks the batch is consistent (rows tile [0, T), pages cover every token, slots and
   // blocks in range); throws Error on a malformed batch.
   void validate(int block_size, int num_blocks, int num_slots) const;
-  void validate_feed() const;  // the feed's rows and draws are in range, the shift's shape
+  void validate_feed() const;  // the feed's rows and draws are in range, the shift's and pick's shapes
 };
 
 }  // namespace strata

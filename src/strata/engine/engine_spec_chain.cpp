@@ -10,8 +10,9 @@
 //   2. the recurrent state after the last kept token copied into each sequence's slot (a < K);
 //   3. the head over all K + 1 positions of the verify, fed t: row j pairs the target's hidden
 //      state at ctx + j with t(j), the token at ctx + j + 1 wherever j <= a (rows past a write head
-//      KV that later steps overwrite before any query reads it); the first draft is the arg max
-//      of row a, and row a's hidden state feeds the next depth;
+//      KV that later steps overwrite before any query reads it); its logits only of row a
+//      (ForwardBatch::pick), whose arg max is the first draft, and row a's hidden state feeds
+//      the next depth;
 //   4. depths 2..K, one token a sequence at position ctx + a + depth - 1: the host's batch says
 //      ctx + depth - 1 and the device adds a (ForwardBatch::shift), the token fed from the
 //      previous depth's arg max.
@@ -81,13 +82,14 @@ void Engine::chain_step(StepInFlight& f) {
     for (int32_t j = 0; j <= k; ++j) {
       first.feed_rows.push_back(first.num_tokens());
       first.feed_from.push_back(first.num_tokens());
-      first.logit_rows.push_back(first.num_tokens());
+      if (j == k) first.logit_rows.push_back(first.num_tokens());  // row a's, picked on the device
       first.positions.push_back(v.ctx_len + j);
       first.token_ids.push_back(0);
     }
     first.seqs.push_back(std::move(s));
   }
   first.feed_ids = target;
+  first.pick = accepted;
 
   ops::argmax(f.logits, target);
   ops::spec_accept_greedy(target, drafts, k, accepted);
@@ -95,9 +97,7 @@ void Engine::chain_step(StepInFlight& f) {
   Tensor head_hidden;
   const Tensor& first_logits = runner_->run_head(first, hidden_, cache_->caches(), head_hidden);
   ++stats_.spec_draft_forwards;
-  Tensor picks = Tensor::empty({first_logits.dim(0)}, DType::kI32, dev);
-  ops::argmax(first_logits, picks);
-  ops::gather_rows_selected(picks.reshape({picks.numel(), 1}), accepted, k + 1, drafts_at(1).reshape({n, 1}));
+  ops::argmax(first_logits, drafts_at(1));
   Tensor h = Tensor::empty({n, head_hidden.dim(1)}, head_hidden.dtype(), dev);
   ops::gather_rows_selected(head_hidden, accepted, k + 1, h);
   for (int32_t d = 2; d <= depth; ++d) {

@@ -26,14 +26,15 @@ ModelRunner::~ModelRunner() = default;
 
 namespace {
 
-// Whether `batch` feeds tokens or shifts positions from CPU tensors.
+// Whether `batch` feeds tokens, shifts positions or picks logit rows from CPU tensors.
 bool device_parts_on_host(const ForwardBatch& batch) {
   return (!batch.feed_rows.empty() && batch.feed_ids.device() == Device::kCpu) ||
-         (batch.shift.defined() && batch.shift.device() == Device::kCpu);
+         (batch.shift.defined() && batch.shift.device() == Device::kCpu) ||
+         (batch.pick.defined() && batch.pick.device() == Device::kCpu);
 }
 
-// The fed tokens and shifted positions are on the host already: fill them in (the CUDA upload
-// does it on the device).
+// The fed tokens, shifted positions and picked rows are on the host already: fill them in (the
+// CUDA upload does it on the device).
 ForwardBatch resolved_on_host(const ForwardBatch& batch) {
   ForwardBatch b = batch;
   b.validate_feed();
@@ -50,6 +51,15 @@ ForwardBatch resolved_on_host(const ForwardBatch& batch) {
       b.positions[size_t(b.seqs[size_t(s)].q_start)] += by;
     }
     b.shift = Tensor();
+  }
+  if (b.pick.defined()) {
+    for (int64_t s = 0; s < b.pick.numel(); ++s) {
+      const SeqInBatch& seq = b.seqs[size_t(s)];
+      const int32_t at = b.pick.data<int32_t>()[s];
+      STRATA_CHECK(at >= 0 && at < seq.q_len, "batch: pick ", at, " for a sequence of ", seq.q_len, " tokens");
+      b.logit_rows[size_t(s)] = seq.q_start + at;
+    }
+    b.pick = Tensor();
   }
   return b;
 }

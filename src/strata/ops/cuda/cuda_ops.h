@@ -105,6 +105,8 @@ void feed_tokens(int32_t* tokens, const int32_t* rows, const int32_t* from, int 
 // ctx[s] += shift[s] and positions[q_start[s]] += shift[s] for s < n (the forward batch's shift:
 // sequences of one token).
 void shift_positions(int32_t* ctx, int32_t* positions, const int32_t* q_start, int n, const int32_t* shift);
+// logit_rows[s] = q_start[s] + pick[s] for s < n (the forward batch's pick).
+void pick_logit_rows(int32_t* logit_rows, const int32_t* q_start, int n, const int32_t* pick);
 
 // ---- DeepSeek-V4 (deepseek_v4.cu; the ops of deepseek_v4_ops.h that need no cache) ----
 void rope_interleaved_tail(const Tensor& x, const std::vector<int32_t>& positions, const TailRope& spec, bool inverse);

@@ -305,7 +305,7 @@ class Backend {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(buf.device.raw(), buf.host.get(), l.total * 4,
                                       cudaMemcpyHostToDevice, stream_));
     STRATA_CUDA_CHECK(cudaEventRecord(buf.copied, stream_));
-    if (!b.feed_rows.empty() || b.shift.defined()) b.validate_feed();
+    if (!b.feed_rows.empty() || b.shift.defined() || b.pick.defined()) b.validate_feed();
     int32_t* dev = buf.device.data<int32_t>();
     if (!b.feed_rows.empty()) {
       STRATA_CHECK(b.feed_ids.device() == Device::kCuda && b.feed_ids.dtype() == DType::kI32,
@@ -318,6 +318,10 @@ class Backend {
                    b.shift.describe());
       shift_positions(dev + l.ctx, dev + l.positions, dev + l.q_start, int(b.shift.numel()),
                       b.shift.data<int32_t>());
+    }
+    if (b.pick.defined()) {
+      STRATA_CHECK(b.pick.device() == Device::kCuda, "batch: the pick must be on the GPU, got ", b.pick.describe());
+      pick_logit_rows(dev + l.logit_rows, dev + l.q_start, int(b.pick.numel()), b.pick.data<int32_t>());
     }
     return l;
   }

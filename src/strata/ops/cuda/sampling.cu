@@ -1089,6 +1089,12 @@ __global__ void feed_tokens_kernel(int32_t* tokens, const int32_t* rows, const i
   if (i < n) tokens[rows[i]] = ids[from[i]];
 }
 
+__global__ void pick_logit_rows_kernel(int32_t* logit_rows, const int32_t* q_start, int n, const int32_t* pick) {
+  pdl_begin();
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n) logit_rows[s] = q_start[s] + pick[s];
+}
+
 __global__ void shift_positions_kernel(int32_t* ctx, int32_t* positions, const int32_t* q_start, int n,
                                        const int32_t* shift) {
   pdl_begin();
@@ -1182,6 +1188,12 @@ void feed_tokens(int32_t* tokens, const int32_t* rows, const int32_t* from, int 
   if (n == 0) return;
   launch_pdl(feed_tokens_kernel, unsigned((n + 127) / 128), 128, 0, tokens, rows, from, n, ids);
   check_launch("feed_tokens");
+}
+
+void pick_logit_rows(int32_t* logit_rows, const int32_t* q_start, int n, const int32_t* pick) {
+  if (n == 0) return;
+  launch_pdl(pick_logit_rows_kernel, unsigned((n + 127) / 128), 128, 0, logit_rows, q_start, n, pick);
+  check_launch("pick_logit_rows");
 }
 
 void shift_positions(int32_t* ctx, int32_t* positions, const int32_t* q_start, int n, const int32_t* shift) {
