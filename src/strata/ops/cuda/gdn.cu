@@ -49,8 +49,10 @@ __global__ void conv1d_kernel(const void* x, bool x32, const void* w, bool w32, 
 // vector) over a run of kConvRun tokens, with the window in registers, so every input is read
 // once. A run inside one sequence loads all its inputs at once; a run that crosses into another
 // sequence goes token by token and refills the window there (from the conv state or zeros
-// before the span's start).
-constexpr int kConvRun = 16, kConvThreads = 128;
+// before the span's start). Runs of 8 tokens keep a thread at 128 registers, 16 warps an SM
+// (session 16's ncu at 2048 tokens: runs of 16 took 168 registers, 12 warps, and waited on their
+// loads at 34% of DRAM peak; runs of 8 took the 30 GDN layers' conv from 999 to 948-962 us).
+constexpr int kConvRun = 8, kConvThreads = 128;
 
 // The outputs of the run kernel: channels [start[i], start[i + 1]) go to ptr[i], rows of
 // start[i + 1] - start[i] (causal_conv1d_split; one output of all C channels for causal_conv1d).
@@ -62,7 +64,7 @@ struct ConvOuts {
 };
 
 template <int KW>
-__global__ void __launch_bounds__(kConvThreads, 3) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
+__global__ void __launch_bounds__(kConvThreads, 4) conv1d_run_kernel(const bf16* __restrict__ x, const void* w, bool w32,
                                                          const void* cs, bool cs32, DeviceBatch b, ConvOuts outs,
                                                          int64_t c_dim, int tokens) {
   constexpr int kHist = KW - 1;

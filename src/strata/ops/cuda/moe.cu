@@ -535,31 +535,6 @@ ExpertMatrix expert_matrix(const Tensor& w, bool fp8, const char* op, const char
   return {w.raw(), scale.data<float>(), scale.dim(-1)};
 }
 
-// out = bf16(code * scale), a thread per 16 codes (cols a multiple of 16).
-__global__ void dequant_experts_kernel(const uint8_t* codes, const float* scale, int64_t vectors, int64_t cols,
-                                       int64_t groups, bf16* out) {
-  pdl_begin();
-  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < vectors; v += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t first = v * 16, row = first / cols, col = first % cols;
-    uint4 lo, hi;
-    dequant16_e4m3(__ldg(reinterpret_cast<const uint4*>(codes + first)), __ldg(scale + row * groups + col / kFp8Group),
-                   lo, hi);
-    *reinterpret_cast<uint4*>(out + first) = lo;
-    *reinterpret_cast<uint4*>(out + first + 8) = hi;
-  }
-}
-
-// A scratch bf16 copy of scaled FP8 experts (their last dimension a multiple of 16).
-Tensor dequantised_experts(const Tensor& w) {
-  Tensor out = scratch(w.shape(), DType::kBF16);
-  const int64_t vectors = w.numel() / 16;
-  const unsigned grid = unsigned(std::min<int64_t>(std::max<int64_t>(1, (vectors + 255) / 256), sm_count() * 16));
-  launch_pdl(dequant_experts_kernel, grid, 256, 0, w.data<uint8_t>(), w.scale().data<float>(), vectors, w.dim(-1),
-             w.scale().dim(-1), static_cast<bf16*>(out.raw()));
-  check_launch("moe_dequant_experts");
-  return out;
-}
-
 // moe_experts; with `shared` (its down non-null; shared_gate_up and shared_down its tensors),
 // moe_experts_shared: in the GEMVs' path fused into them, in the grouped path by its output,
 // which the unpermute adds to the routed experts'. With route.logits, the routing into ids and
@@ -632,19 +607,9 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   check_launch("moe_permute");
   Tensor act = scratch({pairs, inter}, DType::kBF16);
   Tensor y = scratch({pairs, h}, DType::kBF16);
-  // The wgmma tiles read bf16 experts: FP8 ones are dequantised for them first, the same
-  // bf16(code * scale) weights the mma.sync tiles make on the fly.
-  Tensor gate_up16, down16;
-  ExpertMatrix gu_g = gu_m, dn_g = dn_m;
-  if (fp8 && tiling.wgmma) {
-    gate_up16 = dequantised_experts(gate_up);
-    down16 = dequantised_experts(down);
-    gu_g = {gate_up16.raw(), nullptr, 0};
-    dn_g = {down16.raw(), nullptr, 0};
-  }
-  moe_grouped_gemm(xp, perm_token, gu_g, tiles, tiling, unsigned(max_tiles), ne, h, inter, true, limit,
+  moe_grouped_gemm(xp, perm_token, gu_m, tiles, tiling, unsigned(max_tiles), ne, h, inter, true, limit,
                    static_cast<bf16*>(act.raw()));
-  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dn_g, tiles, tiling, unsigned(max_tiles), ne, inter, h,
+  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dn_m, tiles, tiling, unsigned(max_tiles), ne, inter, h,
                    false, INFINITY, static_cast<bf16*>(y.raw()));
   // The shared expert's output, added by the unpermute (one pass over out, one rounding).
   Tensor shared_y;

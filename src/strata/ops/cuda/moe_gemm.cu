@@ -212,8 +212,7 @@ void moe_grouped_gemm(const bf16* a, const int32_t* gather, const ExpertMatrix& 
                       const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
                       float limit, bf16* out) {
   if (tiling.wgmma) {
-    STRATA_CHECK(!w.scale, "moe_grouped_gemm: the wgmma kernel takes bf16 experts");
-    moe_grouped_gemm_wgmma(a, gather, static_cast<const bf16*>(w.w), tiles, max_tiles, experts, k, n, gate_up, limit, out);
+    moe_grouped_gemm_wgmma(a, gather, w, tiles, max_tiles, experts, k, n, gate_up, limit, out);
   } else if (w.scale) {
     gate_up ? launch<true, true>(a, gather, w, tiles, max_tiles, k, n, limit, out)
             : launch<false, true>(a, gather, w, tiles, max_tiles, k, n, limit, out);

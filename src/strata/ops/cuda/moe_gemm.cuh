@@ -38,13 +38,13 @@ MoeTiling moe_tiling(int64_t pairs, int64_t experts);
 // clamped form with a finite `limit` (swiglu_f);
 // else:    out[p, :n] = w[e] [n, k] · a[p] (a [P, k]).
 // Tiles as `tiling` says; launches column blocks x max_tiles blocks, those past *tiles.count
-// exit at once. FP8 experts (w.scale set) on the mma.sync tiles only (k a multiple of 64 or
-// 32 with the zero-filled half; their weights are bf16(code * scale) there).
+// exit at once. FP8 experts (w.scale set; k a multiple of 16, and on the mma.sync tiles of 64 or
+// 32 with the zero-filled half) are multiplied as bf16(code * scale) by either kernel.
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
                       const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
                       float limit, bf16* out);
 // The wgmma kernel, tiles of 128 rows: persistent, at most one block an SM.
-void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
                             unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, float limit,
                             bf16* out);
 

@@ -25,6 +25,16 @@
 // kb's, then releases kb - 1's stage. Its epilogue (SiLU-mul for gate_up) stores from registers
 // while the producer already loads the next work item's stages.
 //
+// FP8 experts (block-scaled F8_E4M3 codes, fp8_weights.cuh) are read as codes: the weights' TMA
+// boxes land in a two-slot staging ring of bytes (64 codes a row, unswizzled), and the producer's
+// threads turn each into the stage's bf16 tile, bf16(code * scale) in the 128-byte swizzle, the
+// weights the dequantised bf16 experts hold; they store it, fence it for the async proxy and
+// arrive on full[s] (then counting 256: every producer thread's cp.async arrival and its
+// conversion's). A staging slot is refilled, two steps ahead, once the producer's threads have
+// all read it (a named barrier of the producer warpgroup). So FP8 experts move half the bytes of
+// bf16 ones and need no dequantised copy, and the products equal the bf16 path's on the
+// dequantised weights bit for bit.
+//
 // Each accumulator covers 128 weight rows; for gate_up those are 64 gate rows and the matching
 // 64 up rows (the block's 128 act columns in two halves), so a thread holds each gate value beside
 // its up value and SiLU-mul is the epilogue.
@@ -50,7 +60,13 @@ constexpr int kRowBytes = kBk * 2;         // 128: one swizzle row
 constexpr int kBStage = kBn * kRowBytes;   // 32 KiB
 constexpr int kAStage = kBm * kRowBytes;   // 16 KiB
 constexpr int kStages = 4;                 // 192 KiB of operands
-constexpr size_t kSmemBytes = size_t(kStages) * (kAStage + kBStage) + 2 * 8 * kStages + 1024;  // + barriers, alignment
+constexpr int kCodeStage = kBn * kBk;      // 16 KiB: a stage's weights as FP8 codes
+constexpr int kCodeSlots = 2;              // the staging ring of codes (FP8 experts)
+// + barriers, alignment
+template <bool kFp8>
+constexpr size_t kSmemBytes = size_t(kStages) * (kAStage + kBStage) + (kFp8 ? kCodeSlots * kCodeStage : 0) +
+                              8 * (2 * kStages + kCodeSlots) + 1024;
+static_assert(kSmemBytes<true> <= 227 * 1024, "shared memory of the FP8 variant");
 
 // The ring position: stage index and the parity of its current use.
 struct Ring {
@@ -64,23 +80,56 @@ struct Ring {
 
 // gate_up: out[p, c] = silu(g) * u over act columns c of column block nb (128 of them), n =
 // intermediate; down: out[p, c] over output columns c of column block nb (256 of them), n = hidden.
+// The weight row (of the expert's 2n gate_up rows or n down rows) that row r of column block nb's
+// B tile holds (its TMA boxes: gate_up's four quarters, down's one box).
 template <bool kGateUp>
+__device__ __forceinline__ int weight_row(int r, int nb, int64_t n) {
+  if (kGateUp) {
+    const int q = r >> 6;
+    return (q & 1) * int(n) + nb * 128 + (q >> 1) * 64 + (r & 63);
+  }
+  return nb * kBn + r;
+}
+
+// The TMA boxes of column block nb's weights at k-block k0 of expert e into dst (bf16 tiles in
+// the 128-byte swizzle, or FP8 codes unswizzled), completing on bar.
+template <bool kGateUp, bool kFp8>
+__device__ __forceinline__ void load_weights(uint32_t dst, const CUtensorMap* wmap, uint32_t bar, int k0, int nb,
+                                             int64_t n, int e) {
+  constexpr int kRowBytesB = kFp8 ? kBk : kRowBytes;
+  mbar_arrive_expect_tx(bar, kFp8 ? kCodeStage : kBStage);
+  if (kGateUp) {
+    // Rows 128 h + (0..63) of the stage are the gate rows of act columns 128 nb + 64 h + (0..63),
+    // rows 128 h + 64 + (0..63) the matching up rows (at n + ...).
+#pragma unroll
+    for (int q = 0; q < 4; ++q) tma_load_3d(dst + q * 64 * kRowBytesB, wmap, bar, k0, weight_row<true>(q * 64, nb, n), e);
+  } else {
+    tma_load_3d(dst, wmap, bar, k0, nb * kBn, e);
+  }
+}
+
+template <bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* __restrict__ a,
                                                                     const int32_t* gather,
                                                                     const __grid_constant__ CUtensorMap wmap,
-                                                                    MoeTiles tiles,
+                                                                    const float* __restrict__ wscale,
+                                                                    int64_t groups, MoeTiles tiles,
                                                                     int64_t k, int64_t n, int col_blocks,
                                                                     float limit, bf16* out) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
-  const uint32_t as = base, bs = base + kStages * kAStage;
-  const uint32_t full = bs + kStages * kBStage, empty = full + 8 * kStages;
+  const uint32_t as = base, bs = base + kStages * kAStage, codes = bs + kStages * kBStage;
+  const uint32_t full = codes + (kFp8 ? kCodeSlots * kCodeStage : 0), empty = full + 8 * kStages;
+  const uint32_t landed = empty + 8 * kStages;  // [kCodeSlots]: a staging slot's codes have landed
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + 8 * s, kProducerThreads + 1);  // + the weights' expect_tx
+      // Every producer thread's cp.async arrival, and thread 0's expect_tx of the weights (bf16)
+      // or every producer thread's conversion (FP8).
+      mbar_init(full + 8 * s, kFp8 ? 2 * kProducerThreads : kProducerThreads + 1);
       mbar_init(empty + 8 * s, kConsumerWarps);
     }
+    for (int s = 0; s < kCodeSlots; ++s) mbar_init(landed + 8 * s, 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -96,6 +145,19 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
     // weight rows by TMA (weight rows past n and columns past K read as zeros).
     constexpr int kAv = kBm / 16;
     const int c = tid & 7, r0 = tid >> 3;
+    // FP8: step i (the i-th (work item, k-block) of this block) stages its codes in slot i % 2;
+    // thread 0 loads step i + 2's once step i's are converted.
+    auto load_codes = [&](int64_t step) {
+      const int item = blockIdx.x + int(step / kb_count) * gridDim.x;
+      if (item >= items) return;
+      const int slot = int(step % kCodeSlots);
+      load_weights<kGateUp, true>(codes + slot * kCodeStage, &wmap, landed + 8 * slot, int(step % kb_count) * kBk,
+                                  item % col_blocks, n, tiles.expert[item / col_blocks]);
+    };
+    if (kFp8 && tid == 0) {
+      for (int i = 0; i < kCodeSlots; ++i) load_codes(i);
+    }
+    int64_t step = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const int tile = item / col_blocks, nb = item % col_blocks;
       const int e = tiles.expert[tile];
@@ -106,23 +168,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
         const int r = r0 + 16 * i;
         arow[i] = r < rows ? (kGateUp ? gather[row0 + r] : row0 + r) : -1;
       }
-      for (int kb = 0; kb < kb_count; ++kb) {
+      for (int kb = 0; kb < kb_count; ++kb, ++step) {
         const int k0 = kb * kBk;
         mbar_wait(empty + 8 * ring.stage, ring.phase ^ 1);
         const uint32_t sa = as + ring.stage * kAStage, sb = bs + ring.stage * kBStage, bar = full + 8 * ring.stage;
-        if (tid == 0) {
-          mbar_arrive_expect_tx(bar, kBStage);
-          if (kGateUp) {
-            // Rows 128 h + (0..63) of the stage are the gate rows of act columns 128 nb + 64 h +
-            // (0..63), rows 128 h + 64 + (0..63) the matching up rows (at n + ...).
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              tma_load_3d(sb + q * 64 * kRowBytes, &wmap, bar, k0, (q & 1) * int(n) + nb * 128 + (q >> 1) * 64, e);
-            }
-          } else {
-            tma_load_3d(sb, &wmap, bar, k0, nb * kBn, e);
-          }
-        }
+        if (!kFp8 && tid == 0) load_weights<kGateUp, false>(sb, &wmap, bar, k0, nb, n, e);
         const bool kin = k0 + c * 8 < k;
 #pragma unroll
         for (int i = 0; i < kAv; ++i) {
@@ -130,6 +180,37 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
           cp_async16(sa + swizzle128(r0 + 16 * i, c), a + (ok ? int64_t(arow[i]) * k + k0 + c * 8 : 0), ok);
         }
         cp_async_mbar_arrive(bar);
+        if constexpr (kFp8) {
+          // Unit x = tid + 128 m (m < 8) of the stage's 1024: 16 codes u = x % 4 of row x / 4,
+          // bf16 chunks 2u and 2u + 1 of that row. Eight neighbouring threads read two whole
+          // 64-byte rows and write 16 distinct chunks of two swizzled rows: no bank conflicts.
+          const int slot = int(step % kCodeSlots);
+          const float* srow = wscale + (int64_t(e) * (kGateUp ? 2 * n : n)) * groups + k0 / kFp8Group;
+          const int64_t last_row = (kGateUp ? 2 * n : n) - 1;
+          mbar_wait(landed + 8 * slot, uint32_t(step / kCodeSlots) & 1);
+#pragma unroll 1
+          for (int m = 0; m < 8; ++m) {
+            const int x = tid + kProducerThreads * m, r = x >> 2, u = x & 3;
+            const int64_t wr = min(int64_t(weight_row<kGateUp>(r, nb, n)), last_row);
+            const float scale = __ldg(srow + wr * groups);
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "r"(codes + slot * kCodeStage + r * kBk + u * 16));
+            uint4 lo, hi;
+            dequant16_e4m3(v, scale, lo, hi);
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + swizzle128(r, 2 * u)), "r"(lo.x),
+                         "r"(lo.y), "r"(lo.z), "r"(lo.w)
+                         : "memory");
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + swizzle128(r, 2 * u + 1)), "r"(hi.x),
+                         "r"(hi.y), "r"(hi.z), "r"(hi.w)
+                         : "memory");
+          }
+          fence_proxy_async();  // the tile, to the consumers' wgmma
+          mbar_arrive(bar);
+          named_sync(1, kProducerThreads);  // every thread has read the slot
+          if (tid == 0) load_codes(step + kCodeSlots);
+        }
         ring.advance<kStages>();
       }
     }
@@ -217,11 +298,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
   }
 }
 
-template <bool kGateUp>
-void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles, unsigned max_tiles,
+template <bool kGateUp, bool kFp8>
+void launch(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles, unsigned max_tiles,
             int64_t experts, int64_t k, int64_t n, float limit, bf16* out) {
   static const bool kAttr = [] {
-    allow_shared_memory(reinterpret_cast<const void*>(wgmma_grouped_kernel<kGateUp>), kSmemBytes,
+    allow_shared_memory(reinterpret_cast<const void*>(wgmma_grouped_kernel<kGateUp, kFp8>), kSmemBytes<kFp8>,
                         "moe_grouped_gemm");
     return true;
   }();
@@ -230,22 +311,30 @@ void launch(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles&
   const unsigned grid = unsigned(std::min<int64_t>(int64_t(max_tiles) * col_blocks, sm_count()));
   // The weights [experts][rows][k] (rows 2n for gate_up, n for down) in boxes of 64 k by 64
   // (gate_up: a gate or up quarter) or 256 rows.
-  const int64_t rows = kGateUp ? 2 * n : n;
+  const int64_t rows = kGateUp ? 2 * n : n, elem = kFp8 ? 1 : 2;
   const uint64_t dims[3] = {uint64_t(k), uint64_t(rows), uint64_t(experts)};
-  const uint64_t strides[2] = {uint64_t(k) * 2, uint64_t(rows * k) * 2};
+  const uint64_t strides[2] = {uint64_t(k * elem), uint64_t(rows * k * elem)};
   const uint32_t box[3] = {kBk, kGateUp ? 64u : uint32_t(kBn), 1};
-  const CUtensorMap wmap = tensor_map_bf16(w, 3, dims, strides, box, true);
-  launch_pdl(wgmma_grouped_kernel<kGateUp>, grid, kThreads, kSmemBytes, a, gather, wmap, tiles, k, n,
-             col_blocks, limit, out);
+  const CUtensorMap wmap =
+      kFp8 ? tensor_map_u8(w.w, 3, dims, strides, box) : tensor_map_bf16(w.w, 3, dims, strides, box, true);
+  launch_pdl(wgmma_grouped_kernel<kGateUp, kFp8>, grid, kThreads, kSmemBytes<kFp8>, a, gather, wmap, w.scale,
+             w.groups, tiles, k, n, col_blocks, limit, out);
 }
 
 }  // namespace
 
-void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const bf16* w, const MoeTiles& tiles,
+void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
                             unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, float limit,
                             bf16* out) {
-  gate_up ? launch<true>(a, gather, w, tiles, max_tiles, experts, k, n, limit, out)
-          : launch<false>(a, gather, w, tiles, max_tiles, experts, k, n, limit, out);
+  if (w.scale) {
+    STRATA_CHECK(w.groups == (k + kFp8Group - 1) / kFp8Group && k % 16 == 0,
+                 "moe_grouped_gemm: FP8 experts of K ", k, " with ", w.groups, " scales a row");
+    gate_up ? launch<true, true>(a, gather, w, tiles, max_tiles, experts, k, n, limit, out)
+            : launch<false, true>(a, gather, w, tiles, max_tiles, experts, k, n, limit, out);
+  } else {
+    gate_up ? launch<true, false>(a, gather, w, tiles, max_tiles, experts, k, n, limit, out)
+            : launch<false, false>(a, gather, w, tiles, max_tiles, experts, k, n, limit, out);
+  }
 }
 
 }  // namespace strata::ops::cuda
