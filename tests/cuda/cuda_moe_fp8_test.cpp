@@ -1,7 +1,7 @@
 // FP8 experts kept compressed on the GPU (F8_E4M3 codes with per-row scales per 128 columns,
 // Tensor::with_scale) through every MoE path: the decode GEMVs (routing inside or given, the
 // shared expert fused) against the CPU op on the same scaled experts; the grouped mma.sync tiles
-// (codes dequantised in shared memory) and the wgmma tiles (experts dequantised first) bit for
+// and the wgmma tiles (codes dequantised into their shared-memory stages) bit for
 // bit against the bf16 path on the dequantised weights rounded to bf16, which is what they
 // compute. At the Qwen3.5-35B-A3B expert shape (256 experts, hidden 2048, intermediate 512, top
 // 8) and at edges: K of 32 mod 64, partial scale groups, partial column blocks.
