@@ -52,8 +52,16 @@ constexpr int kBn = 256, kBk = 64, kThreads = 384, kProducerThreads = 128, kCons
 // Registers a thread: 168 at launch (65536 / 384, rounded down to 8; ptxas must report 168), then
 // the producer gives some up and the consumers take them. setmaxnreg.inc waits until the block's
 // own pool has the registers, so the moves must balance exactly or the consumers hang.
-constexpr int kLaunchRegs = 168, kProducerRegs = 56, kConsumerRegs = 224;
-static_assert(kProducerThreads * kProducerRegs + (kThreads - kProducerThreads) * kConsumerRegs <=
+// FP8 experts: the producer converts the weights too, its eight scale loads in flight together
+// (ptxas spilled below 80), and the consumers keep 208 (no spills).
+constexpr int kLaunchRegs = 168;
+template <bool kFp8>
+constexpr int kProducerRegs = kFp8 ? 80 : 56;
+template <bool kFp8>
+constexpr int kConsumerRegs = kFp8 ? 208 : 224;
+static_assert(kProducerThreads * kProducerRegs<false> + (kThreads - kProducerThreads) * kConsumerRegs<false> <=
+              kThreads * kLaunchRegs);
+static_assert(kProducerThreads * kProducerRegs<true> + (kThreads - kProducerThreads) * kConsumerRegs<true> <=
               kThreads * kLaunchRegs);
 constexpr int kBm = 128;                   // rows a tile
 constexpr int kRowBytes = kBk * 2;         // 128: one swizzle row
@@ -139,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
   Ring ring;
 
   if (wg == 0) {
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<kProducerRegs<kFp8>>();
     // Thread tid moves chunk c = tid % 8 of A rows tid / 8 + 16 i a stage; chunks past K (a K of
     // 32 mod 64) and rows past the tile are zero-filled. Thread 0 also brings the stage's 256
     // weight rows by TMA (weight rows past n and columns past K read as zeros).
@@ -184,15 +192,22 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
           // Unit x = tid + 128 m (m < 8) of the stage's 1024: 16 codes u = x % 4 of row x / 4,
           // bf16 chunks 2u and 2u + 1 of that row. Eight neighbouring threads read two whole
           // 64-byte rows and write 16 distinct chunks of two swizzled rows: no bank conflicts.
-          const int slot = int(step % kCodeSlots);
+          // The rows' scales load before the codes are waited for: one at a time, each waited for
+          // where it was used, they held the conversion to a third of the bf16 kernel's rate.
+          const int slot = int(step % kCodeSlots), u = tid & 3;
           const float* srow = wscale + (int64_t(e) * (kGateUp ? 2 * n : n)) * groups + k0 / kFp8Group;
-          const int64_t last_row = (kGateUp ? 2 * n : n) - 1;
-          mbar_wait(landed + 8 * slot, uint32_t(step / kCodeSlots) & 1);
-#pragma unroll 1
+          const int last_row = int(kGateUp ? 2 * n : n) - 1, g32 = int(groups);
+          float scales[8];
+#pragma unroll
           for (int m = 0; m < 8; ++m) {
-            const int x = tid + kProducerThreads * m, r = x >> 2, u = x & 3;
-            const int64_t wr = min(int64_t(weight_row<kGateUp>(r, nb, n)), last_row);
-            const float scale = __ldg(srow + wr * groups);
+            const int r = (tid >> 2) + 32 * m;
+            scales[m] = __ldg(srow + min(weight_row<kGateUp>(r, nb, n), last_row) * g32);
+          }
+          mbar_wait(landed + 8 * slot, uint32_t(step / kCodeSlots) & 1);
+#pragma unroll
+          for (int m = 0; m < 8; ++m) {
+            const int r = (tid >> 2) + 32 * m;
+            const float scale = scales[m];
             uint4 v;
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                          : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -218,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
     return;
   }
 
-  setmaxnreg_inc<kConsumerRegs>();
+  setmaxnreg_inc<kConsumerRegs<kFp8>>();
   constexpr int kAcc = 2;  // accumulators a consumer warpgroup
   const int cw = wg - 1, wtid = tid & 127;
   float acc[kAcc][64];
