@@ -204,75 +204,20 @@ TEST(DraftLength, IdleSequencesProbeInTheSameSteps) {
 }
 
 // The back-off of a step's verifies is decided after all of them, on the prior they make
-// together: at batch 8, the first fruitless verify of a fresh engine sees a prior near 1 and the
-// last one near 0, and all 8 wait four times the first interval (one that doubled would bring
-// the whole batch's next probe forward).
+// together: at batch 64, the first fruitless verify of a fresh engine sees a prior near 1 and
+// the last one near 0, and all 64 wait four times the first interval (one that doubled would
+// bring the whole batch's next probe forward).
 TEST(DraftLength, OneStepsVerifiesBackOffTogether) {
   DraftLengthPolicy p(3, cheap_costs());
-  constexpr int32_t n = DraftLengthPolicy::kProbeSeqs;
-  std::vector<DraftHistory> hs(n);
+  std::vector<DraftHistory> hs(64);
   std::vector<DraftHistory*> ptrs;
   for (DraftHistory& h : hs) ptrs.push_back(&h);
-  const std::vector<int32_t> limits(n, 3);
-  EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(n, 1)) << "a fresh engine drafts one token";
+  const std::vector<int32_t> limits(64, 3);
+  EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(64, 1)) << "a fresh engine drafts one token";
   for (DraftHistory* h : ptrs) p.observe(*h, 1, 0);
-  EXPECT_LT(p.prior(), 0.15);
-  EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(n, 0));
+  EXPECT_LT(p.prior(), 0.05);
+  EXPECT_EQ(p.plan(ptrs, limits, 0), std::vector<int32_t>(64, 0));
   for (const DraftHistory& h : hs) ASSERT_EQ(h.probe_interval, 4 * DraftLengthPolicy::kProbeInterval);
-}
-
-// A step that only measures drafts for kProbeSeqs of a larger batch's sequences: at batch 64 a
-// fresh engine's first verifies are 8 one-draft verifies, not 64; the other 56 back off with
-// them, and the next probe, after four times the first interval, samples 8 others (those that
-// have verified least). A batch whose estimates would draft is not sampled.
-TEST(DraftLength, ProbesOfALargeBatchSampleItsSequences) {
-  DraftLengthPolicy p(3, cheap_costs());
-  constexpr int32_t n = 64, kSample = DraftLengthPolicy::kProbeSeqs;
-  std::vector<DraftHistory> hs(n);
-  std::vector<DraftHistory*> ptrs;
-  for (DraftHistory& h : hs) ptrs.push_back(&h);
-  const std::vector<int32_t> limits(n, 3);
-  auto drafting = [](const std::vector<int32_t>& ks) { return int32_t(std::count(ks.begin(), ks.end(), 1)); };
-  std::vector<int32_t> ks = p.plan(ptrs, limits, 0);
-  ASSERT_EQ(drafting(ks), kSample) << "a fresh engine's first step";
-  EXPECT_EQ(int32_t(std::count(ks.begin(), ks.end(), 0)), n - kSample);
-  std::vector<bool> sampled(n, false);
-  std::vector<int32_t> probe_steps{0};
-  for (int32_t i = 0; i < n; ++i) {
-    if (ks[size_t(i)] == 0) continue;
-    sampled[size_t(i)] = true;
-    p.observe(hs[size_t(i)], 1, 0);
-  }
-  for (int32_t step = 1; step < 2 * n + 8; ++step) {
-    ks = p.plan(ptrs, limits, 0);
-    if (step == 1) {
-      for (const DraftHistory& h : hs) ASSERT_EQ(h.probe_interval, 4 * DraftLengthPolicy::kProbeInterval);
-    }
-    const int32_t d = drafting(ks);
-    if (d == 0) continue;
-    ASSERT_EQ(d, kSample) << "step " << step;
-    probe_steps.push_back(step);
-    for (int32_t i = 0; i < n; ++i) {
-      if (ks[size_t(i)] == 0) continue;
-      EXPECT_FALSE(sampled[size_t(i)]) << "sequence " << i << " sampled twice before the others";
-      sampled[size_t(i)] = true;
-      p.observe(hs[size_t(i)], 1, 0);
-    }
-  }
-  ASSERT_EQ(probe_steps.size(), 2u) << "one probe after 64 steps, the next after 256 more";
-  EXPECT_EQ(probe_steps[1], 4 * DraftLengthPolicy::kProbeInterval);
-  // Sequences whose own estimates draft are not sampled: 64 of them draft together.
-  DraftLengthPolicy q(3, cheap_costs());
-  std::vector<DraftHistory> good(n);
-  std::vector<DraftHistory*> good_ptrs;
-  for (DraftHistory& h : good) {
-    h.reached = 9, h.accepted = 8;
-    good_ptrs.push_back(&h);
-  }
-  DraftHistory first;
-  q.observe(first, 1, 1);  // the engine's first verify
-  ks = q.plan(good_ptrs, limits, 0);
-  EXPECT_EQ(int32_t(std::count_if(ks.begin(), ks.end(), [](int32_t k) { return k > 0; })), n);
 }
 
 // Measured step ratios (DraftCosts::step_ratio) by batch size: at batch 1 a step verifying

@@ -185,43 +185,11 @@ std::vector<int32_t> DraftLengthPolicy::plan(const std::vector<DraftHistory*>& h
   } else {
     drop_unprofitable(histories, probe, ks, plain_rows);
   }
-  const std::vector<bool> excused = sample_probes(histories, probe, c, ks);
   for (size_t i = 0; i < histories.size(); ++i) {
     if (limits[i] == 0) continue;  // it could not draft: not a step at k = 0 by choice
-    histories[i]->idle_steps = ks[i] > 0 || excused[i] ? 0 : histories[i]->idle_steps + 1;
+    histories[i]->idle_steps = ks[i] > 0 ? 0 : histories[i]->idle_steps + 1;
   }
   return ks;
-}
-
-std::vector<bool> DraftLengthPolicy::sample_probes(const std::vector<DraftHistory*>& histories,
-                                                   const std::vector<bool>& probe, const DraftCosts& c,
-                                                   std::vector<int32_t>& ks) const {
-  std::vector<bool> excused(histories.size(), false);
-  // A measuring step: every drafter drafts only to measure, before the engine's first verify
-  // (with no verify of its own either) or as a probe its own estimate would not draft.
-  std::vector<size_t> drafters;
-  bool measuring = true;
-  for (size_t i = 0; i < ks.size(); ++i) {
-    if (ks[i] == 0) continue;
-    drafters.push_back(i);
-    const DraftHistory& h = *histories[i];
-    measuring = measuring && ((!verified_ && h.reached == 0) || (probe[i] && best(acceptance(h), max_k_, c) == 0));
-  }
-  if (!measuring || int32_t(drafters.size()) <= kProbeSeqs) return excused;
-  // Those that have verified least first (so that the next probe samples others), then the
-  // longest idle, then batch order.
-  std::stable_sort(drafters.begin(), drafters.end(), [&](size_t a, size_t b) {
-    const DraftHistory &x = *histories[a], &y = *histories[b];
-    if (x.reached != y.reached) return x.reached < y.reached;
-    return x.idle_steps > y.idle_steps;
-  });
-  for (size_t j = size_t(kProbeSeqs); j < drafters.size(); ++j) {
-    const size_t i = drafters[j];
-    ks[i] = 0;
-    excused[i] = true;
-    histories[i]->backing_off = true;  // backs off with the sample's verifies, on the prior they make
-  }
-  return excused;
 }
 
 void DraftLengthPolicy::drop_unprofitable(const std::vector<DraftHistory*>& histories, const std::vector<bool>& probe,

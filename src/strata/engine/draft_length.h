@@ -27,12 +27,6 @@
 // it drafts again resets it. A new sequence starts at the interval of the
 // last verify of any sequence (probes drag the whole batch in: a newcomer must not probe the
 // batch at the first interval while the others have backed off).
-// Sampled probes: a step that only measures (every drafter a fresh sequence before the engine's
-// first verify, or a probe its own estimate would not draft) drafts for at most kProbeSeqs of its
-// sequences, those that have verified least first; the others count as probed (idle count reset,
-// backing off with the sample on the prior its verifies make, which their estimates share). At
-// batch 64 of random weights a probe round was a one-draft verify of all 64 sequences, about half
-// a plain step more each time (two rounds in 256 steps: dynamic K 1.005-1.007x no MTP's TPOT).
 // Prior: a sequence's estimate blends its own decayed counts with one pseudo-verify at the
 // engine's acceptance over recent verifies of every sequence (the first sequences: a = 1), so
 // that a new request starts where the others are, not at K. Until the engine's first verify, k
@@ -132,7 +126,6 @@ class DraftLengthPolicy {
   static constexpr double kPriorDecay = 0.98;  // per verify of any sequence
   static constexpr int32_t kProbeInterval = 16;
   static constexpr int32_t kMaxProbeInterval = 256;
-  static constexpr int32_t kProbeSeqs = 8;  // a measuring step's drafters at most
 
   DraftLengthPolicy(int32_t max_k, const DraftCosts& costs);
   // Costs by batch size, ascending in seqs: a step of n rows (drafters and plain rows) takes the
@@ -172,10 +165,6 @@ class DraftLengthPolicy {
  private:
   // The batch rule of per-sequence plans: when the step's speculation (probes aside) gains
   // nothing, its sequences draft nothing.
-  // A measuring step (see "Sampled probes") with more than kProbeSeqs drafters keeps kProbeSeqs
-  // of them; returns the others, whose ks it zeroed.
-  std::vector<bool> sample_probes(const std::vector<DraftHistory*>& histories, const std::vector<bool>& probe,
-                                  const DraftCosts& c, std::vector<int32_t>& ks) const;
   void drop_unprofitable(const std::vector<DraftHistory*>& histories, const std::vector<bool>& probe,
                          std::vector<int32_t>& ks, int32_t plain_rows) const;
   int32_t max_k_;
