@@ -165,12 +165,11 @@ TEST(CudaSpeculative, GreedyFollowsThePlainEngineAtK1To3) {
 // the forward), so those steps overlap the next as plain decoding's do. Outputs follow the plain
 // engine's, and the probes' drafts are as good as with the head run every step (head_defer_max
 // 0): a head KV left stale or written at the wrong positions would cut their acceptance (on the
-// CPU, 10 of 37 against 19 of 45). Probes sample 8 of the 32 sequences (kProbeSeqs): the first
-// round at the first decode step, the second 64 steps later over caught-up head KV, so 100 tokens.
+// CPU, 10 of 37 against 19 of 45).
 TEST(CudaSpeculative, DynamicKDefersAndCatchesUpTheHead) {
   STRATA_REQUIRE_GPU();
   const auto ps = prompts();
-  const SamplingParams params = greedy_params(100);
+  const SamplingParams params = greedy_params(64);
   const SpecRun plain = generate(0, ps, params);
   const auto run_dynamic = [&](int defer_max) {
     EngineConfig c = config(3);
@@ -202,7 +201,7 @@ TEST(CudaSpeculative, DynamicKDefersAndCatchesUpTheHead) {
                 (long long)s.spec_head_deferred, (long long)s.overlapped_steps, (long long)s.steps,
                 (long long)plain.stats.overlapped_steps, (long long)plain.stats.steps);
     EXPECT_GE(whole, int(ps.size()) / 2) << "most outputs should be equal in full";
-    EXPECT_GE(s.spec_draft_tokens, 2 * DraftLengthPolicy::kProbeSeqs) << "too few probes to compare";
+    EXPECT_GE(s.spec_draft_tokens, 32) << "too few probes to compare";
   }
   EXPECT_GT(deferred.stats.spec_head_launch_catch_ups, 0) << "no kept rows filled up between probes";
   EXPECT_EQ(every_step.stats.spec_head_launch_catch_ups, 0);
