@@ -52,13 +52,13 @@ constexpr int kBn = 256, kBk = 64, kThreads = 384, kProducerThreads = 128, kCons
 // Registers a thread: 168 at launch (65536 / 384, rounded down to 8; ptxas must report 168), then
 // the producer gives some up and the consumers take them. setmaxnreg.inc waits until the block's
 // own pool has the registers, so the moves must balance exactly or the consumers hang.
-// FP8 experts: the producer converts the weights too, its eight scale loads and four units'
-// codes in flight together (ptxas spilled below 88), and the consumers keep 200 (no spills).
+// FP8 experts: the producer converts the weights too, its eight scale loads in flight together
+// (ptxas spilled below 80), and the consumers keep 208 (no spills).
 constexpr int kLaunchRegs = 168;
 template <bool kFp8>
-constexpr int kProducerRegs = kFp8 ? 88 : 56;
+constexpr int kProducerRegs = kFp8 ? 80 : 56;
 template <bool kFp8>
-constexpr int kConsumerRegs = kFp8 ? 200 : 224;
+constexpr int kConsumerRegs = kFp8 ? 208 : 224;
 static_assert(kProducerThreads * kProducerRegs<false> + (kThreads - kProducerThreads) * kConsumerRegs<false> <=
               kThreads * kLaunchRegs);
 static_assert(kProducerThreads * kProducerRegs<true> + (kThreads - kProducerThreads) * kConsumerRegs<true> <=
@@ -67,18 +67,13 @@ constexpr int kBm = 128;                   // rows a tile
 constexpr int kRowBytes = kBk * 2;         // 128: one swizzle row
 constexpr int kBStage = kBn * kRowBytes;   // 32 KiB
 constexpr int kAStage = kBm * kRowBytes;   // 16 KiB
+constexpr int kStages = 4;                 // 192 KiB of operands
 constexpr int kCodeStage = kBn * kBk;      // 16 KiB: a stage's weights as FP8 codes
-// The ring: 4 stages of operands (192 KiB); FP8 experts 3, and 4 staging slots of codes, so that
-// the codes' TMA loads run 4 steps ahead of their conversion as bf16 weights' run ahead of the
-// MMAs (with 4 stages and 2 slots the loads were issued one step ahead: 0.90x bf16 at 8k).
-template <bool kFp8>
-constexpr int kStages = kFp8 ? 3 : 4;
-template <bool kFp8>
-constexpr int kCodeSlots = kFp8 ? 4 : 0;
+constexpr int kCodeSlots = 2;              // the staging ring of codes (FP8 experts)
 // + barriers, alignment
 template <bool kFp8>
-constexpr size_t kSmemBytes = size_t(kStages<kFp8>) * (kAStage + kBStage) + size_t(kCodeSlots<kFp8>) * kCodeStage +
-                              8 * (2 * kStages<kFp8> + kCodeSlots<kFp8>) + 1024;
+constexpr size_t kSmemBytes = size_t(kStages) * (kAStage + kBStage) + (kFp8 ? kCodeSlots * kCodeStage : 0) +
+                              8 * (2 * kStages + kCodeSlots) + 1024;
 static_assert(kSmemBytes<true> <= 227 * 1024, "shared memory of the FP8 variant");
 
 // The ring position: stage index and the parity of its current use.
@@ -129,21 +124,20 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
                                                                     int64_t groups, MoeTiles tiles,
                                                                     int64_t k, int64_t n, int col_blocks,
                                                                     float limit, bf16* out) {
-  constexpr int kS = kStages<kFp8>, kSlots = kCodeSlots<kFp8>, kSlotMod = kSlots > 0 ? kSlots : 1;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
-  const uint32_t as = base, bs = base + kS * kAStage, codes = bs + kS * kBStage;
-  const uint32_t full = codes + kSlots * kCodeStage, empty = full + 8 * kS;
-  const uint32_t landed = empty + 8 * kS;  // [kSlots]: a staging slot's codes have landed
+  const uint32_t as = base, bs = base + kStages * kAStage, codes = bs + kStages * kBStage;
+  const uint32_t full = codes + (kFp8 ? kCodeSlots * kCodeStage : 0), empty = full + 8 * kStages;
+  const uint32_t landed = empty + 8 * kStages;  // [kCodeSlots]: a staging slot's codes have landed
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
   if (tid == 0) {
-    for (int s = 0; s < kS; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       // Every producer thread's cp.async arrival, and thread 0's expect_tx of the weights (bf16)
       // or every producer thread's conversion (FP8).
       mbar_init(full + 8 * s, kFp8 ? 2 * kProducerThreads : kProducerThreads + 1);
       mbar_init(empty + 8 * s, kConsumerWarps);
     }
-    for (int s = 0; s < kSlots; ++s) mbar_init(landed + 8 * s, 1);
+    for (int s = 0; s < kCodeSlots; ++s) mbar_init(landed + 8 * s, 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -159,17 +153,17 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
     // weight rows by TMA (weight rows past n and columns past K read as zeros).
     constexpr int kAv = kBm / 16;
     const int c = tid & 7, r0 = tid >> 3;
-    // FP8: step i (the i-th (work item, k-block) of this block) stages its codes in slot
-    // i % kSlots; thread 0 loads step i + kSlots's once step i's are converted.
+    // FP8: step i (the i-th (work item, k-block) of this block) stages its codes in slot i % 2;
+    // thread 0 loads step i + 2's once step i's are converted.
     auto load_codes = [&](int64_t step) {
       const int item = blockIdx.x + int(step / kb_count) * gridDim.x;
       if (item >= items) return;
-      const int slot = int(step % kSlotMod);
+      const int slot = int(step % kCodeSlots);
       load_weights<kGateUp, true>(codes + slot * kCodeStage, &wmap, landed + 8 * slot, int(step % kb_count) * kBk,
                                   item % col_blocks, n, tiles.expert[item / col_blocks]);
     };
     if (kFp8 && tid == 0) {
-      for (int i = 0; i < kSlots; ++i) load_codes(i);
+      for (int i = 0; i < kCodeSlots; ++i) load_codes(i);
     }
     int64_t step = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -200,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
           // 64-byte rows and write 16 distinct chunks of two swizzled rows: no bank conflicts.
           // The rows' scales load before the codes are waited for: one at a time, each waited for
           // where it was used, they held the conversion to a third of the bf16 kernel's rate.
-          const int slot = int(step % kSlotMod), u = tid & 3;
+          const int slot = int(step % kCodeSlots), u = tid & 3;
           const float* srow = wscale + (int64_t(e) * (kGateUp ? 2 * n : n)) * groups + k0 / kFp8Group;
           const int last_row = int(kGateUp ? 2 * n : n) - 1, g32 = int(groups);
           float scales[8];
@@ -209,22 +203,17 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
             const int r = (tid >> 2) + 32 * m;
             scales[m] = __ldg(srow + min(weight_row<kGateUp>(r, nb, n), last_row) * g32);
           }
-          mbar_wait(landed + 8 * slot, uint32_t(step / kSlotMod) & 1);
-          // Four units' codes loaded at once, then converted and stored.
-          uint4 v[4];
+          mbar_wait(landed + 8 * slot, uint32_t(step / kCodeSlots) & 1);
 #pragma unroll
           for (int m = 0; m < 8; ++m) {
             const int r = (tid >> 2) + 32 * m;
-            if (m % 4 == 0) {
-#pragma unroll
-              for (int j = 0; j < 4; ++j) {
-                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                             : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
-                             : "r"(codes + slot * kCodeStage + (r + 32 * j) * kBk + u * 16));
-              }
-            }
+            const float scale = scales[m];
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "r"(codes + slot * kCodeStage + r * kBk + u * 16));
             uint4 lo, hi;
-            dequant16_e4m3(v[m % 4], scales[m], lo, hi);
+            dequant16_e4m3(v, scale, lo, hi);
             asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + swizzle128(r, 2 * u)), "r"(lo.x),
                          "r"(lo.y), "r"(lo.z), "r"(lo.w)
                          : "memory");
@@ -235,9 +224,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
           fence_proxy_async();  // the tile, to the consumers' wgmma
           mbar_arrive(bar);
           named_sync(1, kProducerThreads);  // every thread has read the slot
-          if (tid == 0) load_codes(step + kSlots);
+          if (tid == 0) load_codes(step + kCodeSlots);
         }
-        ring.advance<kS>();
+        ring.advance<kStages>();
       }
     }
     cp_wait<0>();
@@ -262,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
       for (int kb = 0; kb < kb_count; ++kb) {
         mbar_wait(full + 8 * ring.stage, ring.phase);
         if (lane == 0) mbar_arrive(empty + 8 * ring.stage);
-        ring.advance<kS>();
+        ring.advance<kStages>();
       }
       continue;
     }
@@ -287,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
       wgmma_wait<1>();
       if (prev >= 0 && lane == 0) mbar_arrive(empty + 8 * prev);
       prev = ring.stage;
-      ring.advance<kS>();
+      ring.advance<kStages>();
     }
     wgmma_wait<0>();
     if (prev >= 0 && lane == 0) mbar_arrive(empty + 8 * prev);
