@@ -86,8 +86,6 @@ struct Ring {
   }
 };
 
-// gate_up: out[p, c] = silu(g) * u over act columns c of column block nb (128 of them), n =
-// intermediate; down: out[p, c] over output columns c of column block nb (256 of them), n = hidden.
 // The weight row (of the expert's 2n gate_up rows or n down rows) that row r of column block nb's
 // B tile holds (its TMA boxes: gate_up's four quarters, down's one box).
 template <bool kGateUp>
@@ -116,6 +114,8 @@ __device__ __forceinline__ void load_weights(uint32_t dst, const CUtensorMap* wm
   }
 }
 
+// gate_up: out[p, c] = silu(g) * u over act columns c of column block nb (128 of them), n =
+// intermediate; down: out[p, c] over output columns c of column block nb (256 of them), n = hidden.
 template <bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* __restrict__ a,
                                                                     const int32_t* gather,
