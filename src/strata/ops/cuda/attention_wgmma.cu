@@ -7,18 +7,22 @@
 // attention.cu, longest first). Consumer warpgroup wg (0, 1) owns rows 64 wg .. 64 wg + 63, all
 // of one head; warpgroup 2 is the producer (setmaxnreg moves its registers to the consumers).
 //
-// Producer: the keys stream through two rings in shared memory, K and V, of kStages tiles of
-// kKeys keys each (2 tiles of 80 at head dim 256, 4 of 64 at 128), in the order the consumers use
-// them: K 0, then K i + 1 before V i. A page of one kv head is bs rows strided by the cache's
-// row ([page][row][kv head][D]): pages wholly below the block's last key come by TMA, one box of
-// 64 columns x bs rows a column block (a 3-D tensor map over [rows][kv head][D]; lane i of the
-// first producer warp issues page i's); the rest (the page holding the last key, and keys past
-// it, zeros) row by row by cp.async from all 128 threads. (Every row by cp.async cost a quarter
-// of the kernel's instructions, 16 bytes an instruction: ncu 509 M against 384 M.) Barriers per
-// ring stage s (tile n uses stage n % kStages for the (n / kStages)-th time, u; a phase's parity
-// is u % 2):
-//   full[s]  count 129: every producer thread's cp.async.mbarrier.arrive.noinc, which fires when
-//            that thread's copies have landed, and thread 0's arrive.expect_tx of the TMA bytes;
+// Producer: the keys stream through two rings in shared memory, K and V, of tiles of kKeys = 64
+// keys (K 2 stages and V 3 at head dim 256, 4 each at 128). The producer's warps 0-1 fill the K
+// ring and warps 2-3 the V ring, each half on its own, so that a V tile's load waits only for its
+// own stage's release. (One producer filling K n + 1 and then V n held every V load behind a K
+// stage's release: ncu had the consumers' largest stall on V, and at 8k tokens a layer took 1,300
+// us against 975 now, 80 keys a tile and 2 stages each then.) A page of one kv head is bs rows
+// strided by the cache's row ([page][row][kv head][D]): pages wholly below the block's last key
+// come by TMA, one box of 64 columns x bs rows a column block (a 3-D tensor map over [rows][kv
+// head][D]; lane i of the half's first warp issues page i's); the rest (the page holding the last
+// key, and keys past it, zeros) row by row by cp.async from the half's 64 threads. (Every row by
+// cp.async cost a quarter of the kernel's instructions, 16 bytes an instruction: ncu 509 M
+// against 384 M.) Barriers per ring stage s (tile n uses stage n % stages for the (n /
+// stages)-th time, u; a phase's parity is u % 2):
+//   full[s]  count 65: every thread of the ring's half arrives by cp.async.mbarrier.arrive.noinc,
+//            which fires when that thread's copies have landed, plus the half's thread 0 by
+//            arrive.expect_tx of the TMA bytes;
 //            consumers wait on parity u % 2, then fence.proxy.async (cp.async writes are
 //            generic-proxy, wgmma reads async-proxy);
 //   empty[s] count 8: lane 0 of each consumer warp once the MMAs of that warp that read the stage
@@ -39,6 +43,8 @@
 //   epilogue normalizes, applies the gate (null: none) and stores from registers.
 //
 // The layout facts this relies on (checked against CUTLASS's GMMA traits and PTX ISA 9.7.15):
+//  - Operand descriptors: each instruction's is its stage's plus a constant (the start address,
+//    bits 0-13, counts 16 bytes, and every address stays below 2^18, so no carry leaves the field).
 //  - Shared memory, 128-byte swizzle (wgmma.cuh): Q is [D / 64 column blocks][128 rows][128 B],
 //    a K or V stage [D / 64 column blocks][kKeys keys][128 B]; chunk c (8 elements) of row r at byte
 //    r * 128 + ((c ^ r % 8) * 16) of its column block, every block 1024-byte aligned.
@@ -81,20 +87,24 @@ constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__
 static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (kConsumers + 1) * kLaunchRegs,
               "setmaxnreg.inc waits forever for registers the producer never gave up");
 
-// Keys a tile: 80 at head dim 256 (FlashAttention-3's choice there; what fits shared memory with
-// two stages), 64 at 128. A multiple of 16 (P V's k steps) up to 96 (three keys a producer lane).
+constexpr int kFillThreads = 64;  // producer threads a ring (K: warps 0-1, V: warps 2-3)
+
+// Keys a tile: 64 (a multiple of 16, P V's k steps). At head dim 256, 2 K and 3 V stages fill
+// shared memory beside Q (64 + 64 + 96 KiB); 80 keys a tile (FlashAttention-3's choice there)
+// left room for 2 and 2 only.
 template <int D>
 struct WgmmaSmem {
-  static constexpr int kKeys = D == 256 ? 80 : 64;
+  static constexpr int kKeys = 64;
   static constexpr int kBlocks = D / 64;                     // 64-wide column blocks of a row
-  static constexpr int kStages = D <= 128 ? 4 : 2;           // of the K ring and of the V ring
+  static constexpr int kKStages = D <= 128 ? 4 : 2;          // of the K ring
+  static constexpr int kVStages = D <= 128 ? 4 : 3;          // of the V ring
   static constexpr uint32_t kQBlock = kRows * 128;           // one column block of Q
   static constexpr uint32_t kKvBlock = kKeys * 128;          // one column block of a K or V stage
   static constexpr uint32_t kStage = kBlocks * kKvBlock;
   static constexpr uint32_t kQ = 0;
-  static constexpr uint32_t kK = kQ + kBlocks * kQBlock;     // [kStages]
-  static constexpr uint32_t kV = kK + kStages * kStage;      // [kStages]
-  static constexpr size_t kBytes = size_t(kV) + kStages * kStage + 1024;  // + 1 KiB alignment
+  static constexpr uint32_t kK = kQ + kBlocks * kQBlock;     // [kKStages]
+  static constexpr uint32_t kV = kK + kKStages * kStage;     // [kVStages]
+  static constexpr size_t kBytes = size_t(kV) + kVStages * kStage + 1024;  // + 1 KiB alignment
   static_assert(kBytes <= 227 * 1024 - 128, "shared memory (and the barriers)");
   static_assert(kKeys % 16 == 0 && kKeys <= 256, "P V's k steps, a TMA lane a page (pages of at least 8)");
 };
@@ -132,22 +142,24 @@ __global__ void __launch_bounds__(kThreads, 1)
                               bool tma, DeviceBatch b, const int32_t* tiles, int hq, int hkv, int bs, int hpb,
                               float scale_log2, const bf16* __restrict__ gate, bf16* __restrict__ out) {
   using L = WgmmaSmem<D>;
-  constexpr int S = L::kStages, kKeys = L::kKeys;
+  constexpr int SK = L::kKStages, SV = L::kVStages, kKeys = L::kKeys;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   extern __shared__ uint8_t smem_raw[];
-  // The rings' barriers: K full, K empty, V full, V empty, kStages each.
-  __shared__ __align__(8) uint64_t bars[4 * S];
+  // The rings' barriers: K full and K empty (SK each), V full and V empty (SV each).
+  __shared__ __align__(8) uint64_t bars[2 * (SK + SV)];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
   const uint32_t q_sm = base + L::kQ, k_sm = base + L::kK, v_sm = base + L::kV;
-  const uint32_t k_full = smem_u32(bars), k_empty = k_full + 8 * S, v_full = k_full + 16 * S,
-                 v_empty = k_full + 24 * S;  // stage s's barrier at + 8 s
+  const uint32_t k_full = smem_u32(bars), k_empty = k_full + 8 * SK, v_full = k_empty + 8 * SK,
+                 v_empty = v_full + 8 * SV;  // stage s's barrier at + 8 s
 
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(k_full + 8 * s, 129);              // a cp.async arrival a producer thread, + expect_tx
-      mbar_init(v_full + 8 * s, 129);
+    for (int s = 0; s < SK; ++s) {
+      mbar_init(k_full + 8 * s, kFillThreads + 1);  // a cp.async arrival a thread of the half, + expect_tx
       mbar_init(k_empty + 8 * s, 4 * kConsumers);  // one arrival per consumer warp
+    }
+    for (int s = 0; s < SV; ++s) {
+      mbar_init(v_full + 8 * s, kFillThreads + 1);
       mbar_init(v_empty + 8 * s, 4 * kConsumers);
     }
     fence_barrier_init();
@@ -164,23 +176,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_tiles = (kv_end + kKeys - 1) / kKeys;
 
   if (tid >= 128 * kConsumers) {
-    // ---- Producer warpgroup: fills the K and V rings in the order the consumers use them:
-    // K 0, then K i + 1 before V i. Each stage: wait until both consumer warpgroups released it
+    // ---- Producer warpgroup: warps 0-1 fill the K ring, warps 2-3 the V ring, tile after tile
+    // (pt: the thread in its half). Each stage: wait until both consumer warpgroups released it
     // (empty, parity of its previous use), then bring its kKeys rows: the pages that lie wholly
-    // below kv_end by TMA (lane i of the first warp page i: a box of 64 columns x bs rows a
-    // column block, landing in the 128-byte swizzle the consumers read; the bytes complete on
-    // the full barrier, whose transaction count thread 0 sets first), the
-    // rest row by row by cp.async, zeros past kv_end (a V row there must be finite: P is 0 there
-    // and 0 x NaN is not). Every producer thread's cp.async.mbarrier.arrive.noinc fires when its
-    // copies have landed; thread 0's expect_tx arrival is the barrier's 129th.
+    // below kv_end by TMA (lane i of the half's first warp page i: a box of 64 columns x bs rows
+    // a column block, landing in the 128-byte swizzle the consumers read; the bytes complete on
+    // the full barrier, whose transaction count the half's thread 0 sets first), the rest row by
+    // row by cp.async, zeros past kv_end (a V row there must be finite: P is 0 there and 0 x NaN
+    // is not). Every thread of the half arrives by cp.async.mbarrier.arrive.noinc, which fires
+    // when its copies have landed; thread 0's expect_tx arrival is the barrier's 65th.
     setmaxnreg_dec<kProducerRegs>();
     const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
-    const int pt = tid - 128 * kConsumers;
+    const int pt = (tid - 128 * kConsumers) % kFillThreads, ring = (tid - 128 * kConsumers) / kFillThreads;
     const int64_t row_stride = int64_t(hkv) * D;  // elements between consecutive cache rows
     const int tma_pages = tma ? kKeys / bs : 0;   // pages a tile, when whole pages go by TMA
     auto fill = [&](uint32_t stage_sm, const CUtensorMap* map, const bf16* src, int kt, uint32_t bar) {
       const int whole = tma_pages ? min(max(kv_end - kt, 0) / bs, tma_pages) : 0;
-      if (pt < 32) {  // lane i of the first producer warp brings page i
+      if (pt < 32) {  // lane i of the half's first warp brings page i
         if (pt == 0) mbar_arrive_expect_tx(bar, uint32_t(whole) * bs * D * 2);
         __syncwarp();
         if (pt < whole) {
@@ -191,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-      for (int idx = whole * bs * kChunks + pt; idx < kKeys * kChunks; idx += 128) {
+      for (int idx = whole * bs * kChunks + pt; idx < kKeys * kChunks; idx += kFillThreads) {
         const int r = idx / kChunks, c = idx % kChunks, j = kt + r;
         int64_t row = -1;
         if (j < kv_end) {
@@ -203,16 +215,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       cp_async_mbar_arrive(bar);
     };
-    fill(k_sm, &kmap, kc, 0, k_full);  // stage 0's first use: nothing to wait for
-    for (int n = 0; n < n_tiles; ++n) {
-      if (n + 1 < n_tiles) {
-        const int st = (n + 1) % S;
-        wait_phase<true>(k_empty + 8 * st, (((n + 1) / S) & 1) ^ 1);
-        fill(k_sm + st * L::kStage, &kmap, kc, (n + 1) * kKeys, k_full + 8 * st);
+    if (ring == 0) {
+      for (int n = 0; n < n_tiles; ++n) {
+        const int st = n % SK;
+        wait_phase<true>(k_empty + 8 * st, ((n / SK) & 1) ^ 1);
+        fill(k_sm + st * L::kStage, &kmap, kc, n * kKeys, k_full + 8 * st);
       }
-      const int st = n % S;
-      wait_phase<true>(v_empty + 8 * st, ((n / S) & 1) ^ 1);
-      fill(v_sm + st * L::kStage, &vmap, vc, n * kKeys, v_full + 8 * st);
+    } else {
+      for (int n = 0; n < n_tiles; ++n) {
+        const int st = n % SV;
+        wait_phase<true>(v_empty + 8 * st, ((n / SV) & 1) ^ 1);
+        fill(v_sm + st * L::kStage, &vmap, vc, n * kKeys, v_full + 8 * st);
+      }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
@@ -247,9 +261,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Waits for tile n of a ring (its full barrier; then fence.proxy.async makes the producer's
   // cp.async writes visible to wgmma's async proxy); releases it when this warp's MMAs that read
   // it are done.
-  auto acquire = [&](uint32_t full, int n) { wait_phase<false>(full + 8 * (n % S), (n / S) & 1); };
-  auto release = [&](uint32_t empty, int n) {
-    if (lane == 0) mbar_arrive(empty + 8 * (n % S));
+  auto acquire_k = [&](int n) { wait_phase<false>(k_full + 8 * (n % SK), (n / SK) & 1); };
+  auto acquire_v = [&](int n) { wait_phase<false>(v_full + 8 * (n % SV), (n / SV) & 1); };
+  auto release_k = [&](int n) {
+    if (lane == 0) mbar_arrive(k_empty + 8 * (n % SK));
+  };
+  auto release_v = [&](int n) {
+    if (lane == 0) mbar_arrive(v_empty + 8 * (n % SV));
   };
 
   float o[D / 2];  // O[64 x D]: column block cb's accumulator at o[32 cb ...]
@@ -259,29 +277,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   float sc[kKeys / 2], corr[2];  // S (then P in fp32) of the tile: 64 x kKeys
   uint32_t p[kSteps][4];         // P of the previous tile: the A fragments of its k16 steps
 
+  // The operands' descriptors: each instruction's is its stage's plus a constant (the start
+  // address, bits 0-13, counts 16 bytes; every address stays below 2^18, so no carry leaves the
+  // field). Built from the address at every instruction, descriptor arithmetic was about 40% of
+  // the kernel's executed instructions (ncu, 8k tokens).
+  const uint64_t dq = smem_desc(q_wg), dk0 = smem_desc(k_sm), dv0 = smem_desc_mn(v_sm, L::kKvBlock);
   // S = Q K^T, 64 x kKeys, into sc (issued, not waited for; its first k step overwrites sc).
   auto issue_qk = [&](int n) {
-    const uint32_t k_tile = k_sm + (n % S) * L::kStage;
+    const uint64_t dk = dk0 + uint64_t((n % SK) * (L::kStage >> 4));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t at = (kk / 4) * L::kQBlock + (kk % 4) * 32, bt_off = (kk / 4) * L::kKvBlock + (kk % 4) * 32;
-      if constexpr (kKeys == 80) {
-        wgmma_m64n80k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off), kk > 0);
-      } else {
-        static_assert(kKeys == 64, "an S instruction of n = kKeys");
-        wgmma_m64n64k16_ss(sc, smem_desc(q_wg + at), smem_desc(k_tile + bt_off), kk > 0);
-      }
+      const uint64_t at = ((kk / 4) * L::kQBlock + (kk % 4) * 32) >> 4, bt_off = ((kk / 4) * L::kKvBlock + (kk % 4) * 32) >> 4;
+      static_assert(kKeys == 64, "an S instruction of n = kKeys");
+      wgmma_m64n64k16_ss(sc, dq + at, dk + bt_off, kk > 0);
     }
     wgmma_commit();
   };
   // O += P V of tile n (issued, not waited for): S's accumulators 8 kk .. 8 kk + 7 were packed into
   // P's A fragment for keys 16 kk .. 16 kk + 15.
   auto issue_pv = [&](int n) {
-    const uint32_t v_tile = v_sm + (n % S) * L::kStage;
+    const uint64_t dv_tile = dv0 + uint64_t((n % SV) * (L::kStage >> 4));
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
-      // One m64nDk16 a k step over V's D / 64 column blocks (smem_desc_mn's block stride).
-      const uint64_t dv = smem_desc_mn(v_tile + kk * 16 * 128, L::kKvBlock);
+      // One m64nDk16 a k step over V's D / 64 column blocks (smem_desc_mn's block stride), the k
+      // step at 16 rows (2048 bytes) on.
+      const uint64_t dv = dv_tile + uint64_t(kk * 16 * 128 >> 4);
       if constexpr (D == 256) {
         wgmma_m64n256k16_rs_tb(o, p[kk], dv);
       } else {
@@ -362,19 +382,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   // issues S(n) = Q K(n)^T and O += P(n - 1) V(n - 1), runs tile n's softmax while that P V
   // product is still in the tensor cores, then rescales O (tiles ..n - 1) by tile n's factors.
   if (n_mine > 0) {
-    acquire(k_full, 0);
+    acquire_k(0);
     fence_proxy_async();
     wgmma_fence_operands(sc);
     wgmma_fence();
     issue_qk(0);
     wgmma_wait<0>();
     wgmma_fence_operands(sc);
-    release(k_empty, 0);
+    release_k(0);
     softmax(0);  // its factors are 1: O is 0
     pack_p();
   }
   for (int n = 1; n < n_mine; ++n) {
-    acquire(k_full, n);
+    acquire_k(n);
     fence_proxy_async();
     wgmma_fence_operands(sc);
     fence_p();
@@ -382,25 +402,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue_qk(n);
     wgmma_fence_operands(o);
     // V n - 1 only now, while S runs: the tile that loaded last gets S's time to land too.
-    mbar_wait(v_full + 8 * ((n - 1) % S), ((n - 1) / S) & 1);
+    mbar_wait(v_full + 8 * ((n - 1) % SV), ((n - 1) / SV) & 1);
     fence_proxy_async();
     wgmma_fence();
     issue_pv(n - 1);
     wgmma_wait<1>();  // S(n) done, P V still running
     wgmma_fence_operands(sc);
-    release(k_empty, n);
+    release_k(n);
     softmax(n);
     wgmma_fence_operands(sc);  // the softmax before the wait, not after it
     wgmma_wait<0>();
     wgmma_fence_operands(o);
     fence_p();
-    release(v_empty, n - 1);
+    release_v(n - 1);
     rescale_o();
     wgmma_fence_operands(o);
     pack_p();
   }
   if (n_mine > 0) {
-    acquire(v_full, n_mine - 1);
+    acquire_v(n_mine - 1);
     fence_proxy_async();
     fence_p();
     wgmma_fence_operands(o);
@@ -409,14 +429,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     wgmma_fence_operands(o);
     fence_p();
-    release(v_empty, n_mine - 1);
+    release_v(n_mine - 1);
   }
   // Tiles of only the other warpgroup's keys: every consumer warp releases every stage use.
   for (int n = n_mine; n < n_tiles; ++n) {
-    acquire(k_full, n);
-    release(k_empty, n);
-    acquire(v_full, n);
-    release(v_empty, n);
+    acquire_k(n);
+    release_k(n);
+    acquire_v(n);
+    release_v(n);
   }
 
   // Epilogue: O / l (the sums completed over the quad), times sigmoid(gate), from registers.
