@@ -283,12 +283,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the kernel's executed instructions (ncu, 8k tokens).
   const uint64_t dq = smem_desc(q_wg), dk0 = smem_desc(k_sm), dv0 = smem_desc_mn(v_sm, L::kKvBlock);
   // S = Q K^T, 64 x kKeys, into sc (issued, not waited for; its first k step overwrites sc).
+  static_assert(kKeys == 64, "an S instruction of n = kKeys");
   auto issue_qk = [&](int n) {
     const uint64_t dk = dk0 + uint64_t((n % SK) * (L::kStage >> 4));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t at = ((kk / 4) * L::kQBlock + (kk % 4) * 32) >> 4, bt_off = ((kk / 4) * L::kKvBlock + (kk % 4) * 32) >> 4;
-      static_assert(kKeys == 64, "an S instruction of n = kKeys");
+      const uint64_t at = ((kk / 4) * L::kQBlock + (kk % 4) * 32) >> 4,
+                     bt_off = ((kk / 4) * L::kKvBlock + (kk % 4) * 32) >> 4;
       wgmma_m64n64k16_ss(sc, dq + at, dk + bt_off, kk > 0);
     }
     wgmma_commit();
