@@ -82,6 +82,36 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, uint3
 #endif
 }
 
+// A bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared memory at
+// src to global memory at dst, in this thread's current bulk group (bulk_commit closes it). The
+// shared source must have been written before a fence_proxy_async of its writers.
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+#ifdef STRATA_MBARRIER
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#ifdef STRATA_MBARRIER
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most N of this thread's bulk groups are still reading their shared sources
+// (the sources may then be rewritten) ...
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#ifdef STRATA_MBARRIER
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// ... or are still incomplete (their writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+#ifdef STRATA_MBARRIER
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 // Makes this thread's generic-proxy shared-memory writes (stores, cp.async that have landed)
 // visible to the async proxy (wgmma operands, bulk copies) and orders them before its later
 // async-proxy accesses.
