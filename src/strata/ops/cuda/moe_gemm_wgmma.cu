@@ -23,14 +23,13 @@
 // the same sequence of (work item, k-block), so a stage's n-th use has parity n % 2 on both.
 // A consumer keeps one k-block of MMAs in flight: it waits for k-block kb - 1's after issuing
 // kb's, then releases kb - 1's stage. Its epilogue (SiLU-mul for gate_up) runs while the producer
-// already loads the next work item's stages. With bf16 experts it writes its 64 rows into a
-// staging buffer in shared memory (rows padded by 16 bytes: conflict-free) and 64 of its threads
-// each store one row by a bulk copy (cp.async.bulk), which goes on while the consumer starts the
-// next work item's MMAs; the buffer is rewritten once those copies have read it. Stored from
-// registers, 4 bytes a thread scattered over 8 rows, the epilogue held the tensor cores idle: at
-// 8,192 tokens (H100) the MoE took 1,503 us a layer against 1,283 now (down's K of 512 is only 8
-// k-blocks a work item). The staging buffer costs a stage: 3 of them, against 4 for FP8 experts,
-// whose code slots leave no room for it (they store from registers).
+// already loads the next work item's stages. It writes its 64 rows into a staging buffer in
+// shared memory (rows padded by 16 bytes: conflict-free) and 64 of its threads each store one row
+// by a bulk copy (cp.async.bulk), which goes on while the consumer starts the next work item's
+// MMAs; the buffer is rewritten once those copies have read it. Stored from registers, 4 bytes a
+// thread scattered over 8 rows, the epilogue held the tensor cores idle: at 8,192 tokens (H100)
+// the MoE took 1,503 us a layer against 1,283 with bf16 experts, and 1,930 against 1,814 with FP8
+// ones (down's K of 512 is only 8 k-blocks a work item). The buffer costs an operand stage.
 //
 // FP8 experts (block-scaled F8_E4M3 codes, fp8_weights.cuh) are read as codes: the weights' TMA
 // boxes land in a two-slot staging ring of bytes (64 codes a row, unswizzled), and the producer's
@@ -74,10 +73,11 @@ constexpr int kBm = 128;                   // rows a tile
 constexpr int kRowBytes = kBk * 2;         // 128: one swizzle row
 constexpr int kBStage = kBn * kRowBytes;   // 32 KiB
 constexpr int kAStage = kBm * kRowBytes;   // 16 KiB
-// bf16 experts stage the output tile in shared memory and store it by bulk copies, one a row,
-// while the consumers go on with the next work item; FP8 experts' code slots leave no room.
-template <bool kFp8>
-constexpr int kStages = kFp8 ? 4 : 3;  // 192 or 144 KiB of operands
+// The output tile is staged in shared memory and stored by bulk copies, one a row, while the
+// consumers go on with the next work item. That leaves room for 3 operand stages (144 KiB), and
+// 2 for FP8 experts' down projection beside its code slots and larger output tile.
+template <bool kGateUp, bool kFp8>
+constexpr int kStages = kFp8 && !kGateUp ? 2 : 3;
 template <bool kGateUp>
 constexpr int kOutCols = kGateUp ? 128 : kBn;  // output columns a work item
 // A staged output row: its columns and 16 bytes of padding, so that the 8 rows of a quad-pair
@@ -85,18 +85,18 @@ constexpr int kOutCols = kGateUp ? 128 : kBn;  // output columns a work item
 template <bool kGateUp>
 constexpr int kOutRow = kOutCols<kGateUp> * 2 + 16;
 template <bool kGateUp, bool kFp8>
-constexpr int kOutBytes = kFp8 ? 0 : kBm * kOutRow<kGateUp>;
+constexpr int kOutBytes = kBm * kOutRow<kGateUp>;
 constexpr int kCodeStage = kBn * kBk;      // 16 KiB: a stage's weights as FP8 codes
 constexpr int kCodeSlots = 2;              // the staging ring of codes (FP8 experts)
 // + barriers, alignment
 template <bool kGateUp, bool kFp8>
-constexpr size_t kSmemBytes = size_t(kStages<kFp8>) * (kAStage + kBStage) + kOutBytes<kGateUp, kFp8> +
-                              (kFp8 ? kCodeSlots * kCodeStage : 0) + 8 * (2 * kStages<kFp8> + kCodeSlots) +
+constexpr size_t kSmemBytes = size_t(kStages<kGateUp, kFp8>) * (kAStage + kBStage) + kOutBytes<kGateUp, kFp8> +
+                              (kFp8 ? kCodeSlots * kCodeStage : 0) + 8 * (2 * kStages<kGateUp, kFp8> + kCodeSlots) +
                               1024;
 static_assert(kSmemBytes<true, true> <= 227 * 1024 && kSmemBytes<false, true> <= 227 * 1024 &&
                   kSmemBytes<true, false> <= 227 * 1024 && kSmemBytes<false, false> <= 227 * 1024,
               "shared memory of a variant");
-static_assert(kOutBytes<true, false> % 1024 == 0 && kOutBytes<false, false> % 1024 == 0);
+static_assert(kOutBytes<true, false> % 1024 == 0 && kOutBytes<false, false> % 1024 == 0);  // codes stay aligned
 
 // The ring position: stage index and the parity of its current use.
 struct Ring {
@@ -146,8 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
                                                                     int64_t groups, MoeTiles tiles,
                                                                     int64_t k, int64_t n, int col_blocks,
                                                                     float limit, bf16* out) {
-  constexpr int kS = kStages<kFp8>;
-  constexpr bool kStaged = !kFp8;  // the output through the staging buffer
+  constexpr int kS = kStages<kGateUp, kFp8>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
   const uint32_t as = base, bs = base + kS * kAStage, obuf = bs + kS * kBStage;
@@ -314,55 +313,38 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_grouped_kernel(const bf16* 
                      : __floats2bfloat162_rn(d[q], d[q + 1]);
     };
     constexpr int kHalfCols = kGateUp ? 64 : 128, kJ = kGateUp ? 8 : 16;  // output columns an h, pairs a row
-    if constexpr (kStaged) {
-      // Into this consumer's 64 staged rows, once its previous work item's copies have read them;
-      // then each of 64 threads copies one row out.
-      const uint32_t ob = obuf + uint32_t(cw * 64 * kOutRow<kGateUp>);
-      if (wtid < 64) bulk_wait_read<0>();
-      named_sync(2 + cw, 128);
+    // Into this consumer's 64 staged rows, once its previous work item's copies have read them;
+    // then each of 64 threads copies one row out.
+    const uint32_t ob = obuf + uint32_t(cw * 64 * kOutRow<kGateUp>);
+    if (wtid < 64) bulk_wait_read<0>();
+    named_sync(2 + cw, 128);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const uint32_t orow = ob + uint32_t((lr0 + 8 * half) * kOutRow<kGateUp>);
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t orow = ob + uint32_t((lr0 + 8 * half) * kOutRow<kGateUp>);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
-          for (int j = 0; j < kJ; ++j) {
-            const __nv_bfloat162 v = value(h, j, half);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(orow + 2 * (h * kHalfCols + 8 * j + 2 * t)),
-                         "r"(*reinterpret_cast<const uint32_t*>(&v))
-                         : "memory");
-          }
-        }
-      }
-      fence_proxy_async();  // the staged rows, to the bulk copies
-      named_sync(2 + cw, 128);
-      if (wtid < 64) {
-        const int r = cw * 64 + wtid;
-        if (r < rows) {
-          const int64_t col0 = int64_t(nb) * kOutCols<kGateUp>;
-          const int cols = int(std::min<int64_t>(kOutCols<kGateUp>, n - col0));
-          bulk_store(out + int64_t(row0 + r) * n + col0, ob + uint32_t(wtid * kOutRow<kGateUp>), uint32_t(cols * 2));
-        }
-        bulk_commit();
-      }
-    } else {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = cw * 64 + lr0 + half * 8;
-        if (r >= rows) continue;
-        bf16* orow = out + int64_t(row0 + r) * n;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int j = 0; j < kJ; ++j) {
-            const int64_t col = int64_t(nb) * kOutCols<kGateUp> + h * kHalfCols + 8 * j + 2 * t;
-            if (col < n) *reinterpret_cast<__nv_bfloat162*>(orow + col) = value(h, j, half);
-          }
+        for (int j = 0; j < kJ; ++j) {
+          const __nv_bfloat162 v = value(h, j, half);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(orow + 2 * (h * kHalfCols + 8 * j + 2 * t)),
+                       "r"(*reinterpret_cast<const uint32_t*>(&v))
+                       : "memory");
         }
       }
     }
+    fence_proxy_async();  // the staged rows, to the bulk copies
+    named_sync(2 + cw, 128);
+    if (wtid < 64) {
+      const int r = cw * 64 + wtid;
+      if (r < rows) {
+        const int64_t col0 = int64_t(nb) * kOutCols<kGateUp>;
+        const int cols = int(std::min<int64_t>(kOutCols<kGateUp>, n - col0));
+        bulk_store(out + int64_t(row0 + r) * n + col0, ob + uint32_t(wtid * kOutRow<kGateUp>), uint32_t(cols * 2));
+      }
+      bulk_commit();
+    }
   }
-  if (kStaged && wtid < 64) bulk_wait<0>();  // the last copies are done before the block exits
+  if (wtid < 64) bulk_wait<0>();  // the last copies are done before the block exits
 }
 
 template <bool kGateUp, bool kFp8>
