@@ -98,6 +98,28 @@ TEST(CudaMixer, PagedAttentionDecodeAndPrefill) {
   }
 }
 
+// Decode at production shapes (the tensor-core decode kernel, attention_decode.cu): Qwen3.5's 16
+// query heads over 2 kv heads of 256, 40 sequences (two splits each where their keys fill them)
+// whose contexts cross the 16-key tiles, the 32-key splits and the pages at every offset, and a
+// batch of 256 (one split: the block writes the gated output); head dim 128 at groups of 8, 6,
+// 16 and 1; and a speculative verify's few rows a sequence (rows mode), at both head dims.
+TEST(CudaMixer, PagedAttentionDecodeProductionShapes) {
+  STRATA_REQUIRE_GPU();
+  std::vector<int32_t> ones(40, 1), ctx(40);
+  for (size_t i = 0; i < ctx.size(); ++i) ctx[i] = int32_t(i * 37 % 97 + (i % 5) * 211);
+  ctx[0] = 0, ctx[1] = 15, ctx[2] = 16, ctx[3] = 31, ctx[4] = 32, ctx[5] = 1030;
+  check_attention(256, 2, ones, ctx, 16, 2.f, true);
+  std::vector<int32_t> ones256(256, 1), ctx256(256);
+  for (size_t i = 0; i < ctx256.size(); ++i) ctx256[i] = int32_t(i * 53 % 301);
+  check_attention(256, 2, ones256, ctx256, 16, 2.f, true);
+  check_attention(128, 2, ones, ctx, 16, 2.f, true);
+  check_attention(128, 2, {1, 1, 1}, {300, 7, 64}, 12, 2.f, true);
+  check_attention(128, 2, {1, 1}, {500, 33}, 32, 2.f, true);
+  check_attention(128, 4, {1, 1}, {500, 33}, 4, 2.f, true);
+  check_attention(256, 2, {4, 1, 16, 3}, {100, 0, 2000, 31}, 16, 2.f, true);
+  check_attention(128, 2, {4, 2}, {700, 16}, 16, 2.f, true, 32);
+}
+
 // Qwen3.5's shape, 16 query heads over 2 kv heads of head dim 256 (the wgmma prefill,
 // two heads a block): a long prompt from an empty cache and a chunk after cached pages in one
 // batch, neither a whole number of tiles; head dim 128 likewise, and at a group of 3 (one head a

@@ -1,8 +1,9 @@
 // CUDA: causal GQA attention over the paged KV cache, either
 //  - decode (every sequence has one new token): split-K over the sequence's pages, one block per
-//    (split, kv head, sequence) and a warp per query head of the kv head, with a second kernel
-//    merging the splits' partial softmaxes. The new token's key and value are read from k and v
-//    and stored into their page by the block whose split holds them; or
+//    (split, kv head, sequence), with a second kernel merging the splits' partial softmaxes; for
+//    bf16 pages of head dim 128 or 256 the tensor-core kernel of attention_decode.cu, else the
+//    CUDA-core one below (a warp per query head of the kv head). The new token's key and value
+//    are read from k and v and stored into their page by the block whose split holds them; or
 //  - prefill (any batch): the new keys and values are written into their pages first, then
 //    FlashAttention-style tiles walk the keys with an online softmax: at head dims 128 and 256 the
 //    wgmma kernel (attention_wgmma.cu), at the smaller ones tiles of 64 queries x 64 keys with
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "strata/ops/cuda/attention_decode.h"
 #include "strata/ops/cuda/attention_wgmma.h"
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/kv_fp8.cuh"
@@ -28,16 +30,9 @@ namespace strata::ops::cuda {
 namespace {
 
 constexpr int kMaxSplits = 64;
-constexpr int kMinSplitTokens = 32;
 // Batches of at most this many tokens a sequence (a speculative verify's) take the decode
 // kernel a row at a time.
 constexpr int kDecodeRowsMax = 16;
-
-// The splits of a decode attention over `seq_len` keys out of the grid's `splits`: no fewer than
-// kMinSplitTokens keys each (short splits cost more in the combine than they save).
-__device__ __forceinline__ int used_splits(int seq_len, int splits) {
-  return max(1, min(splits, (seq_len + kMinSplitTokens - 1) / kMinSplitTokens));
-}
 
 // The query `i` of a decode attention: sequence i's last row, or (rows) batch row i, which
 // attends causally to the keys up to its own.
@@ -170,9 +165,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   const int s = query.seq, t = query.row, seq_len = query.keys;
   const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
   const bool padding = bt[0] < 0;
-  // The splits this sequence uses: no fewer than kMinSplitTokens keys each, read here from its
+  // The splits this sequence uses: no fewer than kDecodeMinSplitTokens keys each, read here from its
   // length on the device (a captured graph replays at any context); the grid's others exit.
-  const int used = used_splits(seq_len, splits);
+  const int used = decode_used_splits(seq_len, splits);
   if (split >= used) return;
   const int chunk = (seq_len + used - 1) / used;
   const int t0 = padding ? 0 : split * chunk, t1 = padding ? 0 : min(seq_len, t0 + chunk);
@@ -330,7 +325,7 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
   const int i = blockIdx.x / hq, h = blockIdx.x % hq;  // i: a sequence, or (rows) a batch row
   const DecodeQuery query = decode_query(b, i, rows);
   const int t = query.row;
-  const int used = used_splits(query.keys, splits);
+  const int used = decode_used_splits(query.keys, splits);
   if (used == 1) return;  // the decode kernel wrote this output
   const int64_t p0 = (int64_t(i) * hq + h) * splits;
   const int lanes = d_dim / 4, groups = max(1, kCombineThreads / lanes);
@@ -680,22 +675,35 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
     }
     const int nq = rows ? int(batch.token_ids.size()) : nseq;
     const int base = nq * hkv;
-    // Enough splits to give every SM two blocks, by the batch's shape alone (a graph captured at
-    // a short context replays at a long one); each query uses as many of them as its keys fill
-    // with kMinSplitTokens each (used_splits, on the device).
-    const int splits = std::clamp((2 * sm_count() + base - 1) / base, 1, kMaxSplits);
+    // bf16 pages of head dim 128 or 256 go to the tensor-core kernel (attention_decode.cu).
+    const bool mma = !fp8 && decode_mma_supported(D, hq / hkv);
+    // Enough splits to fill every SM (two blocks of the CUDA-core kernel, as many of the
+    // tensor-core one as fit), by the batch's shape alone (a graph captured at a short context
+    // replays at a long one); each query uses as many of them as its keys fill with
+    // kDecodeMinSplitTokens each (decode_used_splits, on the device).
+    const int per_sm = mma ? decode_mma_blocks_per_sm(D) : 2;
+    const int splits = std::clamp((per_sm * sm_count() + base - 1) / base, 1, kMaxSplits);
     Tensor part_o, part_ml;
     if (splits > 1) {
       part_o = scratch({int64_t(nq) * hq * splits * D}, DType::kF32);
       part_ml = scratch({int64_t(nq) * hq * splits * 2}, DType::kF32);
     }
-    const dim3 grid(splits, hkv, nq);
-    auto* kernel = rows ? (fp8 ? attn_decode_kernel<D, true, true> : attn_decode_kernel<D, false, true>)
-                        : (fp8 ? attn_decode_kernel<D, true, false> : attn_decode_kernel<D, false, false>);
-    launch_pdl(kernel, grid, kDecodeWarps * 32, 0, qp, cache.k.raw(), cache.v.raw(), nk, db, hq, hkv, bs, scale,
-               splits, gp, splits > 1 ? part_o.data<float>() : nullptr, splits > 1 ? part_ml.data<float>() : nullptr,
-               op);
-    check_launch("attn_decode");
+    float* po = splits > 1 ? part_o.data<float>() : nullptr;
+    float* pml = splits > 1 ? part_ml.data<float>() : nullptr;
+    if (mma) {
+      DecodeArgs args{};
+      args.batch = db, args.hq = hq, args.hkv = hkv, args.bs = bs, args.splits = splits, args.rows = rows;
+      args.scale = scale, args.k = nk.k, args.v = nk.v, args.gate = gp, args.part_o = po, args.part_ml = pml;
+      args.k_cache = static_cast<bf16*>(nk.k_cache), args.v_cache = static_cast<bf16*>(nk.v_cache), args.out = op;
+      attn_decode_mma(D, qp, args, unsigned(nq));
+    } else {
+      const dim3 grid(splits, hkv, nq);
+      auto* kernel = rows ? (fp8 ? attn_decode_kernel<D, true, true> : attn_decode_kernel<D, false, true>)
+                          : (fp8 ? attn_decode_kernel<D, true, false> : attn_decode_kernel<D, false, false>);
+      launch_pdl(kernel, grid, kDecodeWarps * 32, 0, qp, cache.k.raw(), cache.v.raw(), nk, db, hq, hkv, bs, scale,
+                 splits, gp, po, pml, op);
+      check_launch("attn_decode");
+    }
     if (splits > 1) {
       static_assert(D % 4 == 0 && D <= 4 * kCombineThreads, "attn_combine_kernel: four output elements a thread");
       launch_pdl(attn_combine_kernel, unsigned(nq * hq), kCombineThreads, 0, part_o.data<float>(),

@@ -18,14 +18,6 @@ namespace {
 constexpr int kBm = 64, kBn = 128, kBk = 64, kLd = kBk + 8, kStages = 3, kThreads = 256;
 
 
-// d += a b, one m16n8k16 tile (bf16 in, fp32 accumulate).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // FP8 weights (kFp8): the ring holds the codes, kBk bytes a row padded to kLd8 (16-byte aligned
 // rows, conflict-free 16-byte reads), and each stage is dequantised into one bf16 tile.
 constexpr int kLd8 = kBk + 16;

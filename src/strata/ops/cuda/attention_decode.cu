@@ -1,0 +1,272 @@
+// CUDA: decode attention over bf16 pages on tensor cores (mma.sync), for head dims 128 and 256 and
+// GQA groups of at most 16 query heads a kv head.
+//
+// Block (split, kv head, query): the query heads of one kv head are the 16 rows of an m16 tile
+// (rows past the group are zeros), so one pass over a key serves the whole group, where the
+// CUDA-core kernel (attention.cu) read and converted every key once a query head. Four warps
+// each walk their own 16-key tiles of the block's keys (tiles w, w + 4, ...) through their own
+// ring of kStages shared-memory stages filled by cp.async (a lane moves 16-byte chunks; a key's
+// page is looked up once a tile), so no barrier of the block sits in the loop. A tile:
+// S = Q K^T (m16n8k16, two n8 tiles of keys), the online softmax on S's fragments, P V with P
+// kept in registers as the A fragment (FlashAttention-2's layout), V by ldmatrix.trans. The
+// warps' partial softmaxes merge through shared memory at the end; the block then writes the
+// gated output (one split) or its partial for attn_combine_kernel (several). Rows of K, V and Q
+// are 16-byte chunks swizzled by the row (chunk c of row r at c ^ (r % 8)), so ldmatrix's eight
+// rows of a tile fall in distinct banks.
+#include "strata/ops/cuda/attention_decode.h"
+
+#include "strata/ops/cuda/async_copy.cuh"
+#include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/mma_fragment.cuh"
+#include "strata/ops/cuda/runtime.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32, kTileKeys = 16, kStages = 3, kRows = 16;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+struct DecodeSmem {
+  static constexpr int kRowBytes = D * 2, kChunks = D / 8;
+  static constexpr int kTile = kTileKeys * kRowBytes;                   // K or V of one tile
+  static constexpr int kQ = 0;                                          // [16][D] bf16
+  static constexpr int kMl = kQ + kRows * kRowBytes;                    // [warps][16] m, l
+  static constexpr int kStage0 = kMl + kWarps * kRows * 2 * 4;          // [warps][stages] K, V
+  static constexpr int kBytes = kStage0 + kWarps * kStages * 2 * kTile;
+  static constexpr int kOLd = D + 8;                                    // merge: [warps][16][D + 8] f32
+  static_assert(kWarps * kRows * kOLd * 4 <= kWarps * kStages * 2 * kTile, "the merge reuses the stages");
+};
+
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk, int row_bytes) {
+  return uint32_t(row * row_bytes + ((chunk ^ (row & 7)) << 4));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* __restrict__ q, DecodeArgs args) {
+  using L = DecodeSmem<D>;
+  constexpr int kC = L::kChunks;
+  extern __shared__ __align__(128) uint8_t smem[];
+  pdl_begin();
+  const DeviceBatch& b = args.batch;
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const int hkv = args.hkv, group = args.hq / hkv, bs = args.bs;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int s, t, seq_len;
+  if (args.rows) {
+    t = blockIdx.z;
+    s = b.token_seq[t];
+    seq_len = b.ctx_len[s] + (t - b.q_start[s]) + 1;
+  } else {
+    s = blockIdx.z;
+    t = b.q_start[s];
+    seq_len = b.ctx_len[s] + b.q_len[s];
+  }
+  const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
+  const bool padding = bt[0] < 0;
+  const int used = decode_used_splits(seq_len, args.splits);
+  if (split >= used) return;
+  const int chunk = (seq_len + used - 1) / used;
+  const int t0 = padding ? 0 : split * chunk, t1 = padding ? 0 : min(seq_len, t0 + chunk);
+  // Single-token decode: the new key and value (position `last`) come from args.k / args.v, and
+  // the block whose split holds them stores them into their page. Rows: every key is in the pages.
+  const int last = args.rows ? -1 : seq_len - 1;
+  const int64_t new_off = (int64_t(t) * hkv + kvh) * D;
+  if (!args.rows && !padding && split == last / chunk && bt[last / bs] >= 0) {
+    const int64_t dst = ((int64_t(bt[last / bs]) * bs + last % bs) * hkv + kvh) * D;
+    for (int i = tid; i < D / 8; i += kThreads) {
+      reinterpret_cast<uint4*>(args.k_cache + dst)[i] = reinterpret_cast<const uint4*>(args.k + new_off)[i];
+      reinterpret_cast<uint4*>(args.v_cache + dst)[i] = reinterpret_cast<const uint4*>(args.v + new_off)[i];
+    }
+  }
+  // Q: the group's heads as rows 0 .. group - 1, zeros below.
+  const uint32_t sq = smem_u32(smem) + L::kQ;
+  for (int x = tid; x < kRows * kC; x += kThreads) {
+    const int r = x / kC, c = x % kC;
+    const bool ok = r < group;
+    cp_async16(sq + swizzled(r, c, L::kRowBytes), q + (int64_t(t) * args.hq + kvh * group + (ok ? r : 0)) * D + c * 8,
+               ok);
+  }
+  cp_commit();
+
+  // This warp's tiles: keys t0 + 16 (warp + 4 i) ...
+  const int tiles = (t1 - t0 + kTileKeys - 1) / kTileKeys;
+  const int mine = warp < tiles ? (tiles - warp + kWarps - 1) / kWarps : 0;
+  const uint32_t stage0 = smem_u32(smem) + L::kStage0 + uint32_t(warp * kStages * 2 * L::kTile);
+  auto load = [&](int i) {
+    const int key0 = t0 + kTileKeys * (warp + kWarps * i);
+    const uint32_t sk = stage0 + uint32_t((i % kStages) * 2 * L::kTile), sv = sk + L::kTile;
+    const int mykey = key0 + (lane & 15);
+    const int page = mykey < t1 ? bt[mykey / bs] : -1;
+#pragma unroll
+    for (int j = 0; j < kTileKeys * kC / 32; ++j) {
+      const int x = lane + 32 * j, r = x / kC, c = x % kC;
+      const int key = key0 + r;
+      const int pg = __shfl_sync(0xffffffffu, page, r);
+      const bool ok = key < t1 && pg >= 0;
+      const int64_t off = ((int64_t(ok ? pg : 0) * bs + key % bs) * hkv + kvh) * D + c * 8;
+      const bf16* kp = key == last ? args.k + new_off + c * 8 : args.k_cache + off;
+      const bf16* vp = key == last ? args.v + new_off + c * 8 : args.v_cache + off;
+      cp_async16(sk + swizzled(r, c, L::kRowBytes), kp, ok);
+      cp_async16(sv + swizzled(r, c, L::kRowBytes), vp, ok);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < mine) load(i);
+    cp_commit();
+  }
+  cp_wait<kStages - 1>();  // Q (the first group)
+  __syncthreads();
+
+  // Accumulators: o[n] is the m16n8 tile of output columns 8n .. 8n + 7; rows g and g + 8.
+  const int g = lane >> 2, tq = lane & 3;
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;  // rows g, g + 8 (log2 units)
+  const float qk_scale = args.scale * kLog2e;
+  // ldmatrix lanes: A (Q) row and chunk offset; B (K, non-transposed) key and chunk offset; V
+  // (transposed) key and chunk offset.
+  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_c = lane >> 4;
+  const int k_row = (lane & 7) + (lane >> 4) * 8, k_c = (lane >> 3) & 1;
+  const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_c = lane >> 4;
+  for (int i = 0; i < mine; ++i) {
+    cp_wait<kStages - 2>();
+    __syncwarp();
+    if (i + kStages - 1 < mine) load(i + kStages - 1);
+    cp_commit();
+    const uint32_t sk = stage0 + uint32_t((i % kStages) * 2 * L::kTile), sv = sk + L::kTile;
+    const int key0 = t0 + kTileKeys * (warp + kWarps * i);
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4], kb[4];
+      ldmatrix_x4(a, sq + swizzled(a_row, 2 * kk + a_c, L::kRowBytes));
+      ldmatrix_x4(kb, sk + swizzled(k_row, 2 * kk + k_c, L::kRowBytes));
+      mma_bf16(sc[0], a, kb[0], kb[1]);
+      mma_bf16(sc[1], a, kb[2], kb[3]);
+    }
+    // The online softmax: keys 8 j + 2 tq + e of rows g (e < 2) and g + 8 (e >= 2).
+    float mx_lo = m_lo, mx_hi = m_hi;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + 8 * j + 2 * tq + (e & 1);
+        sc[j][e] = key < t1 ? sc[j][e] * qk_scale : -INFINITY;
+      }
+      mx_lo = fmaxf(mx_lo, fmaxf(sc[j][0], sc[j][1]));
+      mx_hi = fmaxf(mx_hi, fmaxf(sc[j][2], sc[j][3]));
+    }
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, x));
+      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, x));
+    }
+    // A row with no key yet keeps m = -inf; its probabilities are exp2(-inf) = 0.
+    const float base_lo = mx_lo == -INFINITY ? 0.f : mx_lo, base_hi = mx_hi == -INFINITY ? 0.f : mx_hi;
+    const float c_lo = fast_exp2(m_lo - base_lo), c_hi = fast_exp2(m_hi - base_hi);
+    m_lo = mx_lo, m_hi = mx_hi;
+    uint32_t pa[4];
+    float sum_lo = 0.f, sum_hi = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float p0 = fast_exp2(sc[j][0] - base_lo), p1 = fast_exp2(sc[j][1] - base_lo);
+      const float p2 = fast_exp2(sc[j][2] - base_hi), p3 = fast_exp2(sc[j][3] - base_hi);
+      sum_lo += p0 + p1, sum_hi += p2 + p3;
+      pa[2 * j] = pack_bf16x2(p0, p1);
+      pa[2 * j + 1] = pack_bf16x2(p2, p3);
+    }
+    l_lo = l_lo * c_lo + sum_lo, l_hi = l_hi * c_hi + sum_hi;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] *= c_lo, o[n][1] *= c_lo, o[n][2] *= c_hi, o[n][3] *= c_hi;
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, sv + swizzled(v_row, n + v_c, L::kRowBytes));
+      mma_bf16(o[n], pa, vb[0], vb[1]);
+      mma_bf16(o[n + 1], pa, vb[2], vb[3]);
+    }
+  }
+  cp_wait<0>();
+  // A row's mass is spread over the quad's lanes.
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, x);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, x);
+  }
+  __syncthreads();  // every warp is done with its stages: the merge reuses them
+  float* ml = reinterpret_cast<float*>(smem + L::kMl);
+  float* om = reinterpret_cast<float*>(smem + L::kStage0);
+  if (tq == 0) {
+    ml[(warp * kRows + g) * 2] = m_lo, ml[(warp * kRows + g) * 2 + 1] = l_lo;
+    ml[(warp * kRows + g + 8) * 2] = m_hi, ml[(warp * kRows + g + 8) * 2 + 1] = l_hi;
+  }
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    float* lo = om + (warp * kRows + g) * L::kOLd + 8 * n + 2 * tq;
+    *reinterpret_cast<float2*>(lo) = make_float2(o[n][0], o[n][1]);
+    *reinterpret_cast<float2*>(lo + 8 * L::kOLd) = make_float2(o[n][2], o[n][3]);
+  }
+  __syncthreads();
+  for (int x = tid; x < group * (D / 4); x += kThreads) {
+    const int r = x / (D / 4), d0 = 4 * (x % (D / 4));
+    float mw[kWarps], mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, mw[w] = ml[(w * kRows + r) * 2]);
+    float lsum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = fast_exp2(mw[w] - mx);
+        lsum += ml[(w * kRows + r) * 2 + 1] * f;
+        const float4 v = *reinterpret_cast<const float4*>(om + (w * kRows + r) * L::kOLd + d0);
+        acc[0] += v.x * f, acc[1] += v.y * f, acc[2] += v.z * f, acc[3] += v.w * f;
+      }
+    }
+    const int h = kvh * group + r;
+    const int64_t o0 = (int64_t(t) * args.hq + h) * D + d0;
+    if (used == 1) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float y = lsum > 0.f ? acc[e] / lsum : 0.f;
+        if (args.gate) y *= sigmoid_f(bf2f(args.gate[o0 + e]));
+        args.out[o0 + e] = f2bf(y);
+      }
+    } else {
+      // attn_combine_kernel's units: the running max in natural-log units.
+      const int64_t p = (int64_t(args.rows ? t : s) * args.hq + h) * args.splits + split;
+      *reinterpret_cast<float4*>(args.part_o + p * D + d0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      if (d0 == 0) {
+        args.part_ml[2 * p] = mx == -INFINITY ? -INFINITY : mx / kLog2e;
+        args.part_ml[2 * p + 1] = lsum;
+      }
+    }
+  }
+}
+
+template <int D>
+void launch(const bf16* q, const DecodeArgs& args, unsigned nq) {
+  static const bool kAttr = [] {
+    allow_shared_memory(reinterpret_cast<const void*>(attn_decode_mma_kernel<D>), DecodeSmem<D>::kBytes,
+                        "attn_decode_mma");
+    return true;
+  }();
+  (void)kAttr;
+  const dim3 grid(unsigned(args.splits), unsigned(args.hkv), nq);
+  launch_pdl(attn_decode_mma_kernel<D>, grid, kThreads, DecodeSmem<D>::kBytes, q, args);
+  check_launch("attn_decode_mma");
+}
+
+}  // namespace
+
+int decode_mma_blocks_per_sm(int d) { return d == 256 ? 1 : 2; }
+
+void attn_decode_mma(int d, const bf16* q, const DecodeArgs& args, unsigned nq) {
+  STRATA_CHECK(decode_mma_supported(d, args.hq / args.hkv), "attn_decode_mma: head dim ", d, ", group ",
+               args.hq / args.hkv);
+  d == 256 ? launch<256>(q, args, nq) : launch<128>(q, args, nq);
+}
+
+}  // namespace strata::ops::cuda

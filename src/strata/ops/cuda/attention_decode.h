@@ -1,0 +1,49 @@
+// Decode attention on tensor cores (attention_decode.cu), launched by paged_attention
+// (attention.cu) for bf16 pages of head dim 128 or 256 and GQA groups of at most 16; the
+// CUDA-core decode kernel of attention.cu takes FP8 pages and the other shapes. Both split a
+// query's keys the same way and leave several splits' partials to attn_combine_kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/runtime.h"
+
+namespace strata::ops::cuda {
+
+// A decode split holds no fewer than this many keys (short splits cost more in the combine than
+// they save).
+inline constexpr int kDecodeMinSplitTokens = 32;
+// The splits of a decode attention over `seq_len` keys out of the grid's `splits`, chosen on the
+// device from the query's length (a captured graph replays at any context); the grid's others exit.
+__device__ __forceinline__ int decode_used_splits(int seq_len, int splits) {
+  return max(1, min(splits, (seq_len + kDecodeMinSplitTokens - 1) / kDecodeMinSplitTokens));
+}
+
+inline bool decode_mma_supported(int d, int group) { return (d == 128 || d == 256) && group >= 1 && group <= 16; }
+// Resident blocks an SM (by shared memory), for the split count.
+int decode_mma_blocks_per_sm(int d);
+
+// The queries: sequence i's last row (single-token decode), or (rows) batch row i, attending
+// causally to the keys up to its own, all in the pages (a speculative verify's few rows a
+// sequence, stored before). Single-token decode reads the new key and value from k / v and
+// stores them into k_cache / v_cache. part_o [queries][hq][splits][d] and part_ml [..][2]
+// (running max in natural-log units, mass) when splits > 1; else out gets the gated output.
+struct DecodeArgs {
+  DeviceBatch batch;
+  int hq, hkv, bs, splits;
+  bool rows;
+  float scale;
+  const bf16* k;  // [T, hkv, d], single-token decode
+  const bf16* v;
+  bf16* k_cache;  // [pages][bs][hkv][d]
+  bf16* v_cache;
+  const bf16* gate;  // [T, hq * d] or null
+  float* part_o;
+  float* part_ml;
+  bf16* out;  // [T, hq, d]
+};
+// nq: the queries (sequences, or batch rows with args.rows).
+void attn_decode_mma(int d, const bf16* q, const DecodeArgs& args, unsigned nq);
+
+}  // namespace strata::ops::cuda
