@@ -23,6 +23,7 @@
 #include "strata/ops/cuda/attention_wgmma.h"
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/kv_fp8.cuh"
+#include "strata/ops/cuda/mma_fragment.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
 
@@ -33,19 +34,6 @@ constexpr int kMaxSplits = 64;
 // Batches of at most this many tokens a sequence (a speculative verify's) take the decode
 // kernel a row at a time.
 constexpr int kDecodeRowsMax = 16;
-
-// The query `i` of a decode attention: sequence i's last row, or (rows) batch row i, which
-// attends causally to the keys up to its own.
-struct DecodeQuery {
-  int seq, row, keys;
-};
-__device__ __forceinline__ DecodeQuery decode_query(const DeviceBatch& b, int i, bool rows) {
-  if (rows) {
-    const int s = b.token_seq[i];
-    return {s, i, b.ctx_len[s] + (i - b.q_start[s]) + 1};
-  }
-  return {i, b.q_start[i], b.ctx_len[i] + b.q_len[i]};
-}
 
 // The cache row (page * bs + position in the page) of batch row t; -1 for padding rows, which
 // never touch the cache.
@@ -179,12 +167,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(
   const uint8_t* vc8 = static_cast<const uint8_t*>(vc_raw);
   const int last = kFp8 || kRows ? -1 : seq_len - 1;  // FP8, rows: the new tokens are read from their pages
   const int64_t new_off = (int64_t(t) * hkv + kvh) * D;
-  if (!kFp8 && !kRows && !padding && split == last / chunk && bt[last / bs] >= 0) {
-    const int64_t dst = ((int64_t(bt[last / bs]) * bs + last % bs) * hkv + kvh) * D;
-    for (int i = threadIdx.x; i < D / 8; i += blockDim.x) {
-      reinterpret_cast<uint4*>(static_cast<bf16*>(nk.k_cache) + dst)[i] = reinterpret_cast<const uint4*>(nk.k + new_off)[i];
-      reinterpret_cast<uint4*>(static_cast<bf16*>(nk.v_cache) + dst)[i] = reinterpret_cast<const uint4*>(nk.v + new_off)[i];
-    }
+  if (!padding) {
+    decode_store_new_kv<D>(nk.k + new_off, nk.v + new_off, static_cast<bf16*>(nk.k_cache),
+                           static_cast<bf16*>(nk.v_cache), bt, bs, hkv, kvh, last, split, chunk);
   }
   for (int hh = warp; hh < group; hh += kDecodeWarps) {
     const int h = kvh * group + hh;
@@ -538,7 +523,7 @@ void launch_prefill_wgmma(const bf16* qp, const bf16* kp, const bf16* vp, int64_
   const int hpb = (hq / hkv) % 2 == 0 ? 2 : 1, qt = kWgmmaPrefillRows / hpb;
   if (one_tile_each(batch, qt)) {  // a verify step's few tokens a sequence: no host list
     attn_prefill_wgmma(D, qp, kp, vp, cache_rows, db, nullptr, unsigned(batch.seqs.size()), hq, hkv, bs, hpb,
-                       scale * 1.4426950408889634f, gp, op);
+                       scale * kLog2e, gp, op);
     return;
   }
   struct Tile {
@@ -560,7 +545,7 @@ void launch_prefill_wgmma(const bf16* qp, const bf16* kp, const bf16* vp, int64_
   Tensor keep;
   const int32_t* d_tiles = device_ints(tiles, &keep);
   attn_prefill_wgmma(D, qp, kp, vp, cache_rows, db, d_tiles, unsigned(order.size()), hq, hkv, bs, hpb,
-                     scale * 1.4426950408889634f, gp, op);
+                     scale * kLog2e, gp, op);
 }
 
 // The WMMA prefill (head dims 16 to 64), one block per (64-query tile, query head).

@@ -24,7 +24,6 @@ namespace strata::ops::cuda {
 namespace {
 
 constexpr int kWarps = 4, kThreads = kWarps * 32, kTileKeys = 16, kStages = 3, kRows = 16;
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
 struct DecodeSmem {
@@ -52,16 +51,8 @@ __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* _
   const int split = blockIdx.x, kvh = blockIdx.y;
   const int hkv = args.hkv, group = args.hq / hkv, bs = args.bs;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int s, t, seq_len;
-  if (args.rows) {
-    t = blockIdx.z;
-    s = b.token_seq[t];
-    seq_len = b.ctx_len[s] + (t - b.q_start[s]) + 1;
-  } else {
-    s = blockIdx.z;
-    t = b.q_start[s];
-    seq_len = b.ctx_len[s] + b.q_len[s];
-  }
+  const DecodeQuery query = decode_query(b, blockIdx.z, args.rows);
+  const int s = query.seq, t = query.row, seq_len = query.keys;
   const int* bt = b.block_table + int64_t(s) * *b.bt_stride;
   const bool padding = bt[0] < 0;
   const int used = decode_used_splits(seq_len, args.splits);
@@ -72,12 +63,9 @@ __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* _
   // the block whose split holds them stores them into their page. Rows: every key is in the pages.
   const int last = args.rows ? -1 : seq_len - 1;
   const int64_t new_off = (int64_t(t) * hkv + kvh) * D;
-  if (!args.rows && !padding && split == last / chunk && bt[last / bs] >= 0) {
-    const int64_t dst = ((int64_t(bt[last / bs]) * bs + last % bs) * hkv + kvh) * D;
-    for (int i = tid; i < D / 8; i += kThreads) {
-      reinterpret_cast<uint4*>(args.k_cache + dst)[i] = reinterpret_cast<const uint4*>(args.k + new_off)[i];
-      reinterpret_cast<uint4*>(args.v_cache + dst)[i] = reinterpret_cast<const uint4*>(args.v + new_off)[i];
-    }
+  if (!padding) {
+    decode_store_new_kv<D>(args.k + new_off, args.v + new_off, args.k_cache, args.v_cache, bt, bs, hkv, kvh, last,
+                           split, chunk);
   }
   // Q: the group's heads as rows 0 .. group - 1, zeros below.
   const uint32_t sq = smem_u32(smem) + L::kQ;

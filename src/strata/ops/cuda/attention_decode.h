@@ -20,6 +20,34 @@ __device__ __forceinline__ int decode_used_splits(int seq_len, int splits) {
   return max(1, min(splits, (seq_len + kDecodeMinSplitTokens - 1) / kDecodeMinSplitTokens));
 }
 
+// The query `i` of a decode attention: sequence i's last row, or (rows) batch row i, which
+// attends causally to the keys up to its own.
+struct DecodeQuery {
+  int seq, row, keys;
+};
+__device__ __forceinline__ DecodeQuery decode_query(const DeviceBatch& b, int i, bool rows) {
+  if (rows) {
+    const int s = b.token_seq[i];
+    return {s, i, b.ctx_len[s] + (i - b.q_start[s]) + 1};
+  }
+  return {i, b.q_start[i], b.ctx_len[i] + b.q_len[i]};
+}
+
+// The new token's key and value (k, v: its kv head's D elements) into their page by the block
+// whose split (of `chunk` keys) holds position `last`; last < 0 (its keys already in the pages)
+// stores nothing. bt: the sequence's block table.
+template <int D>
+__device__ __forceinline__ void decode_store_new_kv(const bf16* k, const bf16* v, bf16* k_cache, bf16* v_cache,
+                                                    const int* bt, int bs, int hkv, int kvh, int last, int split,
+                                                    int chunk) {
+  if (last < 0 || split != last / chunk || bt[last / bs] < 0) return;
+  const int64_t dst = ((int64_t(bt[last / bs]) * bs + last % bs) * hkv + kvh) * D;
+  for (int i = threadIdx.x; i < D / 8; i += blockDim.x) {
+    reinterpret_cast<uint4*>(k_cache + dst)[i] = reinterpret_cast<const uint4*>(k)[i];
+    reinterpret_cast<uint4*>(v_cache + dst)[i] = reinterpret_cast<const uint4*>(v)[i];
+  }
+}
+
 inline bool decode_mma_supported(int d, int group) { return (d == 128 || d == 256) && group >= 1 && group <= 16; }
 // Resident blocks an SM (by shared memory), for the split count.
 int decode_mma_blocks_per_sm(int d);

@@ -45,6 +45,9 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// log2(e): the online softmax's scores are kept in log2 units for fast_exp2.
+inline constexpr float kLog2e = 1.4426950408889634f;
+
 // 2^x by the special-function unit (approximate, subnormals flushed; 2^-inf = 0).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
