@@ -1,9 +1,10 @@
 // CUDA: causal GQA attention over the paged KV cache, either
 //  - decode (every sequence has one new token): split-K over the sequence's pages, one block per
 //    (split, kv head, sequence), with a second kernel merging the splits' partial softmaxes; for
-//    bf16 pages of head dim 128 or 256 the tensor-core kernel of attention_decode.cu, else the
-//    CUDA-core one below (a warp per query head of the kv head). The new token's key and value
-//    are read from k and v and stored into their page by the block whose split holds them; or
+//    head dims 128 and 256 (bf16 or FP8 pages) the tensor-core kernel of attention_decode.cu,
+//    else the CUDA-core one below (a warp per query head of the kv head). The new token's key and
+//    value (bf16 pages) are read from k and v and stored into their page by the block whose split
+//    holds them; or
 //  - prefill (any batch): the new keys and values are written into their pages first, then
 //    FlashAttention-style tiles walk the keys with an online softmax: at head dims 128 and 256 the
 //    wgmma kernel (attention_wgmma.cu), at the smaller ones tiles of 64 queries x 64 keys with
@@ -660,8 +661,8 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
     }
     const int nq = rows ? int(batch.token_ids.size()) : nseq;
     const int base = nq * hkv;
-    // bf16 pages of head dim 128 or 256 go to the tensor-core kernel (attention_decode.cu).
-    const bool mma = !fp8 && decode_mma_supported(D, hq / hkv);
+    // Head dims 128 and 256 go to the tensor-core kernel (attention_decode.cu).
+    const bool mma = decode_mma_supported(D, hq / hkv);
     // Enough splits to fill every SM (two blocks of the CUDA-core kernel, as many of the
     // tensor-core one as fit), by the batch's shape alone (a graph captured at a short context
     // replays at a long one); each query uses as many of them as its keys fill with
@@ -680,6 +681,7 @@ void launch_attention(const Tensor& q, const PagedKv& cache, const DeviceBatch& 
       args.batch = db, args.hq = hq, args.hkv = hkv, args.bs = bs, args.splits = splits, args.rows = rows;
       args.scale = scale, args.k = nk.k, args.v = nk.v, args.gate = gp, args.part_o = po, args.part_ml = pml;
       args.k_cache = static_cast<bf16*>(nk.k_cache), args.v_cache = static_cast<bf16*>(nk.v_cache), args.out = op;
+      args.k_scale = nk.k_scale, args.v_scale = nk.v_scale;
       attn_decode_mma(D, qp, args, unsigned(nq));
     } else {
       const dim3 grid(splits, hkv, nq);

@@ -17,6 +17,7 @@
 
 #include "strata/ops/cuda/async_copy.cuh"
 #include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/kv_fp8.cuh"
 #include "strata/ops/cuda/mma_fragment.cuh"
 #include "strata/ops/cuda/runtime.h"
 
@@ -25,25 +26,31 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = kWarps * 32, kTileKeys = 16, kStages = 3, kRows = 16;
 
-template <int D>
+// FP8 pages: each warp's ring holds the tiles' e4m3 codes, and one bf16 tile of K and of V that
+// the warp converts the current tile's codes into (times each key's scale, exactly: a power of
+// two) before its MMAs.
+template <int D, bool kFp8>
 struct DecodeSmem {
   static constexpr int kRowBytes = D * 2, kChunks = D / 8;
-  static constexpr int kTile = kTileKeys * kRowBytes;                   // K or V of one tile
+  static constexpr int kTile = kTileKeys * kRowBytes;                   // K or V of one tile, bf16
+  static constexpr int kCodes = kTileKeys * D;                          // K or V of one tile, e4m3
   static constexpr int kQ = 0;                                          // [16][D] bf16
   static constexpr int kMl = kQ + kRows * kRowBytes;                    // [warps][16] m, l
-  static constexpr int kStage0 = kMl + kWarps * kRows * 2 * 4;          // [warps][stages] K, V
-  static constexpr int kBytes = kStage0 + kWarps * kStages * 2 * kTile;
+  static constexpr int kStage0 = kMl + kWarps * kRows * 2 * 4;          // [warps] rings
+  static constexpr int kRing = kStages * 2 * (kFp8 ? kCodes : kTile);   // a warp's ring
+  static constexpr int kWarpBytes = kRing + (kFp8 ? 2 * kTile : 0);
+  static constexpr int kBytes = kStage0 + kWarps * kWarpBytes;
   static constexpr int kOLd = D + 8;                                    // merge: [warps][16][D + 8] f32
-  static_assert(kWarps * kRows * kOLd * 4 <= kWarps * kStages * 2 * kTile, "the merge reuses the stages");
+  static_assert(kWarps * kRows * kOLd * 4 <= kWarps * kWarpBytes, "the merge reuses the rings");
 };
 
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int row_bytes) {
   return uint32_t(row * row_bytes + ((chunk ^ (row & 7)) << 4));
 }
 
-template <int D>
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* __restrict__ q, DecodeArgs args) {
-  using L = DecodeSmem<D>;
+  using L = DecodeSmem<D, kFp8>;
   constexpr int kC = L::kChunks;
   extern __shared__ __align__(128) uint8_t smem[];
   pdl_begin();
@@ -59,9 +66,10 @@ __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* _
   if (split >= used) return;
   const int chunk = (seq_len + used - 1) / used;
   const int t0 = padding ? 0 : split * chunk, t1 = padding ? 0 : min(seq_len, t0 + chunk);
-  // Single-token decode: the new key and value (position `last`) come from args.k / args.v, and
-  // the block whose split holds them stores them into their page. Rows: every key is in the pages.
-  const int last = args.rows ? -1 : seq_len - 1;
+  // Single-token decode over bf16 pages: the new key and value (position `last`) come from
+  // args.k / args.v, and the block whose split holds them stores them into their page. Rows, and
+  // FP8 pages (encoded before): every key is in the pages.
+  const int last = args.rows || kFp8 ? -1 : seq_len - 1;
   const int64_t new_off = (int64_t(t) * hkv + kvh) * D;
   if (!padding) {
     decode_store_new_kv<D>(args.k + new_off, args.v + new_off, args.k_cache, args.v_cache, bt, bs, hkv, kvh, last,
@@ -80,28 +88,56 @@ __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* _
   // This warp's tiles: keys t0 + 16 (warp + 4 i) ...
   const int tiles = (t1 - t0 + kTileKeys - 1) / kTileKeys;
   const int mine = warp < tiles ? (tiles - warp + kWarps - 1) / kWarps : 0;
-  const uint32_t stage0 = smem_u32(smem) + L::kStage0 + uint32_t(warp * kStages * 2 * L::kTile);
+  const uint32_t ring = smem_u32(smem) + L::kStage0 + uint32_t(warp * L::kWarpBytes);
+  // bf16 pages: tile i's K and V in stage i % kStages. FP8 pages: its codes there, converted
+  // into the warp's one bf16 K and V tile (kbf, kbf + kTile) when their turn comes.
+  const uint32_t kbf = ring + L::kRing;
+  const uint8_t* kc8 = reinterpret_cast<const uint8_t*>(args.k_cache);
+  const uint8_t* vc8 = reinterpret_cast<const uint8_t*>(args.v_cache);
+  // Returns (FP8) this lane's scale byte of the tile: lane l < 16 key l's K scale, lane 16 + l
+  // its V scale (127, a scale of 1, past the keys).
   auto load = [&](int i) {
     const int key0 = t0 + kTileKeys * (warp + kWarps * i);
-    const uint32_t sk = stage0 + uint32_t((i % kStages) * 2 * L::kTile), sv = sk + L::kTile;
     const int mykey = key0 + (lane & 15);
     const int page = mykey < t1 ? bt[mykey / bs] : -1;
+    if constexpr (kFp8) {
+      const uint32_t ck = ring + uint32_t((i % kStages) * 2 * L::kCodes), cv = ck + L::kCodes;
+      constexpr int kCc = D / 16;  // 16-byte chunks of codes a row
 #pragma unroll
-    for (int j = 0; j < kTileKeys * kC / 32; ++j) {
-      const int x = lane + 32 * j, r = x / kC, c = x % kC;
-      const int key = key0 + r;
-      const int pg = __shfl_sync(0xffffffffu, page, r);
-      const bool ok = key < t1 && pg >= 0;
-      const int64_t off = ((int64_t(ok ? pg : 0) * bs + key % bs) * hkv + kvh) * D + c * 8;
-      const bf16* kp = key == last ? args.k + new_off + c * 8 : args.k_cache + off;
-      const bf16* vp = key == last ? args.v + new_off + c * 8 : args.v_cache + off;
-      cp_async16(sk + swizzled(r, c, L::kRowBytes), kp, ok);
-      cp_async16(sv + swizzled(r, c, L::kRowBytes), vp, ok);
+      for (int j = 0; j < kTileKeys * kCc / 32; ++j) {
+        const int x = lane + 32 * j, r = x / kCc, c = x % kCc;
+        const int key = key0 + r;
+        const int pg = __shfl_sync(0xffffffffu, page, r);
+        const bool ok = key < t1 && pg >= 0;
+        const int64_t off = ((int64_t(ok ? pg : 0) * bs + key % bs) * hkv + kvh) * D + c * 16;
+        cp_async16(ck + uint32_t(r * D + c * 16), kc8 + off, ok);
+        cp_async16(cv + uint32_t(r * D + c * 16), vc8 + off, ok);
+      }
+      if (page < 0) return uint8_t(127);
+      const int64_t e = (int64_t(page) * bs + mykey % bs) * hkv + kvh;
+      return __ldg(lane < 16 ? args.k_scale + e : args.v_scale + e);
+    } else {
+      const uint32_t sk = ring + uint32_t((i % kStages) * 2 * L::kTile), sv = sk + L::kTile;
+#pragma unroll
+      for (int j = 0; j < kTileKeys * kC / 32; ++j) {
+        const int x = lane + 32 * j, r = x / kC, c = x % kC;
+        const int key = key0 + r;
+        const int pg = __shfl_sync(0xffffffffu, page, r);
+        const bool ok = key < t1 && pg >= 0;
+        const int64_t off = ((int64_t(ok ? pg : 0) * bs + key % bs) * hkv + kvh) * D + c * 8;
+        const bf16* kp = key == last ? args.k + new_off + c * 8 : args.k_cache + off;
+        const bf16* vp = key == last ? args.v + new_off + c * 8 : args.v_cache + off;
+        cp_async16(sk + swizzled(r, c, L::kRowBytes), kp, ok);
+        cp_async16(sv + swizzled(r, c, L::kRowBytes), vp, ok);
+      }
+      return uint8_t(127);
     }
   };
+  // The scale bytes of the tiles in flight (FP8), kStages - 1 ahead: next[0] the oldest.
+  uint8_t next[kStages - 1];
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < mine) load(i);
+    next[i] = i < mine ? load(i) : uint8_t(127);
     cp_commit();
   }
   cp_wait<kStages - 1>();  // Q (the first group)
@@ -122,9 +158,39 @@ __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* _
   for (int i = 0; i < mine; ++i) {
     cp_wait<kStages - 2>();
     __syncwarp();
-    if (i + kStages - 1 < mine) load(i + kStages - 1);
+    const uint8_t scale_byte = next[0];
+#pragma unroll
+    for (int j = 0; j + 1 < kStages - 1; ++j) next[j] = next[j + 1];
+    next[kStages - 2] = i + kStages - 1 < mine ? load(i + kStages - 1) : uint8_t(127);
     cp_commit();
-    const uint32_t sk = stage0 + uint32_t((i % kStages) * 2 * L::kTile), sv = sk + L::kTile;
+    uint32_t sk = ring + uint32_t((i % kStages) * 2 * L::kTile), sv = sk + L::kTile;
+    if constexpr (kFp8) {
+      // Tile i's codes times their keys' scales into the bf16 tile (the previous tile's MMAs
+      // are done: __syncwarp above), 16 codes a chunk, rows swizzled as the bf16 pages' are.
+      sk = kbf, sv = kbf + L::kTile;
+      const uint32_t ck = ring + uint32_t((i % kStages) * 2 * L::kCodes);
+      constexpr int kCc = D / 16;
+#pragma unroll
+      for (int j = 0; j < 2 * kTileKeys * kCc / 32; ++j) {
+        const int x = lane + 32 * j, kv = x / (kTileKeys * kCc), r = (x / kCc) % kTileKeys, c = x % kCc;
+        const float scale = kv_fp8_scale(uint8_t(__shfl_sync(0xffffffffu, int(scale_byte), 16 * kv + r)));
+        uint4 codes;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(codes.x), "=r"(codes.y), "=r"(codes.z), "=r"(codes.w)
+                     : "r"(ck + uint32_t(kv * L::kCodes + r * D + c * 16)));
+        float f[16];
+        kv_fp8_unpack16(codes, scale, f);
+        const uint32_t dst = kbf + uint32_t(kv * L::kTile);
+        const uint4 lo = pack8(f), hi = pack8(f + 8);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swizzled(r, 2 * c, L::kRowBytes)),
+                     "r"(lo.x), "r"(lo.y), "r"(lo.z), "r"(lo.w)
+                     : "memory");
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swizzled(r, 2 * c + 1, L::kRowBytes)),
+                     "r"(hi.x), "r"(hi.y), "r"(hi.z), "r"(hi.w)
+                     : "memory");
+      }
+      __syncwarp();
+    }
     const int key0 = t0 + kTileKeys * (warp + kWarps * i);
     float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -234,16 +300,16 @@ __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* _
   }
 }
 
-template <int D>
+template <int D, bool kFp8>
 void launch(const bf16* q, const DecodeArgs& args, unsigned nq) {
+  using L = DecodeSmem<D, kFp8>;
   static const bool kAttr = [] {
-    allow_shared_memory(reinterpret_cast<const void*>(attn_decode_mma_kernel<D>), DecodeSmem<D>::kBytes,
-                        "attn_decode_mma");
+    allow_shared_memory(reinterpret_cast<const void*>(attn_decode_mma_kernel<D, kFp8>), L::kBytes, "attn_decode_mma");
     return true;
   }();
   (void)kAttr;
   const dim3 grid(unsigned(args.splits), unsigned(args.hkv), nq);
-  launch_pdl(attn_decode_mma_kernel<D>, grid, kThreads, DecodeSmem<D>::kBytes, q, args);
+  launch_pdl(attn_decode_mma_kernel<D, kFp8>, grid, kThreads, L::kBytes, q, args);
   check_launch("attn_decode_mma");
 }
 
@@ -254,7 +320,12 @@ int decode_mma_blocks_per_sm(int d) { return d == 256 ? 1 : 2; }
 void attn_decode_mma(int d, const bf16* q, const DecodeArgs& args, unsigned nq) {
   STRATA_CHECK(decode_mma_supported(d, args.hq / args.hkv), "attn_decode_mma: head dim ", d, ", group ",
                args.hq / args.hkv);
-  d == 256 ? launch<256>(q, args, nq) : launch<128>(q, args, nq);
+  const bool fp8 = args.k_scale != nullptr;
+  if (d == 256) {
+    fp8 ? launch<256, true>(q, args, nq) : launch<256, false>(q, args, nq);
+  } else {
+    fp8 ? launch<128, true>(q, args, nq) : launch<128, false>(q, args, nq);
+  }
 }
 
 }  // namespace strata::ops::cuda

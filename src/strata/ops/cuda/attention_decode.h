@@ -64,8 +64,10 @@ struct DecodeArgs {
   float scale;
   const bf16* k;  // [T, hkv, d], single-token decode
   const bf16* v;
-  bf16* k_cache;  // [pages][bs][hkv][d]
+  bf16* k_cache;  // [pages][bs][hkv][d]: bf16, or (k_scale set) e4m3 codes
   bf16* v_cache;
+  const uint8_t* k_scale;  // FP8 pages: a UE8M0 byte a vector (kv_fp8.cuh); null for bf16 pages
+  const uint8_t* v_scale;
   const bf16* gate;  // [T, hq * d] or null
   float* part_o;
   float* part_ml;
