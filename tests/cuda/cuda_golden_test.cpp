@@ -44,6 +44,12 @@ constexpr double kRmsTolerance = 0.12, kMedianTolerance = 0.1, kMaxTolerance = 3
 // kernels' (those are checked against the CPU op in cuda_moe_fp8_test.cpp). Its bounds: those
 // measurements plus 10%.
 constexpr double kFp8RmsTolerance = 0.14, kFp8MaxTolerance = 3.6;
+// The FP8 fixture in the modes whose chunks take the W8A8 expert tiles (>= 32 rows an expert: the
+// 100-token prompt whole, and chunks of 64, over its 2 experts of top 1): the activations
+// quantised to e4m3 (4 significant bits) add their error to the above against HF's unquantised
+// fp32 (H100, session 34: full mode max 10.36 = 3.39 std, rms 0.164 std, median per-position max
+// 0.145 std; chunked:64 3.24, 0.129, 0.127 std). Bounds: those plus 10%.
+constexpr double kFp8W8A8MaxTolerance = 3.73, kFp8W8A8RmsTolerance = 0.181, kFp8W8A8MedianTolerance = 0.16;
 
 // DeepSeek-V4's fixtures in the same unit (H100, session 26, the first run of its CUDA forward
 // against HF): rms <= 0.3 of the Qwen bound and median per-position max <= 0.42 of it, in every
@@ -70,17 +76,21 @@ void expect_logits_match_hf(const std::string& name) {
   const double scale = reference_scale(f.logits);
   const bool fp8 = name == "qwen3_5_moe_fp8_tiny";
   const bool deepseek_v4 = name.rfind("deepseek_v4", 0) == 0;
-  const double max_tol = fp8 ? kFp8MaxTolerance : deepseek_v4 ? kDeepseekV4MaxTolerance : kMaxTolerance;
-  const double rms_tol = fp8 ? kFp8RmsTolerance : kRmsTolerance;
   for (const std::string mode : {"full", "stepwise", "chunked:7", "chunked:64"}) {
+    const bool w8a8 = fp8 && (mode == "full" || mode == "chunked:64");
+    const double max_tol = w8a8  ? kFp8W8A8MaxTolerance
+                           : fp8 ? kFp8MaxTolerance
+                                 : deepseek_v4 ? kDeepseekV4MaxTolerance : kMaxTolerance;
+    const double rms_tol = w8a8 ? kFp8W8A8RmsTolerance : fp8 ? kFp8RmsTolerance : kRmsTolerance;
+    const double median_tol = w8a8 ? kFp8W8A8MedianTolerance : kMedianTolerance;
     Tensor logits = sequence_logits(*model, f.prompt, mode);
     const ErrorProfile e = error_profile(logits, f.logits);
     std::printf("  cuda %s %-10s max|d| = %.4g (tolerance %.4g), rms %.4g (tolerance %.4g), median per-position "
                 "max %.4g (tolerance %.4g)\n", name.c_str(), mode.c_str(), e.max, max_tol * scale, e.rms,
-                rms_tol * scale, e.median_position_max, kMedianTolerance * scale);
+                rms_tol * scale, e.median_position_max, median_tol * scale);
     EXPECT_LE(e.max, max_tol * scale) << name << " mode " << mode;
     EXPECT_LE(e.rms, rms_tol * scale) << name << " mode " << mode;
-    EXPECT_LE(e.median_position_max, kMedianTolerance * scale) << name << " mode " << mode;
+    EXPECT_LE(e.median_position_max, median_tol * scale) << name << " mode " << mode;
   }
 }
 

@@ -5,6 +5,7 @@
 // kernels that read them are tested against these ops in tests/cuda.)
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -185,6 +186,64 @@ TEST(Fp8Experts, ScaledTensorViews) {
   EXPECT_THROW(codes.with_scale(Tensor::empty({5, 2}, DType::kBF16), 128), Error);
   EXPECT_THROW(Tensor::empty({5, 200}, DType::kBF16).with_scale(Tensor::empty({5, 2}, DType::kF32), 128), Error);
   EXPECT_NO_THROW(codes.with_scale(Tensor::empty({5, 2}, DType::kF32), 128));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+Tensor fp8_rows_of(int64_t rows, int64_t cols) {
+  return Tensor::empty({rows, cols}, DType::kF8E4M3)
+      .with_scale(Tensor::empty({rows, (cols + 127) / 128}, DType::kF32), 128);
+}
+
+// quantize_fp8_rows (the activations of the W8A8 expert GEMMs on CUDA, which equal this op bit
+// for bit): each group of 128 columns of a row gets s = amax / 448, its largest element the code
+// of 448, every other element the nearest code (within half an e4m3 step of 2^-3 relative, or of
+// the subnormal step 2^-9 s), a group of zeros the scale 1e-10 / 448 and codes 0; a NaN quotient
+// is code 0x7f; the last group may be partial; a q of the wrong shape or scale layout is refused.
+TEST(Fp8Rows, QuantizeFollowsItsFormula) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.f, 2.f);
+  const int64_t rows = 3, cols = 160;  // groups of 128 and 32
+  Tensor x = Tensor::empty({rows, cols}, DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = d(rng);
+  for (int64_t c = 128; c < cols; ++c) x.data<float>()[cols + c] = 0.f;  // row 1's second group
+  x.data<float>()[2 * cols + 5] = std::nanf("");
+  Tensor q = fp8_rows_of(rows, cols);
+  ops::quantize_fp8_rows(x, q);
+  const auto* codes = static_cast<const uint8_t*>(q.raw());
+  const float* s = q.scale().data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < 2; ++g) {
+      float amax = 0.f;
+      for (int64_t c = 128 * g; c < std::min<int64_t>(cols, 128 * (g + 1)); ++c) {
+        amax = std::fmax(amax, std::fabs(x.data<float>()[r * cols + c]));
+      }
+      const float scale = s[r * 2 + g];
+      EXPECT_EQ(scale, std::fmax(amax, 1e-10f) / 448.f) << r << "/" << g;
+      for (int64_t c = 128 * g; c < std::min<int64_t>(cols, 128 * (g + 1)); ++c) {
+        const float v = x.data<float>()[r * cols + c];
+        const uint8_t code = codes[r * cols + c];
+        if (std::isnan(v)) {
+          EXPECT_EQ(code, 0x7f);
+          continue;
+        }
+        const float back = f8e4m3_to_f32(code) * scale;
+        EXPECT_LE(std::fabs(back - v), std::fmax(std::fabs(v) / 16.f, scale / 1024.f) * 1.0001f)
+            << r << ", " << c << ": " << v << " -> " << back;
+        if (amax > 0.f && std::fabs(v) == amax) {
+          EXPECT_EQ(code & 0x7f, 0x7e) << "the largest element is 448";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(s[1 * 2 + 1], 1e-10f / 448.f);
+  EXPECT_THROW(ops::quantize_fp8_rows(x, fp8_rows_of(rows, 128)), Error);
+  Tensor unscaled = Tensor::empty({rows, cols}, DType::kF8E4M3);
+  EXPECT_THROW(ops::quantize_fp8_rows(x, unscaled), Error);
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out);
 void mul_sigmoid(const Tensor& x, const Tensor& gate);
 // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]
 void silu_mul(const Tensor& gate_up, const Tensor& out);
+// FP8 activations, per row and per 128 columns (the rows of A of the W8A8 expert GEMMs on CUDA):
+// q [R, C] F8_E4M3 with F32 scales [R, ceil(C / 128)] (Tensor::with_scale, group 128). A group's
+// scale is s = max(amax, 1e-10) / 448 (amax ignores NaN), its codes e4m3(x / s) by IEEE division,
+// to nearest even, saturating at 448, a NaN quotient as code 0x7f. x F32 on the CPU, BF16 on
+// CUDA; equal codes and scales for equal values.
+void quantize_fp8_rows(const Tensor& x, const Tensor& q);
 
 // ---- norms ----
 

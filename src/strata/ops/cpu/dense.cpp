@@ -119,6 +119,34 @@ void silu_mul(const Tensor& gate_up, const Tensor& out) {
   });
 }
 
+void quantize_fp8_rows(const Tensor& x, const Tensor& q) {
+  STRATA_CUDA_DISPATCH(x, quantize_fp8_rows(x, q));
+  expect_cpu_f32(x, "quantize_fp8_rows", "x");
+  constexpr int64_t kGroup = 128;
+  const int64_t cols = x.ndim() ? x.dim(-1) : 0, rows = rows_of(x), groups = (cols + kGroup - 1) / kGroup;
+  STRATA_CHECK(q.dtype() == DType::kF8E4M3 && q.shape() == x.shape() && q.scaled() && q.scale_group() == kGroup &&
+                   q.scale().dtype() == DType::kF32 && q.scale().shape() == Shape({rows, groups}),
+               "quantize_fp8_rows: q ", q.describe(), " must be F8_E4M3 of x's shape ", x.describe(),
+               " with F32 scales [", rows, ", ", groups, "] per ", kGroup, " columns");
+  parallel_for(rows, [&](int64_t r) {
+    const float* xr = x.data<float>() + r * cols;
+    auto* qr = static_cast<uint8_t*>(q.raw()) + r * cols;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c0 = g * kGroup, c1 = std::min(cols, c0 + kGroup);
+      float amax = 0.f;
+      for (int64_t c = c0; c < c1; ++c) amax = std::fmax(amax, std::fabs(xr[c]));
+      const float s = std::fmax(amax, 1e-10f) / 448.f;
+      for (int64_t c = c0; c < c1; ++c) {
+        // A NaN quotient (a NaN in x, or an infinity over an infinite scale) as the GPU's
+        // canonical NaN, whatever the sign the CPU gave it.
+        const float v = xr[c] / s;
+        qr[c] = std::isnan(v) ? uint8_t(0x7f) : f32_to_f8e4m3(v);
+      }
+      q.scale().data<float>()[r * groups + g] = s;
+    }
+  });
+}
+
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out) {
   STRATA_CUDA_DISPATCH(x, rms_norm(x, w, eps, zero_centered, out));
   expect_cpu_f32(x, "rms_norm", "x");

@@ -16,6 +16,10 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* gmem, bool 
 __device__ __forceinline__ void cp_async16(void* dst, const void* gmem, bool valid = true) {
   cp_async16(smem_u32(dst), gmem, valid);
 }
+// 4 bytes global -> shared, asynchronously (through L1); zeros when !valid.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* gmem, bool valid = true) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>

@@ -40,6 +40,7 @@ void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w,
                          const Tensor& h_out, const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs);
 void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
 void silu_mul(const Tensor& gate_up, const Tensor& out);
+void quantize_fp8_rows(const Tensor& x, const Tensor& q);  // fp8_rows.cu
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out);
 void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
                   const Tensor& out);

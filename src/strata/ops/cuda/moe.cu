@@ -13,6 +13,7 @@
 #include "strata/ops/cuda/fp8_weights.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
+#include "strata/ops/cuda/fp8_rows.h"
 #include "strata/ops/cuda/moe_gemm.cuh"
 
 namespace strata::ops::cuda {
@@ -660,10 +661,25 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
   check_launch("moe_permute");
   Tensor act = scratch({pairs, inter}, DType::kBF16);
   Tensor y = scratch({pairs, h}, DType::kBF16);
-  moe_grouped_gemm(xp, perm_token, gu_m, tiles, tiling, unsigned(max_tiles), ne, h, inter, true, limit,
-                   static_cast<bf16*>(act.raw()));
-  moe_grouped_gemm(static_cast<const bf16*>(act.raw()), nullptr, dn_m, tiles, tiling, unsigned(max_tiles), ne, inter, h,
-                   false, INFINITY, static_cast<bf16*>(y.raw()));
+  auto* actp = static_cast<bf16*>(act.raw());
+  auto* yp = static_cast<bf16*>(y.raw());
+  if (fp8 && tiling.wgmma) {
+    // W8A8: x quantised once a token (the gate/up tiles gather its rows), act once a pair.
+    auto fp8_rows = [&](const bf16* v, int64_t rows, int64_t cols, Tensor& codes, Tensor& scales) {
+      codes = scratch({rows, cols}, DType::kF8E4M3);
+      scales = scratch({rows, (cols + kFp8Group - 1) / kFp8Group}, DType::kF32);
+      quantize_fp8_rows(v, rows, cols, static_cast<uint8_t*>(codes.raw()), scales.data<float>());
+      return Fp8Rows{static_cast<const uint8_t*>(codes.raw()), scales.data<float>(), scales.dim(1)};
+    };
+    Tensor xq, xs, aq, as;
+    moe_grouped_gemm_w8a8(fp8_rows(xp, t, h, xq, xs), perm_token, gu_m, tiles, unsigned(max_tiles), ne, h, inter, true,
+                          limit, actp);
+    moe_grouped_gemm_w8a8(fp8_rows(actp, pairs, inter, aq, as), nullptr, dn_m, tiles, unsigned(max_tiles), ne, inter,
+                          h, false, INFINITY, yp);
+  } else {
+    moe_grouped_gemm(xp, perm_token, gu_m, tiles, tiling, unsigned(max_tiles), ne, h, inter, true, limit, actp);
+    moe_grouped_gemm(actp, nullptr, dn_m, tiles, tiling, unsigned(max_tiles), ne, inter, h, false, INFINITY, yp);
+  }
   // The shared expert's output, added by the unpermute (one pass over out, one rounding).
   Tensor shared_y;
   if (shared.down) shared_y = shared_expert_output(shared_gate_up, shared_down);

@@ -38,14 +38,28 @@ MoeTiling moe_tiling(int64_t pairs, int64_t experts);
 // clamped form with a finite `limit` (swiglu_f);
 // else:    out[p, :n] = w[e] [n, k] · a[p] (a [P, k]).
 // Tiles as `tiling` says; launches column blocks x max_tiles blocks, those past *tiles.count
-// exit at once. FP8 experts (w.scale set; k a multiple of 16, and on the mma.sync tiles of 64 or
-// 32 with the zero-filled half) are multiplied as bf16(code * scale) by either kernel.
+// exit at once. FP8 experts (w.scale set; k a multiple of 16 and of 64 or 32 with the zero-filled
+// half) are multiplied as bf16(code * scale) on the mma.sync tiles only: on the wgmma tiles they
+// take FP8 rows of A (moe_grouped_gemm_w8a8).
 void moe_grouped_gemm(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
                       const MoeTiling& tiling, unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up,
                       float limit, bf16* out);
-// The wgmma kernel, tiles of 128 rows: persistent, at most one block an SM.
+// The wgmma kernel, tiles of 128 rows: persistent, at most one block an SM; bf16 experts.
 void moe_grouped_gemm_wgmma(const bf16* a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
                             unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, float limit,
                             bf16* out);
+
+// Rows of activations quantised to FP8 (quantize_fp8_rows): codes [rows, k] and `groups` =
+// ceil(k / kFp8Group) F32 scales a row.
+struct Fp8Rows {
+  const uint8_t* codes;
+  const float* scale;
+  int64_t groups;
+};
+// The wgmma kernel over FP8 experts and FP8 rows of A (W8A8; k a multiple of 16): as
+// moe_grouped_gemm_wgmma, each 128 columns of K scaled by the A row's and the weight row's scales.
+void moe_grouped_gemm_w8a8(const Fp8Rows& a, const int32_t* gather, const ExpertMatrix& w, const MoeTiles& tiles,
+                           unsigned max_tiles, int64_t experts, int64_t k, int64_t n, bool gate_up, float limit,
+                           bf16* out);
 
 }  // namespace strata::ops::cuda

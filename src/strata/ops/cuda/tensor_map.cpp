@@ -47,8 +47,8 @@ CUtensorMap tensor_map_bf16(const void* base, int rank, const uint64_t* dims, co
 }
 
 CUtensorMap tensor_map_u8(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
-                          const uint32_t* box) {
-  return encode(CU_TENSOR_MAP_DATA_TYPE_UINT8, "byte", base, rank, dims, strides, box, false);
+                          const uint32_t* box, bool swizzle128) {
+  return encode(CU_TENSOR_MAP_DATA_TYPE_UINT8, "byte", base, rank, dims, strides, box, swizzle128);
 }
 
 }  // namespace strata::ops::cuda

@@ -15,8 +15,8 @@ namespace strata::ops::cuda {
 // Elements outside the dims read as zero. swizzle128: the 128-byte swizzle of wgmma.cuh.
 CUtensorMap tensor_map_bf16(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
                             const uint32_t* box, bool swizzle128);
-// The same over bytes (FP8 codes), unswizzled: dims and boxes in bytes.
+// The same over bytes (FP8 codes): dims and boxes in bytes.
 CUtensorMap tensor_map_u8(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
-                          const uint32_t* box);
+                          const uint32_t* box, bool swizzle128);
 
 }  // namespace strata::ops::cuda

@@ -107,6 +107,22 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t a,
 #endif
 }
 
+// d[64 x 128] (+)= a[64 x 32] b[128 x 32]^T over F8_E4M3 codes, both K-major in shared memory (the
+// only layout FP8 operands have): a 128-byte swizzle row holds 128 codes, so a k32 step advances
+// the start address by 32 bytes, as a bf16 k16 step does. d is overwritten when !accumulate.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+#ifdef STRATA_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " STRATA_WGMMA_REGS64 ", %64, %65, p, 1, 1;\n}\n"
+      : STRATA_WGMMA_ACC64(d)
+      : "l"(a), "l"(b), "r"(accumulate));
+#else
+  (void)d, (void)a, (void)b, (void)accumulate;
+  __trap();
+#endif
+}
+
 // d[64 x 64] (+)= a[64 x 16] b[64 x 16]^T, both K-major in shared memory; d is overwritten when
 // !accumulate.
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate = 1) {
