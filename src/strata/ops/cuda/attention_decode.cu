@@ -100,38 +100,30 @@ __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* _
     const int key0 = t0 + kTileKeys * (warp + kWarps * i);
     const int mykey = key0 + (lane & 15);
     const int page = mykey < t1 ? bt[mykey / bs] : -1;
-    if constexpr (kFp8) {
-      const uint32_t ck = ring + uint32_t((i % kStages) * 2 * L::kCodes), cv = ck + L::kCodes;
-      constexpr int kCc = D / 16;  // 16-byte chunks of codes a row
+    // The tile's rows in 16-byte chunks: 16 codes (FP8, rows unswizzled) or 8 bf16 (swizzled).
+    constexpr int kPer = kFp8 ? 16 : 8, kChunksRow = D / kPer;
+    const uint32_t sk = ring + uint32_t((i % kStages) * 2 * (kFp8 ? L::kCodes : L::kTile));
+    const uint32_t sv = sk + (kFp8 ? L::kCodes : L::kTile);
 #pragma unroll
-      for (int j = 0; j < kTileKeys * kCc / 32; ++j) {
-        const int x = lane + 32 * j, r = x / kCc, c = x % kCc;
-        const int key = key0 + r;
-        const int pg = __shfl_sync(0xffffffffu, page, r);
-        const bool ok = key < t1 && pg >= 0;
-        const int64_t off = ((int64_t(ok ? pg : 0) * bs + key % bs) * hkv + kvh) * D + c * 16;
-        cp_async16(ck + uint32_t(r * D + c * 16), kc8 + off, ok);
-        cp_async16(cv + uint32_t(r * D + c * 16), vc8 + off, ok);
-      }
-      if (page < 0) return uint8_t(127);
-      const int64_t e = (int64_t(page) * bs + mykey % bs) * hkv + kvh;
-      return __ldg(lane < 16 ? args.k_scale + e : args.v_scale + e);
-    } else {
-      const uint32_t sk = ring + uint32_t((i % kStages) * 2 * L::kTile), sv = sk + L::kTile;
-#pragma unroll
-      for (int j = 0; j < kTileKeys * kC / 32; ++j) {
-        const int x = lane + 32 * j, r = x / kC, c = x % kC;
-        const int key = key0 + r;
-        const int pg = __shfl_sync(0xffffffffu, page, r);
-        const bool ok = key < t1 && pg >= 0;
-        const int64_t off = ((int64_t(ok ? pg : 0) * bs + key % bs) * hkv + kvh) * D + c * 8;
+    for (int j = 0; j < kTileKeys * kChunksRow / 32; ++j) {
+      const int x = lane + 32 * j, r = x / kChunksRow, c = x % kChunksRow;
+      const int key = key0 + r;
+      const int pg = __shfl_sync(0xffffffffu, page, r);
+      const bool ok = key < t1 && pg >= 0;
+      const int64_t off = ((int64_t(ok ? pg : 0) * bs + key % bs) * hkv + kvh) * D + c * kPer;
+      if constexpr (kFp8) {
+        cp_async16(sk + uint32_t(r * D + c * 16), kc8 + off, ok);
+        cp_async16(sv + uint32_t(r * D + c * 16), vc8 + off, ok);
+      } else {
         const bf16* kp = key == last ? args.k + new_off + c * 8 : args.k_cache + off;
         const bf16* vp = key == last ? args.v + new_off + c * 8 : args.v_cache + off;
         cp_async16(sk + swizzled(r, c, L::kRowBytes), kp, ok);
         cp_async16(sv + swizzled(r, c, L::kRowBytes), vp, ok);
       }
-      return uint8_t(127);
     }
+    if (!kFp8 || page < 0) return uint8_t(127);
+    const int64_t e = (int64_t(page) * bs + mykey % bs) * hkv + kvh;
+    return __ldg(lane < 16 ? args.k_scale + e : args.v_scale + e);
   };
   // The scale bytes of the tiles in flight (FP8), kStages - 1 ahead: next[0] the oldest.
   uint8_t next[kStages - 1];
