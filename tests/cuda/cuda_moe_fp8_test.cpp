@@ -65,11 +65,15 @@ constexpr double kW8A8GapTol = 0.1;
 // sizes (an estimate), and a misapplied scale moves whole rows or columns).
 constexpr double kW8A8MaxTol = 0.08, kW8A8RmsShare = 0.5;
 
+// An output of quantize_fp8_rows for [rows, cols] on `device`: codes with F32 scales per 128 columns.
+Tensor fp8_rows(int64_t rows, int64_t cols, Device device = Device::kCpu) {
+  return Tensor::empty({rows, cols}, DType::kF8E4M3, device)
+      .with_scale(Tensor::empty({rows, (cols + 127) / 128}, DType::kF32, device), 128);
+}
+
 // x (F32 of bf16 values) quantised per row and per 128 columns by the CPU op, and dequantised.
 Tensor fp8_round_trip(const Tensor& x) {
-  const int64_t rows = x.dim(0), cols = x.dim(1);
-  Tensor q = Tensor::empty({rows, cols}, DType::kF8E4M3)
-                 .with_scale(Tensor::empty({rows, (cols + 127) / 128}, DType::kF32), 128);
+  Tensor q = fp8_rows(x.dim(0), x.dim(1));
   ops::quantize_fp8_rows(x, q);
   return q.to_f32();
 }
@@ -248,11 +252,9 @@ TEST(CudaMoeFp8, QuantizedRowsEqualTheCpuOp) {
       v[2 * cols + 3] = std::nanf("");
       v[2 * cols + cols - 1] = -INFINITY;
     }
-    const int64_t groups = (cols + 127) / 128;
-    Tensor q = Tensor::empty({rows, cols}, DType::kF8E4M3).with_scale(Tensor::empty({rows, groups}, DType::kF32), 128);
+    Tensor q = fp8_rows(rows, cols);
     ops::quantize_fp8_rows(x, q);
-    Tensor gq = Tensor::empty({rows, cols}, DType::kF8E4M3, Device::kCuda)
-                    .with_scale(Tensor::empty({rows, groups}, DType::kF32, Device::kCuda), 128);
+    Tensor gq = fp8_rows(rows, cols, Device::kCuda);
     ops::quantize_fp8_rows(to_gpu(x), gq);
     const Tensor codes = gq.to(Device::kCpu), scales = gq.scale().to(Device::kCpu);
     const std::string at = std::to_string(rows) + " x " + std::to_string(cols);

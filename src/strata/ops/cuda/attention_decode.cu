@@ -48,6 +48,11 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk, int row_bytes) 
   return uint32_t(row * row_bytes + ((chunk ^ (row & 7)) << 4));
 }
 
+__device__ __forceinline__ void st_shared16(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 template <int D, bool kFp8>
 __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* __restrict__ q, DecodeArgs args) {
   using L = DecodeSmem<D, kFp8>;
@@ -173,13 +178,8 @@ __global__ void __launch_bounds__(kThreads) attn_decode_mma_kernel(const bf16* _
         float f[16];
         kv_fp8_unpack16(codes, scale, f);
         const uint32_t dst = kbf + uint32_t(kv * L::kTile);
-        const uint4 lo = pack8(f), hi = pack8(f + 8);
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swizzled(r, 2 * c, L::kRowBytes)),
-                     "r"(lo.x), "r"(lo.y), "r"(lo.z), "r"(lo.w)
-                     : "memory");
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swizzled(r, 2 * c + 1, L::kRowBytes)),
-                     "r"(hi.x), "r"(hi.y), "r"(hi.z), "r"(hi.w)
-                     : "memory");
+        st_shared16(dst + swizzled(r, 2 * c, L::kRowBytes), pack8(f));
+        st_shared16(dst + swizzled(r, 2 * c + 1, L::kRowBytes), pack8(f + 8));
       }
       __syncwarp();
     }
