@@ -188,6 +188,44 @@ TEST(Fp8Experts, ScaledTensorViews) {
   EXPECT_NO_THROW(codes.with_scale(Tensor::empty({5, 2}, DType::kF32), 128));
 }
 
+// Dense projections kept FP8 (WeightLoader::keep_fp8_dense, get_slices_fp8): the leading run of
+// FP8 parts as codes with per-row scales that mean exactly the dequantised weights, the parts
+// after it as floats; a projection that must stay whole falls back to floats when a part is not
+// FP8, as does every projection when not kept.
+TEST(Fp8Dense, KeptProjectionsSplitAtTheFirstUnquantisedPart) {
+  const Checkpoint ckpt = Checkpoint::open(kFixture);
+  using Slice = WeightLoader::Slice;
+  const std::vector<Slice> mixed = {{"layers.1.self_attn.k_proj.weight", {64, kHidden}, 0, 0, 64},
+                                    {"layers.1.self_attn.v_proj.weight", {64, kHidden}, 0, 32, 32},
+                                    {"layers.1.mlp.gate.weight", {kExperts, kHidden}, 0, 0, kExperts}};
+  const std::vector<Slice> out_proj = {{"layers.0.linear_attn.out_proj.weight", {kHidden, 64}, 1, 0, 64}};
+  auto load = [&](bool keep, const std::vector<Slice>& parts, bool allow_rest) {
+    WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), Device::kCpu, false);
+    w.accept_quant(weight_quant_of(ckpt));
+    w.keep_fp8_dense(keep);
+    WeightLoader::Fp8Split s = w.get_slices_fp8(parts, allow_rest);
+    w.finish();
+    return s;
+  };
+  const WeightLoader::Fp8Split plain = load(false, mixed, true);
+  ASSERT_FALSE(plain.fp8.defined());
+  ASSERT_EQ(plain.rest.shape(), Shape({64 + 32 + kExperts, kHidden}));
+  const WeightLoader::Fp8Split kept = load(true, mixed, true);
+  ASSERT_TRUE(kept.fp8.defined() && kept.rest.defined());
+  EXPECT_EQ(kept.fp8.dtype(), DType::kF8E4M3);
+  EXPECT_EQ(kept.fp8.scale().shape(), Shape({96, 2}));
+  expect_bitwise_equal(kept.fp8.to_f32(), plain.rest.rows(0, 96), "k and v rows");
+  expect_bitwise_equal(kept.rest, plain.rest.rows(96, 96 + kExperts), "router rows");
+  const WeightLoader::Fp8Split whole = load(true, mixed, false);
+  EXPECT_FALSE(whole.fp8.defined());
+  expect_bitwise_equal(whole.rest, plain.rest, "whole projection");
+  // A column slice (row-parallel out_proj) of K = 64: one partial scale group a row.
+  const WeightLoader::Fp8Split op = load(true, out_proj, false);
+  ASSERT_TRUE(op.fp8.defined() && !op.rest.defined());
+  EXPECT_EQ(op.fp8.scale().shape(), Shape({kHidden, 1}));
+  expect_bitwise_equal(op.fp8.to_f32(), load(false, out_proj, false).rest, "out_proj");
+}
+
 }  // namespace
 }  // namespace strata
 

@@ -40,9 +40,10 @@ struct Dims {
   int64_t vocab, hidden, heads, kv_heads, head_dim, hk, hv, dk, dv, conv_kernel;
   int64_t experts, top_k, moe_inter, shared_inter, inter;
   int64_t n_linear = 0, n_full = 0, n_moe = 0, n_dense = 0;
-  // Bytes a routed expert's weight takes on the GPU: 2 (bf16), or an FP8 block-scale
-  // checkpoint's code and its share of a per-row F32 scale per 128 columns (they stay FP8).
-  double expert_bytes = 2;
+  // Bytes a routed expert's or an attention or GDN projection's weight takes on the GPU: 2
+  // (bf16), or an FP8 block-scale checkpoint's code and its share of a per-row F32 scale per 128
+  // columns (they stay FP8; GDN's in_proj_b/a rows, the routers and the shared experts stay bf16).
+  double fp8_bytes = 2;
 };
 
 Dims read_dims(const std::string& dir) {
@@ -75,7 +76,7 @@ Dims read_dims(const std::string& dir) {
   }
   for (const std::string& t : types) (t == "full_attention" ? d.n_full : d.n_linear) += 1;
   (d.experts > 0 ? d.n_moe : d.n_dense) = layers;
-  if (parse_weight_quant(root, path).method == WeightQuant::Method::kFp8Block) d.expert_bytes = 1 + 4.0 / 128;
+  if (parse_weight_quant(root, path).method == WeightQuant::Method::kFp8Block) d.fp8_bytes = 1 + 4.0 / 128;
   return d;
 }
 
@@ -108,9 +109,11 @@ Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int6
   const double mlp_params = 3.0 * d.inter * h;
   const double t = double(tokens);
   Cost c;
-  c.weight_bytes += bf * (d.n_linear * (gdn_params + conv_dim * d.conv_kernel) + d.n_full * attn_params);
+  const double gdn_ba = 2.0 * d.hv * h;  // in_proj_b and in_proj_a: bf16 in FP8 checkpoints too
+  c.weight_bytes += d.n_linear * (d.fp8_bytes * (gdn_params - gdn_ba) + bf * (gdn_ba + conv_dim * d.conv_kernel));
+  c.weight_bytes += d.fp8_bytes * d.n_full * attn_params;
   c.weight_bytes += bf * (d.n_moe * moe_dense + d.n_dense * mlp_params);
-  c.weight_bytes += d.expert_bytes * d.n_moe * active_experts(d, t) * expert_params;
+  c.weight_bytes += d.fp8_bytes * d.n_moe * active_experts(d, t) * expert_params;
   c.weight_bytes += bf * (double(d.vocab) * h + t * h);  // LM head, embedding rows
   c.flops += 2 * t * (d.n_linear * gdn_params + d.n_full * attn_params);
   c.flops += 2 * t * (d.n_moe * (moe_dense + double(d.top_k) * expert_params) + d.n_dense * mlp_params);

@@ -147,8 +147,9 @@ struct Mlp {
 struct Layer {
   bool linear = false;
   Tensor input_norm, post_norm;
-  // Gated DeltaNet; in_proj = [in_proj_qkv; in_proj_z; in_proj_b; in_proj_a] (one pass over x)
-  Tensor in_proj, conv_w, a_log, dt_bias, gdn_norm, out_proj;
+  // Gated DeltaNet; in_proj = [in_proj_qkv; in_proj_z; in_proj_b; in_proj_a] (one pass over x).
+  // An FP8 checkpoint's on CUDA: in_proj the FP8 rows [qkv; z], in_proj_rest the bf16 [b; a].
+  Tensor in_proj, in_proj_rest, conv_w, a_log, dt_bias, gdn_norm, out_proj;
   // attention; qkv_proj = [q_proj; k_proj; v_proj]
   Tensor qkv_proj, o_proj, q_norm, k_norm;
   // feed-forward; router_shared = [gate; shared_expert_gate; shared gate_proj; shared up_proj]
@@ -196,10 +197,12 @@ class Qwen35Model final : public Model {
     full_ = parse_config(ckpt.config(), origin);
     cfg_ = local_config(full_, par_, origin);
     WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device, par_.rank == 0);
-    // FP8 block-scale checkpoints: on CUDA the routed experts stay FP8 (the MoE kernels read codes
-    // and per-row scales), everything else is dequantised at load, as are NVFP4 ones (issue 19).
+    // FP8 block-scale checkpoints: on CUDA the routed experts and the dense projections of the
+    // attention and GDN layers stay FP8 (the MoE and linear kernels read codes and per-row scales),
+    // everything else is dequantised at load, as are NVFP4 ones (issue 19).
     w.accept_quant(weight_quant_of(ckpt));
     w.keep_fp8_experts(device == Device::kCuda);
+    w.keep_fp8_dense(device == Device::kCuda);
     load(w);
     w.finish();
     auto unused = w.unused({"model.visual.", "mtp.", "model.mtp.", "visual."});
@@ -387,12 +390,14 @@ class Qwen35Model final : public Model {
 
   // x = norm(h + y) and the sublayer's first projection of x (w into outs), one op; h becomes
   // h + y (written into the spare buffer, which then swaps with h).
-  void project(Residual& r, Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) const {
+  // w_rest: bf16 rows after an FP8 w's (WeightLoader::get_slices_fp8).
+  void project(Residual& r, Tensor& x, const Tensor& w, const std::vector<Tensor>& outs,
+               const Tensor& w_rest = Tensor()) const {
     if (r.y.defined()) {
-      ops::add_rms_norm_linear(r.h, r.y, *r.norm, float(cfg_.eps), true, r.spare, x, w, outs);
+      ops::add_rms_norm_linear(r.h, r.y, *r.norm, float(cfg_.eps), true, r.spare, x, w, outs, w_rest);
       std::swap(r.h, r.spare);
     } else {
-      ops::add_rms_norm_linear(r.h, Tensor(), *r.norm, float(cfg_.eps), true, Tensor(), x, w, outs);
+      ops::add_rms_norm_linear(r.h, Tensor(), *r.norm, float(cfg_.eps), true, Tensor(), x, w, outs, w_rest);
     }
   }
 
@@ -427,6 +432,7 @@ class Qwen35Model final : public Model {
     WeightLoader w(ckpt, prefix, device_, false);
     w.accept_quant(weight_quant_of(ckpt));
     w.keep_fp8_experts(device_ == Device::kCuda);
+    w.keep_fp8_dense(device_ == Device::kCuda);
     const int64_t hsz = full_.hidden;
     mtp_.fc_embed = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, 0, hsz}});
     mtp_.fc_hidden = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, hsz, hsz}});
@@ -538,10 +544,11 @@ class Qwen35Model final : public Model {
     const int64_t d = full_.head_dim, hsz = full_.hidden, hq = full_.heads, hkv = full_.kv_heads;
     const Share qh = share(hq);
     const Share kh = hkv % par_.size == 0 ? share(hkv) : Share{qh.first / (hq / hkv), 1};
-    l.qkv_proj = w.get_slices({{p + "q_proj.weight", {hq * d * 2, hsz}, 0, qh.first * 2 * d, qh.count * 2 * d},
-                               {p + "k_proj.weight", {hkv * d, hsz}, 0, kh.first * d, kh.count * d},
-                               {p + "v_proj.weight", {hkv * d, hsz}, 0, kh.first * d, kh.count * d}});
-    l.o_proj = w.get_slices({{p + "o_proj.weight", {hsz, hq * d}, 1, qh.first * d, qh.count * d}});
+    l.qkv_proj = whole(w.get_slices_fp8({{p + "q_proj.weight", {hq * d * 2, hsz}, 0, qh.first * 2 * d, qh.count * 2 * d},
+                                         {p + "k_proj.weight", {hkv * d, hsz}, 0, kh.first * d, kh.count * d},
+                                         {p + "v_proj.weight", {hkv * d, hsz}, 0, kh.first * d, kh.count * d}},
+                                        false));
+    l.o_proj = whole(w.get_slices_fp8({{p + "o_proj.weight", {hsz, hq * d}, 1, qh.first * d, qh.count * d}}, false));
     l.q_norm = w.get(p + "q_norm.weight", {d});
     l.k_norm = w.get(p + "k_norm.weight", {d});
   }
@@ -571,15 +578,16 @@ class Qwen35Model final : public Model {
       }
       std::vector<Slice> rows = q;
       for (const std::vector<Slice>* part : {&k, &v, &z, &b, &a}) rows.insert(rows.end(), part->begin(), part->end());
-      l.in_proj = w.get_slices(rows);
+      set_in_proj(l, w.get_slices_fp8(rows, true));
     } else {
       const Shape qkv{conv_dim, hsz};
-      l.in_proj = w.get_slices({{p + "in_proj_qkv.weight", qkv, 0, kh.first * dk, kh.count * dk},
-                                {p + "in_proj_qkv.weight", qkv, 0, hk * dk + kh.first * dk, kh.count * dk},
-                                {p + "in_proj_qkv.weight", qkv, 0, 2 * hk * dk + vh.first * dv, vh.count * dv},
-                                {p + "in_proj_z.weight", {hv * dv, hsz}, 0, vh.first * dv, vh.count * dv},
-                                {p + "in_proj_b.weight", {hv, hsz}, 0, vh.first, vh.count},
-                                {p + "in_proj_a.weight", {hv, hsz}, 0, vh.first, vh.count}});
+      set_in_proj(l, w.get_slices_fp8({{p + "in_proj_qkv.weight", qkv, 0, kh.first * dk, kh.count * dk},
+                                       {p + "in_proj_qkv.weight", qkv, 0, hk * dk + kh.first * dk, kh.count * dk},
+                                       {p + "in_proj_qkv.weight", qkv, 0, 2 * hk * dk + vh.first * dv, vh.count * dv},
+                                       {p + "in_proj_z.weight", {hv * dv, hsz}, 0, vh.first * dv, vh.count * dv},
+                                       {p + "in_proj_b.weight", {hv, hsz}, 0, vh.first, vh.count},
+                                       {p + "in_proj_a.weight", {hv, hsz}, 0, vh.first, vh.count}},
+                                      true));
     }
     const Shape conv{conv_dim, 1, kw};
     const int64_t local_conv = 2 * kh.count * dk + vh.count * dv;
@@ -590,7 +598,21 @@ class Qwen35Model final : public Model {
     l.a_log = w.get_slices({{p + "A_log", {hv}, 0, vh.first, vh.count}});
     l.dt_bias = w.get_slices({{p + "dt_bias", {hv}, 0, vh.first, vh.count}});
     l.gdn_norm = w.get(p + "norm.weight", {dv});
-    l.out_proj = w.get_slices({{p + "out_proj.weight", {hsz, hv * dv}, 1, vh.first * dv, vh.count * dv}});
+    l.out_proj = whole(w.get_slices_fp8({{p + "out_proj.weight", {hsz, hv * dv}, 1, vh.first * dv, vh.count * dv}},
+                                        false));
+  }
+
+  // A projection kept whole: FP8 or not.
+  static Tensor whole(WeightLoader::Fp8Split s) { return s.fp8.defined() ? s.fp8 : s.rest; }
+
+  // in_proj's rows: FP8 ones first (q, k, v, z in an FP8 checkpoint on CUDA), the others after.
+  static void set_in_proj(Layer& l, WeightLoader::Fp8Split s) {
+    if (s.fp8.defined()) {
+      l.in_proj = s.fp8;
+      l.in_proj_rest = s.rest;
+    } else {
+      l.in_proj = s.rest;
+    }
   }
 
   void mlp(const Mlp& m, Residual& r, Tensor& x, Tensor& y) {
@@ -666,7 +688,7 @@ class Qwen35Model final : public Model {
                   dk = cfg_.lin_k_dim, dv = cfg_.lin_v_dim;
     const int64_t conv_dim = 2 * hk * dk + hv * dv;
     Tensor qkv = act({t, conv_dim}), z = act({t, hv, dv}), b = act({t, hv}), a = act({t, hv});
-    project(r, x, l.in_proj, {qkv, z.reshape({t, hv * dv}), b, a});
+    project(r, x, l.in_proj, {qkv, z.reshape({t, hv * dv}), b, a}, l.in_proj_rest);
     bool few_tokens = true;
     for (const SeqInBatch& s : batch.seqs) few_tokens = few_tokens && s.q_len <= ops::kGdnStepMaxTokens;
     STRATA_CHECK(few_tokens || batch.state_steps.count == 0, "forward: per-token states are stored for sequences "

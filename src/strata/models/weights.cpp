@@ -417,6 +417,48 @@ Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
   return assemble(total, blocks);
 }
 
+WeightLoader::Fp8Split WeightLoader::get_slices_fp8(const std::vector<Slice>& parts, bool allow_rest) {
+  const int64_t bc = quant_.block_cols;
+  auto full_name = [&](const Slice& s) { return s.top ? s.name : prefix_ + s.name; };
+  auto keeps = [&](const Slice& s) {
+    const std::string n = full_name(s);
+    const bool fp8 = dummy() ? !quant_.listed_not_converted(n) : quantised(n);
+    return fp8 && s.full.size() == 2 && (s.dim == 0 || s.begin % bc == 0);
+  };
+  size_t run = 0;
+  if (keep_fp8_dense_ && quant_.method == WeightQuant::Method::kFp8Block) {
+    while (run < parts.size() && keeps(parts[run])) ++run;
+  }
+  // The kept parts share their columns: whole rows of one width, or one column slice.
+  if (run > 1) {
+    for (size_t i = 0; i < run; ++i) {
+      if (parts[i].dim != 0 || parts[i].full[1] != parts[0].full[1]) run = 0;
+    }
+  }
+  if (run < parts.size() && !allow_rest) run = 0;
+  Fp8Split out;
+  if (run == 0) {
+    out.rest = get_slices(parts);
+    return out;
+  }
+  const Slice& first = parts[0];
+  const Range cols = first.dim == 1 ? Range{first.begin, first.count} : Range{0, first.full[1]};
+  int64_t rows = 0;
+  std::vector<Fp8Part> kept;
+  for (size_t i = 0; i < run; ++i) {
+    const Slice& s = parts[i];
+    const int64_t r0 = s.dim == 0 ? s.begin : 0, n = s.dim == 0 ? s.count : s.full[0];
+    STRATA_CHECK(s.begin >= 0 && s.count > 0 && s.begin + s.count <= s.full[size_t(s.dim)], full_name(s), ": shard [",
+                 s.begin, ", ", s.begin + s.count, ") along dimension ", s.dim, " does not fit ", shape_str(s.full));
+    kept.push_back({full_name(s), s.full, 0, r0, n});
+    rows += n;
+  }
+  out.fp8 = dummy() ? random_fp8(full_name(first), {rows, cols.count})
+                    : kept_fp8(kept, 1, cols).reshape({rows, cols.count});
+  if (run < parts.size()) out.rest = get_slices(std::vector<Slice>(parts.begin() + int64_t(run), parts.end()));
+  return out;
+}
+
 Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_count,
                      const std::vector<std::pair<int64_t, int64_t>>& rows, std::pair<int64_t, int64_t> cols,
                      const std::string& what) {

@@ -54,6 +54,9 @@ class WeightLoader {
   // a tensor-parallel shard whose down_proj columns do not start on a 128-column block, are
   // dequantised (or converted) as before.
   void keep_fp8_experts(bool keep) { keep_fp8_experts_ = keep; }
+  // Whether get_slices_fp8 keeps an FP8 block-scale checkpoint's dense projections FP8 (codes and
+  // per-row scales, as the experts above): on CUDA, whose linear ops read them so.
+  void keep_fp8_dense(bool keep) { keep_fp8_dense_ = keep; }
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   Device device() const { return device_; }
@@ -84,6 +87,16 @@ class WeightLoader {
     bool top = false;
   };
   Tensor get_slices(const std::vector<Slice>& parts);
+  // get_slices for a projection that may stay FP8 (keep_fp8_dense): the longest leading run of
+  // `parts` stored F8_E4M3 (dummy: not listed in modules_to_not_convert), whose column slices
+  // start on a 128-column block, as one F8_E4M3 matrix with per-row scales (Tensor::with_scale,
+  // group 128) in `fp8`, and the remaining parts as get_slices gives them in `rest` (undefined
+  // when none). Without such a run (or not kept), or when the run is not every part and
+  // `allow_rest` is false, `fp8` is undefined and `rest` holds every part.
+  struct Fp8Split {
+    Tensor fp8, rest;
+  };
+  Fp8Split get_slices_fp8(const std::vector<Slice>& parts, bool allow_rest);
   // A rank's share of fused experts `name` (prefix + name) of `full` shape [E, R, C]: experts
   // [experts.begin, + count), of each the row ranges `rows` (concatenated) and the columns
   // `cols`, as [experts.count, sum of the rows' counts, cols.count] on the device. Only the
@@ -183,7 +196,7 @@ class WeightLoader {
   Device device_;
   std::set<std::string> used_;
   WeightQuant quant_;                          // quantization_config
-  bool keep_fp8_experts_ = false;
+  bool keep_fp8_experts_ = false, keep_fp8_dense_ = false;
   std::map<std::string, Tensor> dequantised_;  // quantised weights as F32, until finish()
   size_t bytes_ = 0;
   LoadProgress progress_;

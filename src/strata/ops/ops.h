@@ -225,7 +225,9 @@ void split_columns(const Tensor& x, const std::vector<Tensor>& outs);
 // linear(x, w) split by columns into outs as split_columns: w's rows are the outputs'
 // columns, concatenated (several projections of one input in one pass over x). The outputs
 // may differ in dtype on the device (e.g. F32 router logits beside BF16 activations).
-void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs);
+// w_rest: rows after w's (another dtype: an FP8 projection's rows that its checkpoint left bf16;
+// CUDA only), the outputs' columns after w's.
+void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs, const Tensor& w_rest = Tensor());
 // The pre-norm residual step fused with the projection after it: h_out = h + y (rounded as
 // add_rms_norm rounds h), x = rms_norm(h_out) * w (zero_centered: 1 + w), outs = the columns of
 // x · weight^T as in linear_split. Without y (undefined): x = rms_norm(h) and h_out is unused.
@@ -233,7 +235,7 @@ void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& o
 // it may. The same result as add (or nothing), rms_norm and linear_split one after the other.
 void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w, float eps,
                          bool zero_centered, const Tensor& h_out, const Tensor& x,
-                         const Tensor& weight, const std::vector<Tensor>& outs);
+                         const Tensor& weight, const std::vector<Tensor>& outs, const Tensor& weight_rest = Tensor());
 // y += x * sigmoid(gate), one gate per row of x (gate has one element per row).
 void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
 

@@ -119,20 +119,22 @@ void split_columns(const Tensor& x, const std::vector<Tensor>& outs) {
 
 void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w, float eps,
                          bool zero_centered, const Tensor& h_out, const Tensor& x,
-                         const Tensor& weight, const std::vector<Tensor>& outs) {
-  STRATA_CUDA_DISPATCH(h, add_rms_norm_linear(h, y, norm_w, eps, zero_centered, h_out, x, weight, outs));
+                         const Tensor& weight, const std::vector<Tensor>& outs, const Tensor& weight_rest) {
+  STRATA_CUDA_DISPATCH(h, add_rms_norm_linear(h, y, norm_w, eps, zero_centered, h_out, x, weight, outs, weight_rest));
   if (y.defined()) {
     add(h, y, h_out);
     rms_norm(h_out, norm_w, eps, zero_centered, x);
   } else {
     rms_norm(h, norm_w, eps, zero_centered, x);
   }
-  linear_split(x, weight, outs);
+  linear_split(x, weight, outs, weight_rest);
 }
 
-void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) {
-  STRATA_CUDA_DISPATCH(x, linear_split(x, w, outs));
+void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs, const Tensor& w_rest) {
+  STRATA_CUDA_DISPATCH(x, linear_split(x, w, outs, w_rest));
   expect_cpu_f32(x, "linear_split", "x");
+  STRATA_CHECK(!w_rest.defined(), "linear_split: rows of another dtype after the weight (", w_rest.describe(),
+               ") are for CUDA's FP8 projections; on the CPU a projection is one F32 weight");
   Tensor all = Tensor::empty({rows_of(x), w.dim(0)}, DType::kF32);
   check_split(all, outs, "linear_split");
   linear(x, w, all);

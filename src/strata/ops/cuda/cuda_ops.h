@@ -29,7 +29,7 @@ void end_forward();
 
 // ---- dense (dense.cu, gemm.cu) ----
 void linear(const Tensor& x, const Tensor& w, const Tensor& y);
-void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs);
+void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs, const Tensor& w_rest);
 void embedding(const Tensor& table, const std::vector<int32_t>& ids, const Tensor& out);
 void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, const Tensor& out);
 void copy_columns(const Tensor& x, int64_t col0, const Tensor& out);
@@ -37,7 +37,7 @@ void split_columns(const Tensor& x, const std::vector<Tensor>& outs);
 void add(const Tensor& a, const Tensor& b, const Tensor& out);
 void mul_sigmoid(const Tensor& x, const Tensor& gate);
 void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w, float eps, bool zero_centered,
-                         const Tensor& h_out, const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs);
+                         const Tensor& h_out, const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs, const Tensor& w_rest);
 void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
 void silu_mul(const Tensor& gate_up, const Tensor& out);
 void quantize_fp8_rows(const Tensor& x, const Tensor& q);  // fp8_rows.cu

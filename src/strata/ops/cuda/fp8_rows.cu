@@ -19,7 +19,8 @@ constexpr int kThreads = 256;
 // takes part in the shuffles; those past the rows or the columns hold zeros and store nothing.
 __global__ void __launch_bounds__(kThreads) quantize_kernel(const bf16* __restrict__ x, int64_t rows, int64_t cols,
                                                             int groups, uint8_t* __restrict__ q,
-                                                            float* __restrict__ scale) {
+                                                            float* __restrict__ scale, int64_t row_stride,
+                                                            int64_t group_stride) {
   pdl_begin();
   const int64_t unit = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 4;
   const int l = threadIdx.x & 15;
@@ -43,19 +44,27 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const bf16* __restri
     word[i / 4] |= code << (8 * (i % 4));
   }
   if (ok) *reinterpret_cast<uint2*>(q + row * cols + col) = make_uint2(word[0], word[1]);
-  if (valid && l == 0) scale[row * groups + grp] = s;
+  if (valid && l == 0) scale[row * row_stride + grp * group_stride] = s;
 }
 
-}  // namespace
-
-void quantize_fp8_rows(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scale) {
+void launch_quantize(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scale, bool by_group) {
   STRATA_CHECK(cols % 8 == 0, "quantize_fp8_rows: ", cols, " columns, not a multiple of 8");
   const int groups = int((cols + kFp8Group - 1) / kFp8Group);
   const int64_t threads = rows * groups * 16;
   if (!threads) return;
   launch_pdl(quantize_kernel, unsigned((threads + kThreads - 1) / kThreads), kThreads, 0, x, rows, cols, groups, q,
-             scale);
+             scale, by_group ? int64_t(1) : int64_t(groups), by_group ? rows : int64_t(1));
   check_launch("quantize_fp8_rows");
+}
+
+}  // namespace
+
+void quantize_fp8_rows(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scale) {
+  launch_quantize(x, rows, cols, q, scale, false);
+}
+
+void quantize_fp8_rows_by_group(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scale) {
+  launch_quantize(x, rows, cols, q, scale, true);
 }
 
 void quantize_fp8_rows(const Tensor& x, const Tensor& q) {

@@ -10,5 +10,8 @@ namespace strata::ops::cuda {
 
 // x [rows, cols] bf16 (cols a multiple of 8) into codes q [rows, cols] and scales [rows, groups].
 void quantize_fp8_rows(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scale);
+// The same codes, the scales stored by group: [groups, rows] (what cuBLASLt's per-128 scales of
+// an operand are: the rows contiguous).
+void quantize_fp8_rows_by_group(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scale);
 
 }  // namespace strata::ops::cuda

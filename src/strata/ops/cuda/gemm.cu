@@ -1,6 +1,7 @@
 // CUDA: y = x · w^T. Up to 8 rows of x: a bandwidth-bound GEMV that streams each weight row once
 // with 16-byte loads (the decode path); more rows: cuBLASLt, bf16 inputs with fp32 accumulation.
-// linear_split writes the columns of several projections straight into their own outputs.
+// linear_split writes the columns of several projections straight into their own outputs. FP8
+// weights (codes with per-row scales) go to linear_fp8.cu.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -10,124 +11,14 @@
 #include <utility>
 
 #include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/fp8_weights.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
 #include "strata/ops/cuda/gemm.h"
+#include "strata/ops/cuda/gemv_common.cuh"
 
 namespace strata::ops::cuda {
 namespace {
-
-constexpr int kMaxOuts = 8;
-constexpr int kGemvMaxRows = 8;
-
-struct Outs {
-  void* ptr[kMaxOuts];
-  int64_t start[kMaxOuts + 1];
-  bool f32[kMaxOuts];
-  int n;
-};
-
-__device__ __forceinline__ void store_out(const Outs& o, int64_t t, int64_t col, float v) {
-  int s = 0;
-  while (col >= o.start[s + 1]) ++s;
-  const int64_t w = o.start[s + 1] - o.start[s];
-  stf(o.ptr[s], o.f32[s], t * w + col - o.start[s], v);
-}
-
-// add_rms_norm_linear's prologue: every block forms x = rms_norm(h + y) * w itself, in shared
-// memory (rows x K bf16, the same roundings as add_rms_norm); block 0 also writes h + y and x out.
-constexpr int kNormMaxElems = 8 * 2048;
-
-struct NormIn {
-  const bf16* h;
-  const bf16* y;  // null: x = rms_norm(h), nothing to add
-  const void* w;
-  bool w32, zero_centered;
-  float eps;
-  bf16* h_out;  // h + y (with y)
-  bf16* x_out;
-};
-
-// The prologue, between pdl_wait and the GEMV: xs[rows][k_dim] = the normalised rows. Each
-// thread loads its 8 elements of every row (h, y and the norm weight) before it uses any, so the
-// rows' loads overlap instead of queueing one behind another.
-template <int T>
-__device__ void norm_prologue(const NormIn& nin, int64_t k_dim, int rows, bf16* xs) {
-  __shared__ float red[8][T];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const bool writer = blockIdx.x == 0;
-  float ss[T];
-#pragma unroll
-  for (int t = 0; t < T; ++t) ss[t] = 0.f;
-  for (int64_t c = int64_t(tid) * 8; c < k_dim; c += 256 * 8) {
-    uint4 hv[T], yv[T];
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      if (t < rows) {
-        hv[t] = *reinterpret_cast<const uint4*>(nin.h + t * k_dim + c);
-        if (nin.y) yv[t] = *reinterpret_cast<const uint4*>(nin.y + t * k_dim + c);
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      if (t >= rows) continue;
-      float v[8];
-      unpack8(hv[t], v);
-      uint4 packed;
-      if (nin.y) {
-        float r[8];
-        unpack8(yv[t], r);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] += r[e];
-        packed = pack8(v);
-        unpack8(packed, v);  // the rounded sum, as the next layer sees it
-        if (writer) *reinterpret_cast<uint4*>(nin.h_out + t * k_dim + c) = packed;
-      } else {
-        packed = pack8(v);
-      }
-      *reinterpret_cast<uint4*>(xs + t * k_dim + c) = packed;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) ss[t] += v[e] * v[e];
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    const float w = warp_sum(ss[t]);
-    if (lane == 0) red[warp][t] = w;
-  }
-  __syncthreads();
-  float inv[T];
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    float total = 0.f;
-    for (int j = 0; j < 8; ++j) total += red[j][t];
-    inv[t] = rsqrtf(total / float(k_dim) + nin.eps);
-  }
-  for (int64_t c = int64_t(tid) * 8; c < k_dim; c += 256 * 8) {
-    float wf[8];
-    if (nin.w32) {
-      const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(nin.w) + c);
-      const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(nin.w) + c + 4);
-      wf[0] = a.x, wf[1] = a.y, wf[2] = a.z, wf[3] = a.w, wf[4] = b.x, wf[5] = b.y, wf[6] = b.z, wf[7] = b.w;
-    } else {
-      unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(nin.w) + c), wf);
-    }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) wf[e] += nin.zero_centered ? 1.f : 0.f;
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      if (t >= rows) continue;
-      float v[8], o[8];
-      unpack8(*reinterpret_cast<const uint4*>(xs + t * k_dim + c), v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] = v[e] * inv[t] * wf[e];
-      const uint4 packed = pack8(o);
-      *reinterpret_cast<uint4*>(xs + t * k_dim + c) = packed;
-      if (writer) *reinterpret_cast<uint4*>(nin.x_out + t * k_dim + c) = packed;
-    }
-  }
-  __syncthreads();
-}
 
 // A block of 8 warps computes 8 / S groups of R consecutive output columns for all T rows of x;
 // the S warps of a group split the K dimension and add their partial sums in shared memory.
@@ -225,29 +116,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, c
       pdl_wait();
       waited = true;
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        const float v = warp_sum(acc[r][t]);
-        if (S == 1) {
-          if (lane == 0 && t < rows && n0 + r < n_dim) store_out(outs, t, n0 + r, v);
-        } else if (lane == 0) {
-          partial[warp][r][t] = v;
-        }
-      }
-    }
-    if (S > 1) {
-      __syncthreads();
-      if (part == 0 && lane < R * T) {
-        const int r = lane / T, t = lane % T;
-        float v = 0.f;
-#pragma unroll
-        for (int j = 0; j < S; ++j) v += partial[warp + j][r][t];
-        if (t < rows && n0 + r < n_dim) store_out(outs, t, n0 + r, v);
-      }
-      __syncthreads();
-    }
+    store_dots<T, R, S>(acc, partial, n0, n_dim, rows, outs);
   }
   if (!waited) pdl_wait();
 }
@@ -276,12 +145,6 @@ int64_t resident_gemv_blocks() {
   return kBlocks;
 }
 
-// How evenly `tiles` block tiles fill whole waves of `resident` blocks (1 = no idle tail).
-double wave_fill(int64_t tiles, int64_t resident) {
-  const int64_t waves = (tiles + resident - 1) / resident;
-  return double(tiles) / double(waves * resident);
-}
-
 template <int T, int R, int S, bool kNorm>
 void launch_gemv_split(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
   const int64_t tiles = (n + (8 / S) * R - 1) / ((8 / S) * R);
@@ -299,15 +162,7 @@ void launch_gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, c
   };
   const double f[4] = {fill(1, resident_gemv_blocks<T, R, 1, kNorm>()), fill(2, resident_gemv_blocks<T, R, 2, kNorm>()),
                        fill(4, resident_gemv_blocks<T, R, 4, kNorm>()), fill(8, resident_gemv_blocks<T, R, 8, kNorm>())};
-  int best = 0;
-  for (int i = 0; i < 4; ++i) {
-    if (f[i] >= 0.9) {
-      best = i;
-      break;
-    }
-    if (f[i] > f[best]) best = i;
-  }
-  switch (best) {
+  switch (best_split(f)) {
     case 0: return launch_gemv_split<T, R, 1, kNorm>(x, w, k, n, rows, o, nin);
     case 1: return launch_gemv_split<T, R, 2, kNorm>(x, w, k, n, rows, o, nin);
     case 2: return launch_gemv_split<T, R, 4, kNorm>(x, w, k, n, rows, o, nin);
@@ -392,7 +247,14 @@ Outs outs_of(const std::vector<Tensor>& ys, int64_t rows, int64_t n, const char*
   return o;
 }
 
-void linear_into(const Tensor& x, const Tensor& w, const std::vector<Tensor>& ys, const char* op) {
+void linear_into(const Tensor& x, const Tensor& w, const std::vector<Tensor>& ys, const char* op,
+                 const Tensor& rest = Tensor()) {
+  if (w.dtype() == DType::kF8E4M3) {
+    return linear_fp8_into(x, w, rest, ys, outs_of(ys, rows_of(x), w.dim(0) + (rest.defined() ? rest.dim(0) : 0), op),
+                           op);
+  }
+  STRATA_CHECK(!rest.defined(), op, ": bf16 rows ", rest.describe(), " after a weight that is not FP8, ",
+               w.describe());
   expect_dtype(x, DType::kBF16, op, "x");
   expect_dtype(w, DType::kBF16, op, "weight");
   STRATA_CHECK(w.ndim() == 2 && x.dim(-1) == w.dim(1), op, ": x ", x.describe(), " does not match weight ",
@@ -487,6 +349,65 @@ void gemm_bf16(const void* x, const void* w, void* y, bool y_f32, int64_t m, int
   gemm_bf16_grouped(x, k, 0, w, 0, y, y_f32, n, 0, m, n, k, 1);
 }
 
+bool gemm_fp8_block(const void* xq, const float* x_scale, const void* wq, const float* w_scale, void* y, bool y_f32,
+                    int64_t m, int64_t n, int64_t k) {
+  if (m % 4 || n % 8 || k % 16 || !aligned16(x_scale) || !aligned16(w_scale)) return false;
+  Lt& l = lt();
+  // As gemm_bf16: A = w (k x n, transposed), B = x (k x m), D = y (n x m), column-major; the
+  // scales per 128 of K of each operand's rows, by group: [ceil(k / 128), n] and [.., m].
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), "A scale mode");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), "B scale mode");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)),
+           "A scale");
+  check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)),
+           "B scale");
+  check_lt(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(n), k), "layout A");
+  check_lt(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(m), k), "layout B");
+  check_lt(cublasLtMatrixLayoutCreate(&c, y_f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n), uint64_t(m), n), "layout C");
+  bool found_algo = true;
+  cublasLtMatmulAlgo_t algo;
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    // The bf16 keys have groups >= 1: groups -1 marks the FP8 ones.
+    const GemmKey key{m, n, k, y_f32, k, n, 0, 0, 0, -1};
+    auto it = l.algos.find(key);
+    if (it == l.algos.end()) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+      const size_t ws = Lt::kWorkspace;
+      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                    sizeof(ws)),
+               "workspace preference");
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      const cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(l.handle, desc, a, b, c, c, pref, 1, &result, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      found_algo = h == CUBLAS_STATUS_SUCCESS && found > 0;
+      if (found_algo) it = l.algos.emplace(key, result.algo).first;
+    }
+    if (found_algo) algo = it->second;
+  }
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+  if (found_algo) {
+    const float alpha = 1.f, beta = 0.f;
+    s = cublasLtMatmul(l.handle, desc, &alpha, wq, a, xq, b, &beta, y, c, y, c, &algo, l.workspace.raw(),
+                       Lt::kWorkspace, stream());
+  }
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(c);
+  cublasLtMatmulDescDestroy(desc);
+  if (found_algo) check_lt(s, "FP8 Matmul");
+  return found_algo;
+}
+
 void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   OpTimer timer_("linear", w.ndim() == 2 ? w.dim(0) : 0, w.ndim() == 2 ? w.dim(1) : 0);
   STRATA_CHECK(y.dim(-1) == w.dim(0), "linear: y ", y.describe(), " does not match weight ", w.describe());
@@ -494,7 +415,8 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
 }
 
 void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w, float eps, bool zero_centered,
-                         const Tensor& h_out, const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) {
+                         const Tensor& h_out, const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs,
+                         const Tensor& w_rest) {
   OpTimer timer_("add_rms_norm_linear", w.ndim() == 2 ? w.dim(0) : 0, w.ndim() == 2 ? w.dim(1) : 0);
   const char* op = "add_rms_norm_linear";
   const int64_t k = h.dim(-1), rows = rows_of(h);
@@ -502,8 +424,15 @@ void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w,
                                                                                  h_out.shape() == h.shape())),
                op, ": h ", h.describe(), ", y ", y.defined() ? y.describe() : "none", ", x ", x.describe(),
                ", norm weight ", norm_w.describe());
-  bool fused = rows >= 1 && rows <= kGemvMaxRows && rows * k <= kNormMaxElems && k % 8 == 0 && w.ndim() == 2 &&
-               w.dim(1) == k && w.dtype() == DType::kBF16 && aligned16(w.raw()) && aligned16(norm_w.raw());
+  const bool fp8 = w.dtype() == DType::kF8E4M3;
+  bool fused = rows >= 1 && rows <= kGemvMaxRows && rows * k <= kNormMaxElems && k % (fp8 ? 16 : 8) == 0 &&
+               w.ndim() == 2 && w.dim(1) == k && (fp8 || w.dtype() == DType::kBF16) && aligned16(w.raw()) &&
+               aligned16(norm_w.raw());
+  if (fp8) fused = fused && w.scaled() && w.scale_group() == kFp8Group;
+  if (w_rest.defined()) {
+    fused = fused && fp8 && w_rest.dtype() == DType::kBF16 && w_rest.ndim() == 2 && w_rest.dim(1) == k &&
+            aligned16(w_rest.raw());
+  }
   for (const Tensor* t : {&h, &y, &h_out, &x}) {
     if (t->defined()) fused = fused && t->dtype() == DType::kBF16 && aligned16(t->raw());
   }
@@ -516,19 +445,28 @@ void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w,
     } else {
       rms_norm(h, norm_w, eps, zero_centered, x);
     }
-    linear_into(x, w, outs, op);
+    linear_into(x, w, outs, op, w_rest);
     return;
   }
-  const Outs o = outs_of(outs, rows, w.dim(0), op);
+  const Outs o = outs_of(outs, rows, w.dim(0) + (w_rest.defined() ? w_rest.dim(0) : 0), op);
   const NormIn nin{static_cast<const bf16*>(h.raw()), y.defined() ? static_cast<const bf16*>(y.raw()) : nullptr,
                    norm_w.raw(), is_f32(norm_w), zero_centered, eps,
                    y.defined() ? static_cast<bf16*>(h_out.raw()) : nullptr, static_cast<bf16*>(x.raw())};
+  if (fp8) {
+    const Fp8Rows fw{static_cast<const uint8_t*>(w.raw()), w.scale().data<float>(), w.scale().dim(-1), w.dim(0),
+                     w_rest.defined() ? static_cast<const bf16*>(w_rest.raw()) : nullptr};
+    STRATA_CHECK(w.scale().dtype() == DType::kF32 && w.scale().shape() == Shape({w.dim(0), (k + kFp8Group - 1) /
+                                                                                              kFp8Group}),
+                 op, ": scale ", w.scale().describe(), " of ", w.describe());
+    gemv_fp8(nullptr, fw, k, o.start[o.n], int(rows), o, &nin);
+    return;
+  }
   gemv<true>(nullptr, static_cast<const bf16*>(w.raw()), k, w.dim(0), int(rows), o, nin);
 }
 
-void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs) {
+void linear_split(const Tensor& x, const Tensor& w, const std::vector<Tensor>& outs, const Tensor& w_rest) {
   OpTimer timer_("linear_split", w.ndim() == 2 ? w.dim(0) : 0, w.ndim() == 2 ? w.dim(1) : 0);
-  linear_into(x, w, outs, "linear_split");
+  linear_into(x, w, outs, "linear_split", w_rest);
 }
 
 }  // namespace strata::ops::cuda
