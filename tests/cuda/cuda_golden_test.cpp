@@ -45,11 +45,14 @@ constexpr double kRmsTolerance = 0.12, kMedianTolerance = 0.1, kMaxTolerance = 3
 // measurements plus 10%.
 constexpr double kFp8RmsTolerance = 0.14, kFp8MaxTolerance = 3.6;
 // The FP8 fixture in the modes whose chunks take the W8A8 expert tiles (>= 32 rows an expert: the
-// 100-token prompt whole, and chunks of 64, over its 2 experts of top 1): the activations
-// quantised to e4m3 (4 significant bits) add their error to the above against HF's unquantised
-// fp32 (H100, session 34: full mode max 10.36 = 3.39 std, rms 0.164 std, median per-position max
-// 0.145 std; chunked:64 3.24, 0.129, 0.127 std). Bounds: those plus 10%.
-constexpr double kFp8W8A8MaxTolerance = 3.73, kFp8W8A8RmsTolerance = 0.181, kFp8W8A8MedianTolerance = 0.16;
+// 100-token prompt whole, and chunks of 64, over its 2 experts of top 1) and, since session 35,
+// the W8A8 dense projections (> 8 rows: attention qkv and o_proj, GDN out_proj; this fixture
+// leaves in_proj bf16): the activations quantised to e4m3 (4 significant bits) add their error to
+// the above against HF's unquantised fp32 (H100, session 34, experts alone: full mode max 10.36 =
+// 3.39 std, rms 0.164 std, median per-position max 0.145 std; chunked:64 3.24, 0.129, 0.127 std;
+// session 35, with the projections: full 3.40, 0.150, 0.161 std; chunked:64 3.23, 0.137, 0.141).
+// Bounds: the larger of each plus 10%.
+constexpr double kFp8W8A8MaxTolerance = 3.74, kFp8W8A8RmsTolerance = 0.181, kFp8W8A8MedianTolerance = 0.177;
 
 // DeepSeek-V4's fixtures in the same unit (H100, session 26, the first run of its CUDA forward
 // against HF): rms <= 0.3 of the Qwen bound and median per-position max <= 0.42 of it, in every

@@ -425,8 +425,11 @@ WeightLoader::Fp8Split WeightLoader::get_slices_fp8(const std::vector<Slice>& pa
     const bool fp8 = dummy() ? !quant_.listed_not_converted(n) : quantised(n);
     return fp8 && s.full.size() == 2 && (s.dim == 0 || s.begin % bc == 0);
   };
+  // A dummy load on the CPU that does not keep them makes the same codes and takes their floats,
+  // as it does for the experts: the CPU and CUDA models of one dummy config are the same model.
+  const bool floats = !keep_fp8_dense_ && dummy() && device_ == Device::kCpu;
   size_t run = 0;
-  if (keep_fp8_dense_ && quant_.method == WeightQuant::Method::kFp8Block) {
+  if ((keep_fp8_dense_ || floats) && quant_.method == WeightQuant::Method::kFp8Block) {
     while (run < parts.size() && keeps(parts[run])) ++run;
   }
   // The kept parts share their columns: whole rows of one width, or one column slice.
@@ -456,6 +459,15 @@ WeightLoader::Fp8Split WeightLoader::get_slices_fp8(const std::vector<Slice>& pa
   out.fp8 = dummy() ? random_fp8(full_name(first), {rows, cols.count})
                     : kept_fp8(kept, 1, cols).reshape({rows, cols.count});
   if (run < parts.size()) out.rest = get_slices(std::vector<Slice>(parts.begin() + int64_t(run), parts.end()));
+  if (floats) {
+    Tensor all = Tensor::empty({rows + (out.rest.defined() ? out.rest.dim(0) : 0), cols.count}, DType::kF32);
+    const Tensor f = out.fp8.to_f32();
+    std::memcpy(all.raw(), f.raw(), f.nbytes());
+    if (out.rest.defined()) std::memcpy(all.data<float>() + f.numel(), out.rest.raw(), out.rest.nbytes());
+    bytes_ += all.nbytes();
+    bytes_ -= out.fp8.nbytes() + out.fp8.scale().nbytes() + (out.rest.defined() ? out.rest.nbytes() : 0);
+    return {Tensor(), all};
+  }
   return out;
 }
 
