@@ -20,6 +20,7 @@ namespace strata::ops::cuda {
 namespace {
 
 constexpr int kUnroll = 8;  // 16-byte weight vectors in flight a lane
+constexpr int64_t kMinWarpK = 512;
 
 __device__ __forceinline__ uint4 x_vector(const bf16* x, const bf16* xs, bool from_shared, int64_t i) {
   return from_shared ? *reinterpret_cast<const uint4*>(xs + i) : __ldg(reinterpret_cast<const uint4*>(x + i));
@@ -161,11 +162,11 @@ void launch_split(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int row
   launch_pdl(gemv_fp8_kernel<T, S, kNorm>, unsigned(std::max<int64_t>(grid, 1)), 256, 0, x, w, k, n, rows, o, nin);
 }
 
-// S as gemm.cu's launch_gemv chooses it, keeping at least one warp step (512 codes) a warp.
+// S as gemm.cu's launch_gemv chooses it, keeping at least kMinWarpK codes a warp.
 template <int T, bool kNorm>
 void launch(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
   auto fill = [&](int s, int64_t resident) {
-    if (s > 1 && k / s < 512) return -1.0;
+    if (s > 1 && k / s < kMinWarpK) return -1.0;
     return wave_fill((n + 8 / s - 1) / (8 / s), resident);
   };
   const double f[4] = {fill(1, resident_blocks<T, 1, kNorm>()), fill(2, resident_blocks<T, 2, kNorm>()),
