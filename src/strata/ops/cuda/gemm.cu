@@ -72,10 +72,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, c
     for (int64_t k0 = k_lo + int64_t(lane) * 8; k0 < k_hi; k0 += 256 * kUnroll) {
       if (!preloaded) load_weights(n0, k0);
       preloaded = false;
-      if (!waited) {
-        pdl_wait();
-        waited = true;
-      }
+      pdl_wait_once(waited);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t k = k0 + u * 256;
@@ -112,10 +109,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const bf16* __restrict__ x, c
         }
       }
     }
-    if (!waited) {  // a lane with no K elements still must not write early
-      pdl_wait();
-      waited = true;
-    }
+    pdl_wait_once(waited);  // a lane with no K elements still must not write early
     store_dots<T, R, S>(acc, partial, n0, n_dim, rows, outs);
   }
   if (!waited) pdl_wait();
@@ -228,6 +222,29 @@ void check_lt(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in ", what, ": status ", int(s));
 }
 
+// The heuristic's first algorithm for a matmul (the descriptors' shapes), cached by `key`;
+// false, nothing cached, when cuBLASLt offers none.
+bool find_algo(Lt& l, const GemmKey& key, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatmulAlgo_t& algo) {
+  std::lock_guard<std::mutex> lock(l.mu);
+  auto it = l.algos.find(key);
+  if (it == l.algos.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+    const size_t ws = Lt::kWorkspace;
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+             "workspace preference");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(l.handle, desc, a, b, c, c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (h != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+    it = l.algos.emplace(key, result.algo).first;
+  }
+  algo = it->second;
+  return true;
+}
+
 Outs outs_of(const std::vector<Tensor>& ys, int64_t rows, int64_t n, const char* op) {
   STRATA_CHECK(!ys.empty() && ys.size() <= size_t(kMaxOuts), op, ": ", ys.size(), " outputs (1 to ",
                kMaxOuts, " on CUDA)");
@@ -313,28 +330,10 @@ void gemm_bf16_grouped(const void* x, int64_t ldx, int64_t x_stride, const void*
     }
   }
   cublasLtMatmulAlgo_t algo;
-  {
-    std::lock_guard<std::mutex> lock(l.mu);
-    const GemmKey key{m, n, k, y_f32, ldx, ldy, groups > 1 ? x_stride : 0, groups > 1 ? w_stride : 0,
-                      groups > 1 ? y_stride : 0, groups};
-    auto it = l.algos.find(key);
-    if (it == l.algos.end()) {
-      cublasLtMatmulPreference_t pref = nullptr;
-      check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
-      const size_t ws = Lt::kWorkspace;
-      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                    sizeof(ws)),
-               "workspace preference");
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      check_lt(cublasLtMatmulAlgoGetHeuristic(l.handle, desc, a, b, c, c, pref, 1, &result, &found),
-               "AlgoGetHeuristic");
-      cublasLtMatmulPreferenceDestroy(pref);
-      STRATA_CHECK(found > 0, "cuBLASLt: no algorithm for a ", m, "x", n, "x", k, " bf16 GEMM (", groups, " groups)");
-      it = l.algos.emplace(key, result.algo).first;
-    }
-    algo = it->second;
-  }
+  const GemmKey key{m, n, k, y_f32, ldx, ldy, groups > 1 ? x_stride : 0, groups > 1 ? w_stride : 0,
+                    groups > 1 ? y_stride : 0, groups};
+  STRATA_CHECK(find_algo(l, key, desc, a, b, c, algo), "cuBLASLt: no algorithm for a ", m, "x", n, "x", k,
+               " bf16 GEMM (", groups, " groups)");
   const float alpha = 1.f, beta = 0.f;
   const cublasStatus_t s = cublasLtMatmul(l.handle, desc, &alpha, w, a, x, b, &beta, y, c, y, c, &algo,
                                           l.workspace.raw(), Lt::kWorkspace, stream());
@@ -371,29 +370,9 @@ bool gemm_fp8_block(const void* xq, const float* x_scale, const void* wq, const 
   check_lt(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(n), k), "layout A");
   check_lt(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(m), k), "layout B");
   check_lt(cublasLtMatrixLayoutCreate(&c, y_f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n), uint64_t(m), n), "layout C");
-  bool found_algo = true;
   cublasLtMatmulAlgo_t algo;
-  {
-    std::lock_guard<std::mutex> lock(l.mu);
-    // The bf16 keys have groups >= 1: groups -1 marks the FP8 ones.
-    const GemmKey key{m, n, k, y_f32, k, n, 0, 0, 0, -1};
-    auto it = l.algos.find(key);
-    if (it == l.algos.end()) {
-      cublasLtMatmulPreference_t pref = nullptr;
-      check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
-      const size_t ws = Lt::kWorkspace;
-      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                    sizeof(ws)),
-               "workspace preference");
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(l.handle, desc, a, b, c, c, pref, 1, &result, &found);
-      cublasLtMatmulPreferenceDestroy(pref);
-      found_algo = h == CUBLAS_STATUS_SUCCESS && found > 0;
-      if (found_algo) it = l.algos.emplace(key, result.algo).first;
-    }
-    if (found_algo) algo = it->second;
-  }
+  // The bf16 keys have groups >= 1: groups -1 marks the FP8 ones.
+  const bool found_algo = find_algo(l, GemmKey{m, n, k, y_f32, k, n, 0, 0, 0, -1}, desc, a, b, c, algo);
   cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
   if (found_algo) {
     const float alpha = 1.f, beta = 0.f;

@@ -122,6 +122,14 @@ __device__ void norm_prologue(const NormIn& nin, int64_t k_dim, int rows, bf16* 
   __syncthreads();
 }
 
+// pdl_wait the first time only (the GEMVs load weights before it, activations after).
+__device__ __forceinline__ void pdl_wait_once(bool& waited) {
+  if (!waited) {
+    pdl_wait();
+    waited = true;
+  }
+}
+
 // The end of a GEMV tile: each warp's R x T dots summed over its lanes, then over the S warps
 // of its group (through `partial` in shared memory), and stored (rows < `rows`, columns < n_dim).
 template <int T, int R, int S>

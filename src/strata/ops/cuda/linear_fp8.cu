@@ -74,10 +74,7 @@ __global__ void __launch_bounds__(256) gemv_fp8_kernel(const bf16* __restrict__ 
       for (int64_t k0 = k_lo + int64_t(lane) * 16; k0 < k_hi; k0 += 512 * kUnroll) {
         if (!preloaded) load_codes(n, k0);
         preloaded = false;
-        if (!waited) {
-          pdl_wait();
-          waited = true;
-        }
+        pdl_wait_once(waited);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t k = k0 + u * 512;
@@ -113,10 +110,7 @@ __global__ void __launch_bounds__(256) gemv_fp8_kernel(const bf16* __restrict__ 
           const int64_t k = k0 + u * 256;
           bv[u] = k < k_hi ? __ldg(reinterpret_cast<const uint4*>(row + k)) : make_uint4(0, 0, 0, 0);
         }
-        if (!waited) {
-          pdl_wait();
-          waited = true;
-        }
+        pdl_wait_once(waited);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t k = k0 + u * 256;
@@ -136,10 +130,7 @@ __global__ void __launch_bounds__(256) gemv_fp8_kernel(const bf16* __restrict__ 
         }
       }
     }
-    if (!waited) {  // a lane with no K elements still must not write early
-      pdl_wait();
-      waited = true;
-    }
+    pdl_wait_once(waited);  // a lane with no K elements still must not write early
     store_dots<T, 1, S>(acc, partial, n, n_dim, rows, outs);
   }
   if (!waited) pdl_wait();
