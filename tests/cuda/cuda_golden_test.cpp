@@ -220,10 +220,19 @@ TEST_P(CudaGolden, DummyWeightsLoadOnBothDevices) {
   auto cpu = load_model(f.dir, LoadOptions{Device::kCpu, LoadFormat::kDummy, {}});
   auto gpu = load_model(f.dir, LoadOptions{Device::kCuda, LoadFormat::kDummy, {}});
   const std::vector<int32_t> ids(f.prompt.begin(), f.prompt.begin() + std::min<size_t>(12, f.prompt.size()));
-  Tensor c = sequence_logits(*cpu, ids, "full");
-  Tensor g = sequence_logits(*gpu, ids, "full");
+  // The FP8 fixture's projections multiply quantised activations on CUDA where a step has more
+  // than 8 rows (W8A8): one token a step keeps them exact (W8A16), as the CPU is.
+  const std::string mode = GetParam() == "qwen3_5_moe_fp8_tiny" ? "stepwise" : "full";
+  Tensor c = sequence_logits(*cpu, ids, mode);
+  Tensor g = sequence_logits(*gpu, ids, mode);
   double scale = 1;
   for (int64_t i = 0; i < c.numel(); ++i) scale = std::max(scale, double(std::fabs(c.data<float>()[i])));
+  std::printf("  cuda %s dummy weights, %s: max|d| = %.4g (tolerance %.4g)\n", GetParam().c_str(), mode.c_str(),
+              max_abs_diff(g, c), 0.05 * scale);
+  if (mode != "full") {
+    std::printf("  cuda %s dummy weights, full (W8A8 projections, informative): max|d| = %.4g\n", GetParam().c_str(),
+                max_abs_diff(sequence_logits(*gpu, ids, "full"), sequence_logits(*cpu, ids, "full")));
+  }
   // The CPU keeps the random values in fp32, the GPU rounds them to bf16.
   EXPECT_LE(max_abs_diff(g, c), 0.05 * scale);
 }

@@ -20,7 +20,7 @@ namespace strata::ops::cuda {
 namespace {
 
 constexpr int kUnroll = 8;  // 16-byte weight vectors in flight a lane
-constexpr int64_t kMinWarpK = 512;
+constexpr int64_t kMinWarpK = 2048;
 
 __device__ __forceinline__ uint4 x_vector(const bf16* x, const bf16* xs, bool from_shared, int64_t i) {
   return from_shared ? *reinterpret_cast<const uint4*>(xs + i) : __ldg(reinterpret_cast<const uint4*>(x + i));
