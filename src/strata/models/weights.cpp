@@ -383,18 +383,25 @@ Tensor WeightLoader::get_host_f32(const std::string& full_name, const Shape& sha
   return out;
 }
 
+std::string WeightLoader::slice_name(const Slice& s) const { return s.top ? s.name : prefix_ + s.name; }
+
+Shape WeightLoader::slice_shape(const Slice& s) const {
+  STRATA_CHECK((s.dim == 0 || (s.dim == 1 && s.full.size() == 2)) && s.begin >= 0 && s.count > 0 &&
+                   s.begin + s.count <= s.full[size_t(s.dim)],
+               slice_name(s), ": shard [", s.begin, ", ", s.begin + s.count, ") along dimension ", s.dim,
+               " does not fit ", shape_str(s.full));
+  Shape shape = s.full;
+  shape[size_t(s.dim)] = s.count;
+  return shape;
+}
+
 Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
   STRATA_CHECK(!parts.empty(), "get_slices: no tensors");
   std::vector<CopyBlock> blocks;
   Shape total;
   for (const Slice& s : parts) {
-    const std::string full_name = s.top ? s.name : prefix_ + s.name;
-    STRATA_CHECK((s.dim == 0 || (s.dim == 1 && s.full.size() == 2)) && s.begin >= 0 && s.count > 0 &&
-                     s.begin + s.count <= s.full[size_t(s.dim)],
-                 full_name, ": shard [", s.begin, ", ", s.begin + s.count, ") along dimension ", s.dim,
-                 " does not fit ", shape_str(s.full));
-    Shape shape = s.full;
-    shape[size_t(s.dim)] = s.count;
+    const std::string full_name = slice_name(s);
+    const Shape shape = slice_shape(s);
     if (total.empty()) {
       total = shape;
     } else {
@@ -413,15 +420,14 @@ Tensor WeightLoader::get_slices(const std::vector<Slice>& parts) {
       blocks.push_back({src + s.begin * esz, in.dtype, s.full[0], s.count, s.full[1]});
     }
   }
-  if (dummy()) return random((parts[0].top ? "" : prefix_) + parts[0].name, total);
+  if (dummy()) return random(slice_name(parts[0]), total);
   return assemble(total, blocks);
 }
 
 WeightLoader::Fp8Split WeightLoader::get_slices_fp8(const std::vector<Slice>& parts, bool allow_rest) {
   const int64_t bc = quant_.block_cols;
-  auto full_name = [&](const Slice& s) { return s.top ? s.name : prefix_ + s.name; };
   auto keeps = [&](const Slice& s) {
-    const std::string n = full_name(s);
+    const std::string n = slice_name(s);
     const bool fp8 = dummy() ? !quant_.listed_not_converted(n) : quantised(n);
     return fp8 && s.full.size() == 2 && (s.dim == 0 || s.begin % bc == 0);
   };
@@ -450,13 +456,11 @@ WeightLoader::Fp8Split WeightLoader::get_slices_fp8(const std::vector<Slice>& pa
   std::vector<Fp8Part> kept;
   for (size_t i = 0; i < run; ++i) {
     const Slice& s = parts[i];
-    const int64_t r0 = s.dim == 0 ? s.begin : 0, n = s.dim == 0 ? s.count : s.full[0];
-    STRATA_CHECK(s.begin >= 0 && s.count > 0 && s.begin + s.count <= s.full[size_t(s.dim)], full_name(s), ": shard [",
-                 s.begin, ", ", s.begin + s.count, ") along dimension ", s.dim, " does not fit ", shape_str(s.full));
-    kept.push_back({full_name(s), s.full, 0, r0, n});
+    const int64_t r0 = s.dim == 0 ? s.begin : 0, n = slice_shape(s)[0];
+    kept.push_back({slice_name(s), s.full, 0, r0, n});
     rows += n;
   }
-  out.fp8 = dummy() ? random_fp8(full_name(first), {rows, cols.count})
+  out.fp8 = dummy() ? random_fp8(slice_name(first), {rows, cols.count})
                     : kept_fp8(kept, 1, cols).reshape({rows, cols.count});
   if (run < parts.size()) out.rest = get_slices(std::vector<Slice>(parts.begin() + int64_t(run), parts.end()));
   if (floats) {

@@ -156,6 +156,10 @@ class WeightLoader {
     DType dtype;
   };
   Source source(const std::string& full_name, const Shape& shape);
+  // A Slice's tensor name (prefix + name, or name when top), and its shape once sliced, checked
+  // to fit the full shape.
+  std::string slice_name(const Slice& s) const;
+  Shape slice_shape(const Slice& s) const;
   // True when the stored tensor is a quantised weight of the accepted format.
   bool quantised(const std::string& full_name) const;
   // True when `full_name` ("X.weight") is stored as compressed-tensors' MXFP4 X.weight_packed.

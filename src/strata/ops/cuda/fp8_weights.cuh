@@ -20,6 +20,11 @@ struct ExpertMatrix {
   int64_t groups = 0;
 };
 
+// One code as a float (exact).
+__device__ __forceinline__ float e4m3_value(uint8_t code) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(code), __NV_E4M3)));
+}
+
 // 16 codes (one 16-byte vector) as floats: e4m3 -> f16 -> f32 is exact.
 __device__ __forceinline__ void unpack16_e4m3(const uint4& u, float* f) {
   const auto* p = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);

@@ -128,21 +128,10 @@ __global__ void linear_scalar_kernel(const bf16* x, const bf16* w, int64_t k_dim
   }
 }
 
-// Blocks of gemv_kernel<T, R, S> resident at once on the whole GPU.
-template <int T, int R, int S, bool kNorm>
-int64_t resident_gemv_blocks() {
-  static const int64_t kBlocks = [] {
-    int per_sm = 0;
-    STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<T, R, S, kNorm>, 256, 0));
-    return int64_t(std::max(per_sm, 1)) * sm_count();
-  }();
-  return kBlocks;
-}
-
 template <int T, int R, int S, bool kNorm>
 void launch_gemv_split(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
   const int64_t tiles = (n + (8 / S) * R - 1) / ((8 / S) * R);
-  const int64_t grid = std::min(tiles, resident_gemv_blocks<T, R, S, kNorm>());
+  const int64_t grid = std::min(tiles, resident_blocks<gemv_kernel<T, R, S, kNorm>>());
   launch_pdl(gemv_kernel<T, R, S, kNorm>, unsigned(std::max<int64_t>(grid, 1)), 256, 0, x, w, k, n, rows, o, nin);
 }
 
@@ -150,32 +139,9 @@ void launch_gemv_split(const bf16* x, const bf16* w, int64_t k, int64_t n, int r
 // else the best filling, keeping at least 256 elements of K per warp.
 template <int T, int R, bool kNorm>
 void launch_gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
-  auto fill = [&](int s, int64_t resident) {
-    if (s > 1 && k / s < 256) return -1.0;
-    return wave_fill((n + (8 / s) * R - 1) / ((8 / s) * R), resident);
-  };
-  const double f[4] = {fill(1, resident_gemv_blocks<T, R, 1, kNorm>()), fill(2, resident_gemv_blocks<T, R, 2, kNorm>()),
-                       fill(4, resident_gemv_blocks<T, R, 4, kNorm>()), fill(8, resident_gemv_blocks<T, R, 8, kNorm>())};
-  switch (best_split(f)) {
-    case 0: return launch_gemv_split<T, R, 1, kNorm>(x, w, k, n, rows, o, nin);
-    case 1: return launch_gemv_split<T, R, 2, kNorm>(x, w, k, n, rows, o, nin);
-    case 2: return launch_gemv_split<T, R, 4, kNorm>(x, w, k, n, rows, o, nin);
-    default: return launch_gemv_split<T, R, 8, kNorm>(x, w, k, n, rows, o, nin);
-  }
-}
-
-// One weight row a warp (R = 1) for any 1..kGemvMaxRows rows of x.
-template <bool kNorm>
-void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
-  if (rows <= 1) {
-    launch_gemv<1, 1, kNorm>(x, w, k, n, rows, o, nin);
-  } else if (rows <= 2) {
-    launch_gemv<2, 1, kNorm>(x, w, k, n, rows, o, nin);
-  } else if (rows <= 4) {
-    launch_gemv<4, 1, kNorm>(x, w, k, n, rows, o, nin);
-  } else {
-    launch_gemv<8, 1, kNorm>(x, w, k, n, rows, o, nin);
-  }
+  launch_best_split(
+      n, k, R, 256, [](auto s) { return resident_blocks<gemv_kernel<T, R, decltype(s)::value, kNorm>>(); },
+      [&](auto s) { launch_gemv_split<T, R, decltype(s)::value, kNorm>(x, w, k, n, rows, o, nin); });
 }
 
 // The GEMV path for up to kGemvMaxRows rows; with `nin`, x comes from the norm prologue.
@@ -186,15 +152,14 @@ void gemv_rows(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, con
 // a 4-row norm GEMV of the default model took 2x its 1-row time at R = 4, H100, ncu).
 template <bool kNorm>
 void gemv(const bf16* x, const bf16* w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin = {}) {
-  if (k <= 1024 && rows <= 2 && n >= int64_t(8 * 4) * sm_count()) {
-    if (rows <= 1) {
-      launch_gemv<1, 4, kNorm>(x, w, k, n, rows, o, nin);
-    } else {
-      launch_gemv<2, 4, kNorm>(x, w, k, n, rows, o, nin);
+  const bool four = k <= 1024 && rows <= 2 && n >= int64_t(8 * 4) * sm_count();
+  with_row_tile(rows, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    if constexpr (T <= 2) {
+      if (four) return launch_gemv<T, 4, kNorm>(x, w, k, n, rows, o, nin);
     }
-  } else {
-    gemv_rows<kNorm>(x, w, k, n, rows, o, nin);
-  }
+    launch_gemv<T, 1, kNorm>(x, w, k, n, rows, o, nin);
+  });
   check_launch("gemv");
 }
 
@@ -404,14 +369,11 @@ void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w,
                op, ": h ", h.describe(), ", y ", y.defined() ? y.describe() : "none", ", x ", x.describe(),
                ", norm weight ", norm_w.describe());
   const bool fp8 = w.dtype() == DType::kF8E4M3;
+  const Fp8Rows fw = fp8 ? fp8_weight(w, w_rest, op) : Fp8Rows{};
   bool fused = rows >= 1 && rows <= kGemvMaxRows && rows * k <= kNormMaxElems && k % (fp8 ? 16 : 8) == 0 &&
                w.ndim() == 2 && w.dim(1) == k && (fp8 || w.dtype() == DType::kBF16) && aligned16(w.raw()) &&
                aligned16(norm_w.raw());
-  if (fp8) fused = fused && w.scaled() && w.scale_group() == kFp8Group;
-  if (w_rest.defined()) {
-    fused = fused && fp8 && w_rest.dtype() == DType::kBF16 && w_rest.ndim() == 2 && w_rest.dim(1) == k &&
-            aligned16(w_rest.raw());
-  }
+  if (w_rest.defined()) fused = fused && fp8 && aligned16(w_rest.raw());
   for (const Tensor* t : {&h, &y, &h_out, &x}) {
     if (t->defined()) fused = fused && t->dtype() == DType::kBF16 && aligned16(t->raw());
   }
@@ -432,11 +394,6 @@ void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w,
                    norm_w.raw(), is_f32(norm_w), zero_centered, eps,
                    y.defined() ? static_cast<bf16*>(h_out.raw()) : nullptr, static_cast<bf16*>(x.raw())};
   if (fp8) {
-    const Fp8Rows fw{static_cast<const uint8_t*>(w.raw()), w.scale().data<float>(), w.scale().dim(-1), w.dim(0),
-                     w_rest.defined() ? static_cast<const bf16*>(w_rest.raw()) : nullptr};
-    STRATA_CHECK(w.scale().dtype() == DType::kF32 && w.scale().shape() == Shape({w.dim(0), (k + kFp8Group - 1) /
-                                                                                              kFp8Group}),
-                 op, ": scale ", w.scale().describe(), " of ", w.describe());
     gemv_fp8(nullptr, fw, k, o.start[o.n], int(rows), o, &nin);
     return;
   }

@@ -1,8 +1,10 @@
-// The GEMV machinery shared by the bf16 (gemm.cu) and FP8 (gemv_fp8.cu) weight paths of linear:
+// The GEMV machinery shared by the bf16 (gemm.cu) and FP8 (linear_fp8.cu) weight paths of linear:
 // the outputs a projection's columns split into, the fused norm prologue, the reduction of a
 // group's partial dots and the choice of the K split.
 #pragma once
 
+#include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "strata/core/tensor.h"
@@ -179,7 +181,49 @@ inline int best_split(const double (&fills)[4]) {
   return best;
 }
 
-// An FP8 projection as gemv_fp8.cu reads it: F8_E4M3 codes [n_main, K] with `groups` F32 scales
+// Blocks of `Kernel` (256 threads, no dynamic shared memory) resident at once on the whole GPU.
+template <auto Kernel>
+int64_t resident_blocks() {
+  static const int64_t kBlocks = [] {
+    int per_sm = 0;
+    STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, 256, 0));
+    return int64_t(std::max(per_sm, 1)) * sm_count();
+  }();
+  return kBlocks;
+}
+
+template <int N>
+using IntC = std::integral_constant<int, N>;
+
+// A GEMV's launch over n output columns of K k, R columns a group of S warps (8 / S groups a
+// block): launch(IntC<S>{}) for the S that best_split picks among 1, 2, 4 and 8, each warp keeping
+// at least min_warp_k of K; resident(IntC<S>{}) gives how many blocks of that kernel fit at once.
+template <class Resident, class Launch>
+void launch_best_split(int64_t n, int64_t k, int r, int64_t min_warp_k, Resident&& resident, Launch&& launch) {
+  auto fill = [&](auto s) {
+    constexpr int S = decltype(s)::value;
+    if (S > 1 && k / S < min_warp_k) return -1.0;
+    return wave_fill((n + (8 / S) * r - 1) / ((8 / S) * r), resident(s));
+  };
+  const double f[4] = {fill(IntC<1>{}), fill(IntC<2>{}), fill(IntC<4>{}), fill(IntC<8>{})};
+  switch (best_split(f)) {
+    case 0: return launch(IntC<1>{});
+    case 1: return launch(IntC<2>{});
+    case 2: return launch(IntC<4>{});
+    default: return launch(IntC<8>{});
+  }
+}
+
+// f(IntC<T>{}) for the smallest T of 1, 2, 4 and 8 that holds `rows` (1..kGemvMaxRows) rows of x.
+template <class F>
+void with_row_tile(int rows, F&& f) {
+  if (rows <= 1) return f(IntC<1>{});
+  if (rows <= 2) return f(IntC<2>{});
+  if (rows <= 4) return f(IntC<4>{});
+  return f(IntC<8>{});
+}
+
+// An FP8 projection as linear_fp8.cu reads it: F8_E4M3 codes [n_main, K] with `groups` F32 scales
 // a row (one per 128 columns), then, when n > n_main, bf16 rows `rest` [n - n_main, K].
 struct Fp8Rows {
   const uint8_t* codes;
@@ -187,6 +231,10 @@ struct Fp8Rows {
   int64_t groups, n_main;
   const bf16* rest;
 };
+
+// The FP8 weight w (F8_E4M3 [n_main, K] with F32 scales [n_main, ceil(K / 128)], group 128) and,
+// if defined, its bf16 rows `rest` [.., K] as the kernels read them; an Error naming op otherwise.
+Fp8Rows fp8_weight(const Tensor& w, const Tensor& rest, const char* op);
 
 // y = x · w^T for 1..kGemvMaxRows rows (K a multiple of 16, every pointer 16-byte aligned) into
 // the outputs o; with nin, x is the norm prologue's (add_rms_norm_linear) and the x argument unused.

@@ -137,50 +137,21 @@ __global__ void __launch_bounds__(256) gemv_fp8_kernel(const bf16* __restrict__ 
 }
 
 template <int T, int S, bool kNorm>
-int64_t resident_blocks() {
-  static const int64_t kBlocks = [] {
-    int per_sm = 0;
-    STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_fp8_kernel<T, S, kNorm>, 256, 0));
-    return int64_t(std::max(per_sm, 1)) * sm_count();
-  }();
-  return kBlocks;
-}
-
-template <int T, int S, bool kNorm>
 void launch_split(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
   const int64_t tiles = (n + 8 / S - 1) / (8 / S);
-  const int64_t grid = std::min(tiles, resident_blocks<T, S, kNorm>());
+  const int64_t grid = std::min(tiles, resident_blocks<gemv_fp8_kernel<T, S, kNorm>>());
   launch_pdl(gemv_fp8_kernel<T, S, kNorm>, unsigned(std::max<int64_t>(grid, 1)), 256, 0, x, w, k, n, rows, o, nin);
 }
 
-// S as gemm.cu's launch_gemv chooses it, keeping at least kMinWarpK codes a warp.
-template <int T, bool kNorm>
-void launch(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
-  auto fill = [&](int s, int64_t resident) {
-    if (s > 1 && k / s < kMinWarpK) return -1.0;
-    return wave_fill((n + 8 / s - 1) / (8 / s), resident);
-  };
-  const double f[4] = {fill(1, resident_blocks<T, 1, kNorm>()), fill(2, resident_blocks<T, 2, kNorm>()),
-                       fill(4, resident_blocks<T, 4, kNorm>()), fill(8, resident_blocks<T, 8, kNorm>())};
-  switch (best_split(f)) {
-    case 0: return launch_split<T, 1, kNorm>(x, w, k, n, rows, o, nin);
-    case 1: return launch_split<T, 2, kNorm>(x, w, k, n, rows, o, nin);
-    case 2: return launch_split<T, 4, kNorm>(x, w, k, n, rows, o, nin);
-    default: return launch_split<T, 8, kNorm>(x, w, k, n, rows, o, nin);
-  }
-}
-
+// T for the rows, S as gemm.cu's bf16 GEMV chooses it, keeping at least kMinWarpK codes a warp.
 template <bool kNorm>
 void launch_rows(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
-  if (rows <= 1) {
-    launch<1, kNorm>(x, w, k, n, rows, o, nin);
-  } else if (rows <= 2) {
-    launch<2, kNorm>(x, w, k, n, rows, o, nin);
-  } else if (rows <= 4) {
-    launch<4, kNorm>(x, w, k, n, rows, o, nin);
-  } else {
-    launch<8, kNorm>(x, w, k, n, rows, o, nin);
-  }
+  with_row_tile(rows, [&](auto t) {
+    constexpr int T = decltype(t)::value;
+    launch_best_split(
+        n, k, 1, kMinWarpK, [](auto s) { return resident_blocks<gemv_fp8_kernel<T, decltype(s)::value, kNorm>>(); },
+        [&](auto s) { launch_split<T, decltype(s)::value, kNorm>(x, w, k, n, rows, o, nin); });
+  });
 }
 
 // The weight's scales [rows, groups] by group, each output's block of rows on its own:
@@ -205,9 +176,7 @@ __global__ void dequantise_kernel(const uint8_t* __restrict__ codes, const float
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * k_dim;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / k_dim, c = i % k_dim;
-    const auto code = __nv_fp8_storage_t(codes[i]);
-    const float v = __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
-    out[i] = f2bf(v * scale[r * groups + c / kFp8Group]);
+    out[i] = f2bf(e4m3_value(codes[i]) * scale[r * groups + c / kFp8Group]);
   }
 }
 
@@ -224,13 +193,10 @@ void gemv_fp8(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int rows, c
 }
 
 
-void linear_fp8_into(const Tensor& x, const Tensor& w, const Tensor& rest, const std::vector<Tensor>& ys,
-                     const Outs& o, const char* op) {
-  expect_dtype(x, DType::kBF16, op, "x");
-  STRATA_CHECK(w.ndim() == 2 && w.scaled() && w.scale_group() == kFp8Group && x.dim(-1) == w.dim(1), op, ": x ",
-               x.describe(), " does not match the FP8 weight ", w.describe());
-  const int64_t k = w.dim(1), n_main = w.dim(0), rows = rows_of(x), n = o.start[o.n];
-  const int64_t groups = (k + kFp8Group - 1) / kFp8Group;
+Fp8Rows fp8_weight(const Tensor& w, const Tensor& rest, const char* op) {
+  STRATA_CHECK(w.dtype() == DType::kF8E4M3 && w.ndim() == 2 && w.scaled() && w.scale_group() == kFp8Group, op,
+               ": ", w.describe(), " is not an FP8 weight with per-row scales of ", kFp8Group, " columns");
+  const int64_t k = w.dim(1), n_main = w.dim(0), groups = (k + kFp8Group - 1) / kFp8Group;
   expect_dtype(w.scale(), DType::kF32, op, "the weight's scale");
   STRATA_CHECK(w.scale().shape() == Shape({n_main, groups}), op, ": scale ", w.scale().describe(), " of ",
                w.describe());
@@ -238,13 +204,22 @@ void linear_fp8_into(const Tensor& x, const Tensor& w, const Tensor& rest, const
     expect_dtype(rest, DType::kBF16, op, "the weight's bf16 rows");
     STRATA_CHECK(rest.ndim() == 2 && rest.dim(1) == k, op, ": bf16 rows ", rest.describe(), " after ", w.describe());
   }
+  return {static_cast<const uint8_t*>(w.raw()), w.scale().data<float>(), groups, n_main,
+          rest.defined() ? static_cast<const bf16*>(rest.raw()) : nullptr};
+}
+
+void linear_fp8_into(const Tensor& x, const Tensor& w, const Tensor& rest, const std::vector<Tensor>& ys,
+                     const Outs& o, const char* op) {
+  expect_dtype(x, DType::kBF16, op, "x");
+  const Fp8Rows fw = fp8_weight(w, rest, op);
+  STRATA_CHECK(x.dim(-1) == w.dim(1), op, ": x ", x.describe(), " does not match the FP8 weight ", w.describe());
+  const int64_t k = w.dim(1), n_main = fw.n_main, groups = fw.groups, rows = rows_of(x), n = o.start[o.n];
   STRATA_CHECK(n == n_main + (rest.defined() ? rest.dim(0) : 0), op, ": outputs cover ", n, " columns of ",
                w.describe(), rest.defined() ? " and " + rest.describe() : std::string());
   if (rows == 0) return;
   const auto* xp = static_cast<const bf16*>(x.raw());
-  const auto* codes = static_cast<const uint8_t*>(w.raw());
-  const auto* rest_p = rest.defined() ? static_cast<const bf16*>(rest.raw()) : nullptr;
-  const Fp8Rows fw{codes, w.scale().data<float>(), groups, n_main, rest_p};
+  const uint8_t* codes = fw.codes;
+  const bf16* rest_p = fw.rest;
   const bool vec = k % 16 == 0 && aligned16(xp) && aligned16(codes) && (!rest_p || aligned16(rest_p));
   if (rows <= kGemvMaxRows && vec) {
     gemv_fp8(xp, fw, k, n, int(rows), o, nullptr);
