@@ -42,9 +42,9 @@ const std::vector<Projection> kProjections = {
     {"qkv 9216 x 2048", 2048, {8192, 512, 512}, {}},
     {"tiny 256+4 x 256", 256, {192, 64}, {2, 2}},
     {"partial group 256 x 64", 64, {256}, {}},
-    // Two rows a warp (K under 4096, at least 16 columns an SM): an odd FP8 row count, so one
-    // pair holds the last FP8 row and the first bf16 one.
-    {"pairs 4097+3 x 1024", 1024, {4097}, {3}},
+    // An FP8 row count cuBLASLt refuses (not a multiple of 8): the GEMM rows take the codes
+    // dequantised to bf16.
+    {"odd 4097+3 x 1024", 1024, {4097}, {3}},
 };
 
 struct Weights {

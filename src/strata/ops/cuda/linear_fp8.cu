@@ -19,56 +19,46 @@
 namespace strata::ops::cuda {
 namespace {
 
-constexpr int kVectors = 8;  // 16-byte weight vectors in flight a lane
+constexpr int kUnroll = 8;  // 16-byte weight vectors in flight a lane
 constexpr int64_t kMinWarpK = 2048;
 
 __device__ __forceinline__ uint4 x_vector(const bf16* x, const bf16* xs, bool from_shared, int64_t i) {
   return from_shared ? *reinterpret_cast<const uint4*>(xs + i) : __ldg(reinterpret_cast<const uint4*>(x + i));
 }
 
-// A block of 8 warps computes 8 / S groups of R consecutive output columns (a group of S warps
-// splits K) for all T rows of x. A lane's vector is 16 codes of one 128-column group: their dot
-// with x in f32 (e4m3 times bf16 is exact in f32), then times the group's scale; the x vectors
-// are loaded once for the R rows. R = 2 keeps a lane's 8 vectors busy where one row of K has
-// fewer than 8 a lane (K 2048 at S = 1). The first vectors load before pdl_wait, as gemm.cu's
-// bf16 GEMV does; columns past w.n_main read the bf16 rows w.rest, a row at a time.
-template <int T, int R, int S, bool kNorm>
+// A block of 8 warps computes 8 / S output columns (one a group of S warps, which split K) for
+// all T rows of x. A lane's vector is 16 codes of one 128-column group: their dot with x in f32
+// (e4m3 times bf16 is exact in f32), then times the group's scale. The first vectors load before
+// pdl_wait, as gemm.cu's bf16 GEMV does; columns past w.n_main read the bf16 rows w.rest.
+template <int T, int S, bool kNorm>
 __global__ void __launch_bounds__(256) gemv_fp8_kernel(const bf16* __restrict__ x, Fp8Rows w, int64_t k_dim,
                                                        int64_t n_dim, int rows, Outs outs, NormIn nin) {
   pdl_trigger();
-  constexpr int kGroups = 8 / S, kUnroll = kVectors / R;
-  __shared__ float partial[S > 1 ? 8 : 1][R][T];
+  constexpr int kGroups = 8 / S;
+  __shared__ float partial[S > 1 ? 8 : 1][1][T];
   __shared__ __align__(16) bf16 xs[kNorm ? kNormMaxElems : 8];
   bool waited = false;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = warp / S, part = warp % S;
   // This warp's K segment (a multiple of 16 elements).
   const int64_t seg = (k_dim / 16 + S - 1) / S * 16;
   const int64_t k_lo = part * seg, k_hi = min(k_dim, k_lo + seg);
-  const int64_t tiles = (n_dim + int64_t(kGroups) * R - 1) / (int64_t(kGroups) * R);
-  uint4 wv[R][kUnroll];
-  float sv[R][kUnroll];
-  // The codes of rows n0 .. n0 + nf - 1 (nf <= R FP8 rows) at k0 + u * 512.
-  auto load_codes = [&](int64_t n0, int nf, int64_t k0) {
+  const int64_t tiles = (n_dim + kGroups - 1) / kGroups;
+  uint4 wv[kUnroll];
+  float sv[kUnroll];
+  auto load_codes = [&](int64_t n, int64_t k0) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = k0 + u * 512;
-        const bool in = r < nf && k < k_hi;
-        wv[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(w.codes + (n0 + r) * k_dim + k)) : make_uint4(0, 0, 0, 0);
-        sv[r][u] = in ? __ldg(w.scale + (n0 + r) * w.groups + k / kFp8Group) : 0.f;
-      }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = k0 + u * 512;
+      const bool in = k < k_hi;
+      wv[u] = in ? __ldg(reinterpret_cast<const uint4*>(w.codes + n * k_dim + k)) : make_uint4(0, 0, 0, 0);
+      sv[u] = in ? __ldg(w.scale + n * w.groups + k / kFp8Group) : 0.f;
     }
-  };
-  auto fp8_rows_in = [&](int64_t n0) {
-    const int64_t left = w.n_main - n0;
-    return left <= 0 ? 0 : left >= R ? R : int(left);
   };
   bool preloaded = false;
   if constexpr (kNorm) {
-    const int64_t n0 = (int64_t(blockIdx.x) * kGroups + group) * R;
-    if (int64_t(blockIdx.x) < tiles && fp8_rows_in(n0) > 0 && k_lo + int64_t(lane) * 16 < k_hi) {
-      load_codes(n0, fp8_rows_in(n0), k_lo + int64_t(lane) * 16);
+    const int64_t n = int64_t(blockIdx.x) * kGroups + group;
+    if (int64_t(blockIdx.x) < tiles && n < w.n_main && k_lo + int64_t(lane) * 16 < k_hi) {
+      load_codes(n, k_lo + int64_t(lane) * 16);
       preloaded = true;
     }
     pdl_wait();
@@ -76,17 +66,13 @@ __global__ void __launch_bounds__(256) gemv_fp8_kernel(const bf16* __restrict__ 
     norm_prologue<T>(nin, k_dim, rows, xs);
   }
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t n0 = (tile * kGroups + group) * R;
-    const int nf = fp8_rows_in(n0);
-    float acc[R][T];
+    const int64_t n = tile * kGroups + group;
+    float acc[1][T];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int t = 0; t < T; ++t) acc[r][t] = 0.f;
-    }
-    if (nf > 0) {
+    for (int t = 0; t < T; ++t) acc[0][t] = 0.f;
+    if (n < w.n_main) {
       for (int64_t k0 = k_lo + int64_t(lane) * 16; k0 < k_hi; k0 += 512 * kUnroll) {
-        if (!preloaded) load_codes(n0, nf, k0);
+        if (!preloaded) load_codes(n, k0);
         preloaded = false;
         pdl_wait_once(waited);
 #pragma unroll
@@ -100,41 +86,33 @@ __global__ void __launch_bounds__(256) gemv_fp8_kernel(const bf16* __restrict__ 
             xv[t][0] = x_vector(x, xs, kNorm, t * k_dim + k);
             xv[t][1] = x_vector(x, xs, kNorm, t * k_dim + k + 8);
           }
+          float wf[16];
+          unpack16_e4m3(wv[u], wf);
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float wf[16];
-            unpack16_e4m3(wv[r][u], wf);
+          for (int t = 0; t < T; ++t) {
+            if (t >= rows) break;
+            float xf[16];
+            unpack8(xv[t][0], xf);
+            unpack8(xv[t][1], xf + 8);
+            float s = 0.f;
 #pragma unroll
-            for (int t = 0; t < T; ++t) {
-              if (t >= rows) break;
-              float xf[16];
-              unpack8(xv[t][0], xf);
-              unpack8(xv[t][1], xf + 8);
-              float s = 0.f;
-#pragma unroll
-              for (int e = 0; e < 16; ++e) s = fmaf(wf[e], xf[e], s);
-              acc[r][t] = fmaf(sv[r][u], s, acc[r][t]);
-            }
+            for (int e = 0; e < 16; ++e) s = fmaf(wf[e], xf[e], s);
+            acc[0][t] = fmaf(sv[u], s, acc[0][t]);
           }
         }
       }
-    }
-    // The bf16 rows of this group (after the FP8 ones), one at a time.
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int64_t n = n0 + r;
-      if (r < nf || n >= n_dim) continue;
+    } else if (n < n_dim) {
       const bf16* row = w.rest + (n - w.n_main) * k_dim;
-      for (int64_t k0 = k_lo + int64_t(lane) * 8; k0 < k_hi; k0 += 256 * kVectors) {
-        uint4 bv[kVectors];
+      for (int64_t k0 = k_lo + int64_t(lane) * 8; k0 < k_hi; k0 += 256 * kUnroll) {
+        uint4 bv[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kVectors; ++u) {
+        for (int u = 0; u < kUnroll; ++u) {
           const int64_t k = k0 + u * 256;
           bv[u] = k < k_hi ? __ldg(reinterpret_cast<const uint4*>(row + k)) : make_uint4(0, 0, 0, 0);
         }
         pdl_wait_once(waited);
 #pragma unroll
-        for (int u = 0; u < kVectors; ++u) {
+        for (int u = 0; u < kUnroll; ++u) {
           const int64_t k = k0 + u * 256;
           if (k >= k_hi) break;
           float wf[8];
@@ -147,44 +125,32 @@ __global__ void __launch_bounds__(256) gemv_fp8_kernel(const bf16* __restrict__ 
             float s = 0.f;
 #pragma unroll
             for (int e = 0; e < 8; ++e) s = fmaf(wf[e], xf[e], s);
-            acc[r][t] += s;
+            acc[0][t] += s;
           }
         }
       }
     }
     pdl_wait_once(waited);  // a lane with no K elements still must not write early
-    store_dots<T, R, S>(acc, partial, n0, n_dim, rows, outs);
+    store_dots<T, 1, S>(acc, partial, n, n_dim, rows, outs);
   }
   if (!waited) pdl_wait();
 }
 
-template <int T, int R, int S, bool kNorm>
+template <int T, int S, bool kNorm>
 void launch_split(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
-  const int64_t tiles = (n + (8 / S) * R - 1) / ((8 / S) * R);
-  const int64_t grid = std::min(tiles, resident_blocks<gemv_fp8_kernel<T, R, S, kNorm>>());
-  launch_pdl(gemv_fp8_kernel<T, R, S, kNorm>, unsigned(std::max<int64_t>(grid, 1)), 256, 0, x, w, k, n, rows, o,
-             nin);
+  const int64_t tiles = (n + 8 / S - 1) / (8 / S);
+  const int64_t grid = std::min(tiles, resident_blocks<gemv_fp8_kernel<T, S, kNorm>>());
+  launch_pdl(gemv_fp8_kernel<T, S, kNorm>, unsigned(std::max<int64_t>(grid, 1)), 256, 0, x, w, k, n, rows, o, nin);
 }
 
-template <int T, int R, bool kNorm>
-void launch_r(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
-  launch_best_split(
-      n, k, R, kMinWarpK, [](auto s) { return resident_blocks<gemv_fp8_kernel<T, R, decltype(s)::value, kNorm>>(); },
-      [&](auto s) { launch_split<T, R, decltype(s)::value, kNorm>(x, w, k, n, rows, o, nin); });
-}
-
-// T for the rows, S as gemm.cu's bf16 GEMV chooses it, keeping at least kMinWarpK codes a warp;
-// R = 2 for one or two rows of x where a row has fewer than kVectors vectors a lane at S = 1 and
-// the pairs of rows still give every SM 8 warps (decode's in_proj and qkv at K 2048).
+// T for the rows, S as gemm.cu's bf16 GEMV chooses it, keeping at least kMinWarpK codes a warp.
 template <bool kNorm>
 void launch_rows(const bf16* x, const Fp8Rows& w, int64_t k, int64_t n, int rows, const Outs& o, const NormIn& nin) {
-  const bool pairs = k < 16 * 32 * kVectors && n >= int64_t(8 * 2) * sm_count();
   with_row_tile(rows, [&](auto t) {
     constexpr int T = decltype(t)::value;
-    if constexpr (T <= 2) {
-      if (pairs) return launch_r<T, 2, kNorm>(x, w, k, n, rows, o, nin);
-    }
-    launch_r<T, 1, kNorm>(x, w, k, n, rows, o, nin);
+    launch_best_split(
+        n, k, 1, kMinWarpK, [](auto s) { return resident_blocks<gemv_fp8_kernel<T, decltype(s)::value, kNorm>>(); },
+        [&](auto s) { launch_split<T, decltype(s)::value, kNorm>(x, w, k, n, rows, o, nin); });
   });
 }
 
