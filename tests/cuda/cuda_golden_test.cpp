@@ -35,24 +35,19 @@ namespace {
 // All in units of max(1, std(reference)).
 constexpr double kRmsTolerance = 0.12, kMedianTolerance = 0.1, kMaxTolerance = 3.0;
 
-// The FP8 fixture (qwen3_5_moe_fp8_tiny) in the same unit: four neighbouring positions (91-94)
-// are far off in every mode, max 9.97 = 3.26 std, rms 0.114-0.126 std, median 0.03-0.04 std
-// (H100, session 22). The same weights dequantised to f32 in a plain checkpoint and run through
-// the bf16 path give the same errors at the same positions (full mode: equal logits; stepwise,
-// where the FP8 GEMVs read the codes: max 9.96 against 9.95, rms 0.3475 against 0.3480;
-// tools/device/fp8_fixture_bf16_check.sh), so they are bf16's on this fixture, not the FP8
-// kernels' (those are checked against the CPU op in cuda_moe_fp8_test.cpp). Its bounds: those
-// measurements plus 10%.
-constexpr double kFp8RmsTolerance = 0.14, kFp8MaxTolerance = 3.6;
-// The FP8 fixture in the modes whose chunks take the W8A8 expert tiles (>= 32 rows an expert: the
-// 100-token prompt whole, and chunks of 64, over its 2 experts of top 1) and, since session 35,
-// the W8A8 dense projections (> 8 rows: attention qkv and o_proj, GDN out_proj; this fixture
-// leaves in_proj bf16): the activations quantised to e4m3 (4 significant bits) add their error to
-// the above against HF's unquantised fp32 (H100, session 34, experts alone: full mode max 10.36 =
-// 3.39 std, rms 0.164 std, median per-position max 0.145 std; chunked:64 3.24, 0.129, 0.127 std;
-// session 35, with the projections: full 3.40, 0.150, 0.161 std; chunked:64 3.23, 0.137, 0.141).
-// Bounds: the larger of each plus 10%.
-constexpr double kFp8W8A8MaxTolerance = 3.74, kFp8W8A8RmsTolerance = 0.181, kFp8W8A8MedianTolerance = 0.177;
+// The FP8 fixture (qwen3_5_moe_fp8_tiny, remade in session 36 with GDN's in_proj_qkv and in_proj_z
+// quantised, as the published -FP8 checkpoints do): in the modes that read the codes with bf16
+// activations (W8A16: stepwise, chunked:7) within the Qwen fixtures' bounds above (H100, session
+// 36: max 8.13 = 2.61 std, rms 0.088 std, median per-position max 0.033 std). (The fixture before
+// it, without in_proj quantised, had four positions at 3.26 std in every mode, bf16's own error
+// there: tools/device/fp8_fixture_bf16_check.sh.)
+// The modes whose chunks take the W8A8 paths (the 100-token prompt whole, and chunks of 64: the
+// expert tiles at >= 32 rows an expert, the dense projections above 8 rows: GDN in_proj's FP8
+// rows and out_proj, attention qkv and o_proj) quantise the activations to e4m3 (4 significant
+// bits), which HF's fp32 reference does not: full mode max 9.11 = 2.93 std, rms 0.198 std,
+// median per-position max 0.246 std; chunked:64 2.93, 0.194, 0.226 (H100, session 36; the
+// fixture before, with in_proj bf16: 3.40, 0.150, 0.161). Bounds: the larger of each plus 10%.
+constexpr double kFp8W8A8MaxTolerance = 3.23, kFp8W8A8RmsTolerance = 0.218, kFp8W8A8MedianTolerance = 0.271;
 
 // DeepSeek-V4's fixtures in the same unit (H100, session 26, the first run of its CUDA forward
 // against HF): rms <= 0.3 of the Qwen bound and median per-position max <= 0.42 of it, in every
@@ -81,10 +76,8 @@ void expect_logits_match_hf(const std::string& name) {
   const bool deepseek_v4 = name.rfind("deepseek_v4", 0) == 0;
   for (const std::string mode : {"full", "stepwise", "chunked:7", "chunked:64"}) {
     const bool w8a8 = fp8 && (mode == "full" || mode == "chunked:64");
-    const double max_tol = w8a8  ? kFp8W8A8MaxTolerance
-                           : fp8 ? kFp8MaxTolerance
-                                 : deepseek_v4 ? kDeepseekV4MaxTolerance : kMaxTolerance;
-    const double rms_tol = w8a8 ? kFp8W8A8RmsTolerance : fp8 ? kFp8RmsTolerance : kRmsTolerance;
+    const double max_tol = w8a8 ? kFp8W8A8MaxTolerance : deepseek_v4 ? kDeepseekV4MaxTolerance : kMaxTolerance;
+    const double rms_tol = w8a8 ? kFp8W8A8RmsTolerance : kRmsTolerance;
     const double median_tol = w8a8 ? kFp8W8A8MedianTolerance : kMedianTolerance;
     Tensor logits = sequence_logits(*model, f.prompt, mode);
     const ErrorProfile e = error_profile(logits, f.logits);
