@@ -21,6 +21,13 @@ std::string_view dtype_name(DType t) {
   return "?";
 }
 
+size_t dtype_bytes(DType t, int64_t n) {
+  STRATA_CHECK(n >= 0, "dtype_bytes: ", n, " elements of ", dtype_name(t));
+  if (t != DType::kF4E2M1) return size_t(n) * dtype_size(t);
+  STRATA_CHECK(n % 2 == 0, "dtype_bytes: an odd count (", n, ") of F4_E2M1 elements, two a byte");
+  return size_t(n / 2);
+}
+
 bool dtype_from_safetensors(std::string_view s, DType* out) {
   static constexpr struct {
     std::string_view name;

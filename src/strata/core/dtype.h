@@ -19,10 +19,12 @@ enum class DType : uint8_t {
   kI8,
   kI32,
   kI64,
-  kF4E2M1,  // two values per byte, low nibble first (packed as U8 in checkpoints)
+  kF4E2M1,  // e2m1, two values a byte, low nibble first; logical shape (checkpoints pack it as U8)
   kUE8M0,   // power-of-two scale: 2^(bits - 127)
 };
 
+// Bytes of one element, for the types of a byte or more; kF4E2M1 answers 1, its packed byte of two
+// elements: count its bytes with dtype_bytes.
 inline size_t dtype_size(DType t) {
   switch (t) {
     case DType::kF32: case DType::kI32: return 4;
@@ -31,6 +33,11 @@ inline size_t dtype_size(DType t) {
     default: return 1;  // 1-byte types; kF4E2M1 is counted per packed byte
   }
 }
+
+// Bytes of n elements of type t: n * dtype_size(t), or n / 2 for kF4E2M1 (two codes a byte), whose
+// n must be even (a Tensor of F4_E2M1 has an even last dimension). Throws Error on a negative or,
+// for F4_E2M1, odd n.
+size_t dtype_bytes(DType t, int64_t n);
 
 std::string_view dtype_name(DType t);
 // Parses a safetensors dtype string ("BF16", "F8_E4M3", ...); returns false when unknown.
@@ -111,6 +118,20 @@ inline float ue8m0_to_f32(uint8_t b) {
   if (b == 0xff) return NAN;
   return std::ldexp(1.f, int(b) - 127);
 }
+
+// One NVFP4 weight: the e2m1 code (the low 4 bits of `code`) times its e4m3 block scale byte times
+// the float32 global scale (a tensor's or a row's), float32 multiplies left to right: (c * s) * g.
+// c * s is exact (2 by 4 significant bits), so the one rounding is at * g. The checkpoint
+// dequantisation (io/quant.cpp) and Tensor::to_f32 both use it: kept NVFP4 weights equal their
+// dequantised load bit for bit. A NaN scale byte (0x7f, 0xff) gives NaN: callers refuse those.
+inline float nvfp4_value(uint8_t code, uint8_t scale, float global) {
+  return f4e2m1_to_f32(code) * f8e4m3_to_f32(scale) * global;
+}
+
+// One MXFP4 weight: the e2m1 code (low 4 bits) times 2^(scale - 127), exact (subnormals included)
+// unless it overflows to infinity (|c| >= 2 with scale byte 0xfe, |c| >= 4 with 0xfd). The NaN scale 0xff
+// gives NaN: callers refuse it. Shared as nvfp4_value is.
+inline float mxfp4_value(uint8_t code, uint8_t scale) { return f4e2m1_to_f32(code) * ue8m0_to_f32(scale); }
 
 // Converts n elements of type t at src to float (integer types by value).
 void to_f32(DType t, const void* src, float* dst, size_t n);

@@ -46,7 +46,7 @@ class Tensor {
   int ndim() const { return int(shape_.size()); }
   int64_t dim(int i) const { return shape_[i < 0 ? i + ndim() : i]; }
   int64_t numel() const { return shape_numel(shape_); }
-  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const { return dtype_bytes(dtype_, numel()); }  // F4_E2M1: half a byte an element
 
   void* raw() const { return data_.get(); }
   template <class T>
@@ -59,25 +59,42 @@ class Tensor {
   // Rows [begin, end) along dimension 0, sharing storage.
   Tensor rows(int64_t begin, int64_t end) const;
   // A CPU float32 copy (converting from any float or integer type; a block-scaled tensor
-  // dequantised).
+  // dequantised, F4_E2M1 by nvfp4_value / mxfp4_value: equal to io/quant.h's dequantisation of
+  // the same bytes bit for bit).
   Tensor to_f32() const;
-  // A copy on `device` (same dtype and shape, the block scale too); always a new tensor.
+  // A copy on `device` (same dtype and shape, both scale levels too); always a new tensor.
   Tensor to(Device device) const;
-  std::string describe() const;  // "BF16[2, 3]", "F8_E4M3[2, 3] scaled per 128"
+  // "BF16[2, 3]", "F8_E4M3[2, 3] scaled per 128", "F4_E2M1[2, 32] scaled per 16 (F8_E4M3, F32 global
+  // a row)", "F4_E2M1[2, 64] scaled per 32 (UE8M0)".
+  std::string describe() const;
 
-  // A block-scaled weight (the routed experts of an FP8 checkpoint kept compressed): F8_E4M3
-  // codes whose element [..., r, c] means code * scale[..., r, c / group], with scale F32
-  // [..., rows, ceil(cols / group)] on the same device: every row its own scales (a checkpoint's
-  // 128 x 128 blocks expanded by row, so that row slices and concatenations need no alignment).
-  // The scale goes along through rows(), reshape() (which must keep the last dimension) and to().
-  Tensor with_scale(Tensor scale, int group) const;
+  // A block-scaled weight (routed experts or projections of a quantised checkpoint kept
+  // compressed), every row its own scales (so that row slices and concatenations need no
+  // alignment), scale [..., rows, cols / group] on the tensor's device. Three kinds:
+  // - FP8: F8_E4M3 codes, element [..., r, c] = code * scale[..., r, c / group], scale F32
+  //   [..., rows, ceil(cols / group)] (a checkpoint's 128 x 128 blocks expanded by row); no global.
+  // - NVFP4: F4_E2M1 codes, group 16, scale F8_E4M3 [..., rows, cols / 16] as stored, global F32
+  //   [..., rows] (the tensor's weight_scale_2, a row's own so that gate and up rows may differ):
+  //   element = nvfp4_value(code, scale[..., r, c / 16], global[..., r]).
+  // - MXFP4: F4_E2M1 codes, group 32, scale UE8M0 [..., rows, cols / 32]; no global:
+  //   element = mxfp4_value(code, scale[..., r, c / 32]).
+  // Shapes, dtypes and devices are checked (an Error names this tensor and the mismatch); the
+  // scale values are not (the loader refuses NaN and negative scales, as io/quant.h does). Both
+  // levels go along through rows(), reshape() (which must keep the last dimension; the global
+  // takes the new shape without it) and to().
+  Tensor with_scale(Tensor scale, int group, Tensor global) const;
+  Tensor with_scale(Tensor scale, int group) const;  // no global: FP8, MXFP4
   bool scaled() const { return scale_ != nullptr; }
-  Tensor scale() const;  // undefined when not scaled
+  Tensor scale() const;         // undefined when not scaled
+  Tensor global_scale() const;  // undefined unless NVFP4
   int scale_group() const { return scale_group_; }
 
  private:
+  Tensor f4_to_f32() const;  // to_f32 of a scaled F4_E2M1 tensor
+
   std::shared_ptr<void> data_;
   std::shared_ptr<const Tensor> scale_;
+  std::shared_ptr<const Tensor> global_;  // NVFP4's second level, F32 [..., rows]
   int scale_group_ = 0;
   Shape shape_;
   DType dtype_ = DType::kF32;

@@ -18,20 +18,19 @@ std::vector<float> scales_f32(const Tensor& scale) {
   return out;
 }
 
-// The e2m1 pairs of packed [n, k / 2] (low nibble first) as F32 [n, k]: element (r, c) times
-// scale(r, c / group) (exact: a 2-bit by a 4-bit mantissa), then times `global` (one rounding;
-// 1 leaves the product as it is).
-template <typename Scale>
-Tensor unpack_fp4(const Tensor& packed, int64_t n, int64_t k, int64_t group, Scale scale, float global = 1.f) {
+// The e2m1 pairs of packed [n, k / 2] (low nibble first) as F32 [n, k]: element (r, c) is
+// value(r, c, code), nvfp4_value or mxfp4_value (core/dtype.h) with the element's scales, the
+// helpers Tensor::to_f32 shares.
+template <typename Value>
+Tensor unpack_fp4(const Tensor& packed, int64_t n, int64_t k, Value value) {
   const uint8_t* b = packed.data<uint8_t>();
   Tensor out = Tensor::empty({n, k}, DType::kF32);
   float* o = out.data<float>();
   parallel_for(n, [&](int64_t r) {
     for (int64_t c = 0; c < k; c += 2) {
       const uint8_t byte = b[r * (k / 2) + c / 2];
-      const float s = scale(r, c / group);
-      o[r * k + c] = f4e2m1_to_f32(byte & 0xf) * s * global;
-      o[r * k + c + 1] = f4e2m1_to_f32(byte >> 4) * s * global;
+      o[r * k + c] = value(r, c, uint8_t(byte & 0xf));
+      o[r * k + c + 1] = value(r, c + 1, uint8_t(byte >> 4));
     }
   });
   return out;
@@ -92,7 +91,9 @@ Tensor dequant_mxfp4(const Tensor& packed, const Tensor& scale, const std::strin
     STRATA_CHECK(sb[i] != 0xff, name, ": MXFP4 scale ", i / want[1], ",", i % want[1],
                  " is NaN (0xff)");
   }
-  return unpack_fp4(packed, n, k, kMxfp4Group, [&](int64_t r, int64_t g) { return ue8m0_to_f32(sb[r * want[1] + g]); });
+  return unpack_fp4(packed, n, k, [&](int64_t r, int64_t c, uint8_t code) {
+    return mxfp4_value(code, sb[r * want[1] + c / kMxfp4Group]);
+  });
 }
 
 Tensor dequant_nvfp4(const Tensor& packed, const Tensor& scale, float global, const std::string& name) {
@@ -116,8 +117,9 @@ Tensor dequant_nvfp4(const Tensor& packed, const Tensor& scale, float global, co
     STRATA_CHECK(!nan && !negative, name, ": NVFP4 block scale ", i / want[1], ",", i % want[1], " is ",
                  nan ? "NaN" : "negative", " (code 0x", std::hex, int(sb[i]), ")");
   }
-  return unpack_fp4(packed, n, k, kNvfp4Group, [&](int64_t r, int64_t g) { return f8e4m3_to_f32(sb[r * want[1] + g]); },
-                    global);
+  return unpack_fp4(packed, n, k, [&](int64_t r, int64_t c, uint8_t code) {
+    return nvfp4_value(code, sb[r * want[1] + c / kNvfp4Group], global);
+  });
 }
 
 }  // namespace strata

@@ -29,7 +29,8 @@ Tensor dequant_mxfp4(const Tensor& packed, const Tensor& scale, const std::strin
 
 // packed: U8 or I8 [N, K / 2]; scale: F8_E4M3 [N, K / 16]; global: the tensor's float32 scale
 // (ModelOpt's weight_scale_2). Returns F32 [N, K] with w[i, j] = (e2m1(nibble j of row i) *
-// e4m3(scale[i, j / 16])) * global, in that order of float32 multiplies. A NaN or negative block
+// e4m3(scale[i, j / 16])) * global, in that order of float32 multiplies (core/dtype.h's nvfp4_value;
+// dequant_mxfp4's mxfp4_value: Tensor::to_f32 of kept F4_E2M1 weights shares both). A NaN or negative block
 // scale (-0 is a zero block), or a global scale that is not finite and positive, is an error.
 Tensor dequant_nvfp4(const Tensor& packed, const Tensor& scale, float global, const std::string& name);
 
