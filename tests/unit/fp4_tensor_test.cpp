@@ -14,20 +14,10 @@
 #include "strata/core/error.h"
 #include "strata/core/tensor.h"
 #include "strata/io/quant.h"
+#include "expect_error.h"
 
 namespace strata {
 namespace {
-
-template <class Fn>
-void expect_error_mentions(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no Error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << p << " | " << msg;
-  }
-}
 
 void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what) {
   ASSERT_EQ(a.dtype(), DType::kF32) << what;

@@ -10,6 +10,7 @@
 #include "strata/core/error.h"
 #include "strata/core/tensor.h"
 #include "strata/io/quant.h"
+#include "expect_error.h"
 
 using namespace strata;
 
@@ -34,17 +35,6 @@ Tensor bytes_tensor(Shape shape, DType dtype, const std::vector<uint8_t>& bytes)
   EXPECT_EQ(t.nbytes(), bytes.size());
   std::memcpy(t.raw(), bytes.data(), bytes.size());
   return t;
-}
-
-template <class Fn>
-void expect_error_mentions(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no Error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << p << " | " << msg;
-  }
 }
 
 // A weight code for every element that is never NaN (0x7f / 0xff).
