@@ -5,6 +5,7 @@
 
 #include "strata/core/block_copy.h"
 #include "strata/core/error.h"
+#include "strata/core/fp4_rows.h"
 
 namespace strata {
 namespace {
@@ -36,19 +37,6 @@ void check_f4_shape(const Shape& shape, DType dtype, const char* where) {
   if (dtype != DType::kF4E2M1) return;
   STRATA_CHECK(!shape.empty() && shape.back() % 2 == 0, where, ": F4_E2M1", shape_str(shape),
                " needs an even last dimension (two codes a byte)");
-}
-
-// The float32 values of an F4_E2M1 tensor's codes (row-major, low nibble first) scaled by
-// `value(row, col, code)`: nvfp4_value or mxfp4_value with the row's scales.
-template <class Value>
-void dequantise_f4(const uint8_t* codes, int64_t rows, int64_t cols, float* out, Value value) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; c += 2) {
-      const uint8_t byte = codes[(r * cols + c) / 2];
-      out[r * cols + c] = value(r, c, uint8_t(byte & 0xf));
-      out[r * cols + c + 1] = value(r, c + 1, uint8_t(byte >> 4));
-    }
-  }
 }
 
 }  // namespace
@@ -173,11 +161,11 @@ Tensor Tensor::f4_to_f32() const {
   const uint8_t* s = scale_->data<uint8_t>();
   if (global_) {
     const float* g = global_->data<float>();
-    dequantise_f4(codes, rows, cols, out.data<float>(), [&](int64_t r, int64_t c, uint8_t code) {
+    unpack_fp4_rows(codes, rows, cols, out.data<float>(), [&](int64_t r, int64_t c, uint8_t code) {
       return nvfp4_value(code, s[r * groups + c / group], g[r]);
     });
   } else {
-    dequantise_f4(codes, rows, cols, out.data<float>(), [&](int64_t r, int64_t c, uint8_t code) {
+    unpack_fp4_rows(codes, rows, cols, out.data<float>(), [&](int64_t r, int64_t c, uint8_t code) {
       return mxfp4_value(code, s[r * groups + c / group]);
     });
   }

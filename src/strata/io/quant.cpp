@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "strata/core/error.h"
+#include "strata/core/fp4_rows.h"
 #include "strata/core/parallel.h"
 
 namespace strata {
@@ -23,16 +24,8 @@ std::vector<float> scales_f32(const Tensor& scale) {
 // helpers Tensor::to_f32 shares.
 template <typename Value>
 Tensor unpack_fp4(const Tensor& packed, int64_t n, int64_t k, Value value) {
-  const uint8_t* b = packed.data<uint8_t>();
   Tensor out = Tensor::empty({n, k}, DType::kF32);
-  float* o = out.data<float>();
-  parallel_for(n, [&](int64_t r) {
-    for (int64_t c = 0; c < k; c += 2) {
-      const uint8_t byte = b[r * (k / 2) + c / 2];
-      o[r * k + c] = value(r, c, uint8_t(byte & 0xf));
-      o[r * k + c + 1] = value(r, c + 1, uint8_t(byte >> 4));
-    }
-  });
+  unpack_fp4_rows(packed.data<uint8_t>(), n, k, out.data<float>(), value);
   return out;
 }
 
