@@ -14,6 +14,7 @@ usage (GPU machine, transformers 5.17): python3 tools/device/fp8_w8a8_hf_check.p
 """
 import json
 import math
+import os
 import sys
 
 import numpy as np
@@ -21,15 +22,11 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-BLOCK = 128
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
+from make_fixtures_qwen3_5_fp8 import BLOCK, E4M3_MAX, dequantise  # noqa: E402
+
 W8A8_INPUTS = ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "self_attn.q_proj", "self_attn.k_proj",
                "self_attn.v_proj", "self_attn.o_proj", "linear_attn.out_proj")
-
-
-def dequantise(q, scale):
-    n, k = q.shape
-    s = scale.repeat_interleave(BLOCK, 0)[:n].repeat_interleave(BLOCK, 1)[:, :k]
-    return q.to(torch.float32) * s
 
 
 def quantise_rows(x):
@@ -41,8 +38,8 @@ def quantise_rows(x):
     pad[..., :k] = x.float()
     blocks = pad.view(*shape[:-1], g, BLOCK)
     amax = blocks.abs().amax(dim=-1, keepdim=True)
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
-    q = (blocks / scale).clamp(-448, 448).to(torch.float8_e4m3fn).to(torch.float32) * scale
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    q = (blocks / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32) * scale
     return q.view(*shape[:-1], g * BLOCK)[..., :k].to(x.dtype)
 
 
