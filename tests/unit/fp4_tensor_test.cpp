@@ -236,5 +236,20 @@ TEST(Fp4Tensor, WithScaleNamesTheTensorAndTheMismatch) {
   expect_error_mentions([&] { Tensor::empty({4, 64}, DType::kU8).with_scale(ue8m0, 32); }, {"U8[4, 64]"});
 }
 
+// view_as: a loader fills U8 bytes and views them as the F4_E2M1 codes they pack (same storage);
+// a different byte count, an odd F4 row or a scaled tensor is refused.
+TEST(Fp4Tensor, BytesViewedAsCodes) {
+  Tensor bytes = Tensor::empty({2, 3, 16}, DType::kU8);
+  for (int i = 0; i < 96; ++i) bytes.data<uint8_t>()[i] = uint8_t(i * 7);
+  const Tensor codes = bytes.view_as({2, 3, 32}, DType::kF4E2M1);
+  EXPECT_EQ(codes.dtype(), DType::kF4E2M1);
+  EXPECT_EQ(codes.raw(), bytes.raw());
+  EXPECT_EQ(codes.nbytes(), bytes.nbytes());
+  expect_error_mentions([&] { bytes.view_as({2, 3, 16}, DType::kF4E2M1); }, {"U8[2, 3, 16]", "byte count"});
+  expect_error_mentions([&] { bytes.view_as({192, 1}, DType::kF4E2M1); }, {"even last dimension"});
+  const Tensor scaled = codes.with_scale(Tensor::empty({2, 3, 1}, DType::kUE8M0), 32);
+  expect_error_mentions([&] { scaled.view_as({2, 3, 16}, DType::kU8); }, {"block-scaled"});
+}
+
 }  // namespace
 }  // namespace strata

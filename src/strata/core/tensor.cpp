@@ -121,6 +121,17 @@ Tensor Tensor::reshape(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::view_as(Shape shape, DType dtype) const {
+  check_f4_shape(shape, dtype, "view_as");
+  STRATA_CHECK(!scale_, "view_as: ", describe(), " is block-scaled (its scales would not follow)");
+  STRATA_CHECK(dtype_bytes(dtype, shape_numel(shape)) == nbytes(), "view_as: cannot view ", describe(), " as ",
+               dtype_name(dtype), shape_str(shape), " (a different byte count)");
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::rows(int64_t begin, int64_t end) const {
   STRATA_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
                "rows: [", begin, ", ", end, ") out of range for ", describe());

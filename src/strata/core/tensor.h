@@ -58,6 +58,9 @@ class Tensor {
   Tensor reshape(Shape shape) const;
   // Rows [begin, end) along dimension 0, sharing storage.
   Tensor rows(int64_t begin, int64_t end) const;
+  // The same bytes as another dtype and shape of the same byte count (e.g. the U8 bytes a loader
+  // filled as the F4_E2M1 codes they pack), sharing storage; block-scaled tensors refuse.
+  Tensor view_as(Shape shape, DType dtype) const;
   // A CPU float32 copy (converting from any float or integer type; a block-scaled tensor
   // dequantised, F4_E2M1 by nvfp4_value / mxfp4_value: equal to io/quant.h's dequantisation of
   // the same bytes bit for bit).

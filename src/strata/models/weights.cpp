@@ -9,6 +9,7 @@
 #include "strata/core/error.h"
 #include "strata/core/parallel.h"
 #include "strata/io/quant.h"
+#include "strata/models/weight_blocks.h"
 #include "strata/ops/ops.h"
 #if defined(STRATA_WITH_CUDA)
 #include "strata/ops/cuda/weight_upload.h"
@@ -16,10 +17,6 @@
 
 namespace strata {
 namespace {
-
-// The dummy weights' values: uniform in +-kRandomRange (HF's initializer_range 0.02 as the
-// standard deviation of a uniform distribution).
-constexpr float kRandomRange = 0.0346f;
 
 std::unique_ptr<BlockWriter> make_writer(Device device) {
   if (device == Device::kCpu) return make_host_writer();
@@ -30,8 +27,10 @@ std::unique_ptr<BlockWriter> make_writer(Device device) {
 #endif
 }
 
-// The blocks of a stored [E, R, C] tensor ([R, C]: one expert) at `src`: experts
-// [expert_begin, + expert_count), of each the row ranges `rows`, of each row the columns `cols`.
+}  // namespace
+
+namespace weight_blocks {
+
 std::vector<CopyBlock> expert_blocks(const char* src, DType dtype, const Shape& shape, int64_t expert_begin,
                                      int64_t expert_count, const std::vector<std::pair<int64_t, int64_t>>& rows,
                                      std::pair<int64_t, int64_t> cols, const std::string& what) {
@@ -59,15 +58,11 @@ std::vector<CopyBlock> expert_blocks(const char* src, DType dtype, const Shape& 
   return blocks;
 }
 
-// Expert e's [rows, cols] slab of `dtype` in a stored [E, ...] tensor (a matrix is expert 0), as
-// a view.
 Tensor expert_slab(const Tensor& t, int64_t e, int64_t rows, int64_t cols, DType dtype) {
   const size_t bytes = size_t(rows * cols) * dtype_size(dtype);
   return Tensor::view_of(nullptr, static_cast<char*>(t.raw()) + size_t(e) * bytes, {rows, cols}, dtype);
 }
 
-// A quantised weight of `shape`, a matrix [rows, cols] or fused experts [E, rows, cols], as F32:
-// `dequant(e)` gives expert e's [rows, cols] (the matrix's own for a matrix).
 Tensor stack_experts(const Shape& shape, const std::function<Tensor(int64_t)>& dequant) {
   if (shape.size() == 2) return dequant(0);
   const int64_t slab = shape[1] * shape[2];
@@ -79,7 +74,12 @@ Tensor stack_experts(const Shape& shape, const std::function<Tensor(int64_t)>& d
   return out;
 }
 
-}  // namespace
+}  // namespace weight_blocks
+
+using weight_blocks::expert_blocks;
+using weight_blocks::expert_slab;
+using weight_blocks::stack_experts;
+using weight_blocks::kRandomRange;
 
 WeightLoader::WeightLoader(const Checkpoint& ckpt, std::string prefix, Device device, bool report_progress)
     : ckpt_(ckpt), prefix_(std::move(prefix)), device_(device),
@@ -238,82 +238,6 @@ Tensor WeightLoader::random_fp8(const std::string& full_name, const Shape& shape
   std::fill(scale.data<float>(), scale.data<float>() + scale.numel(), kRandomRange / 448.f);
   return codes.with_scale(assemble_as(scale_shape, DType::kF32, {dense_block(scale.raw(), DType::kF32, scale.numel())}),
                           kFp8Block);
-}
-
-// ModelOpt's NVFP4 linear: `<module>.weight` U8 [.., out, in / 2], `.weight_scale` F8_E4M3
-// [.., out, in / 16], `.weight_scale_2` F32 (one value, or one an expert for fused experts
-// [E, out, in]) and `.input_scale` F32 (W4A4's activation scale: checked, marked read, unused).
-Tensor WeightLoader::dequantise_nvfp4(const std::string& full_name, const Shape& shape) {
-  const std::string what = ckpt_.file_of(full_name) + ": tensor '" + full_name + "'";
-  const TensorInfo& info = ckpt_.info(full_name);
-  STRATA_CHECK(!quant_.listed_not_converted(full_name), what, " is ", dtype_name(info.dtype),
-               " (NVFP4), but its module is listed as not quantised in ", quant_.origin, " (expected BF16)");
-  STRATA_CHECK((shape.size() == 2 || shape.size() == 3) && shape.back() % kNvfp4Group == 0, what,
-               ": an NVFP4 weight must be a matrix [out, in] or fused experts [E, out, in] with in a multiple of ",
-               kNvfp4Group, ", expected ", shape_str(shape));
-  Shape packed_shape = shape, scale_shape = shape;
-  packed_shape.back() /= 2;
-  scale_shape.back() /= kNvfp4Group;
-  stored(full_name, packed_shape, false);
-  STRATA_CHECK(full_name.ends_with(".weight"), what, ": an NVFP4 weight's name must end in '.weight'");
-  const std::string scale_name = full_name + "_scale", global_name = full_name + "_scale_2";
-  const std::string input_name = full_name.substr(0, full_name.size() - 6) + "input_scale";
-  for (const std::string* n : {&scale_name, &global_name}) {
-    STRATA_CHECK(ckpt_.has(*n), what, " is NVFP4 but has no '", *n, "'");
-  }
-  const TensorInfo& s = ckpt_.info(scale_name);
-  STRATA_CHECK(s.dtype == DType::kF8E4M3, ckpt_.file_of(scale_name), ": tensor '", scale_name,
-               "': block scale of '", full_name, "' must be F8_E4M3, got ", dtype_name(s.dtype));
-  stored(scale_name, scale_shape, false);
-  const int64_t experts = shape.size() == 3 ? shape[0] : 1;
-  // One F32 value for the tensor, or (fused experts) one an expert.
-  auto scalars = [&](const std::string& n) {
-    const TensorInfo& g = ckpt_.info(n);
-    STRATA_CHECK(g.dtype == DType::kF32 && (g.nbytes() == 4 || g.nbytes() == size_t(experts) * 4),
-                 ckpt_.file_of(n), ": tensor '", n, "' of '", full_name, "' must be F32 with 1", experts > 1 ? " or " : "",
-                 experts > 1 ? std::to_string(experts) : "", " value(s), got ", dtype_name(g.dtype), shape_str(g.shape));
-    stored(n, g.shape, false);
-    return ckpt_.get(n);
-  };
-  const Tensor global = scalars(global_name);
-  if (ckpt_.has(input_name)) scalars(input_name);
-  const Tensor w = ckpt_.get(full_name), scale = ckpt_.get(scale_name);
-  const int64_t rows = shape[shape.size() - 2], cols = shape.back();
-  return stack_experts(shape, [&](int64_t e) {
-    const float g = global.data<float>()[global.numel() == 1 ? 0 : e];
-    return dequant_nvfp4(expert_slab(w, e, rows, cols / 2, DType::kU8),
-                         expert_slab(scale, e, rows, cols / kNvfp4Group, DType::kF8E4M3), g,
-                         experts == 1 ? what : cat(what, " expert ", e));
-  });
-}
-
-// compressed-tensors' MXFP4 linear: `<module>.weight_packed` U8 [.., out, in / 2] (e2m1 pairs, low
-// nibble first) and `<module>.weight_scale` U8 or F8_E8M0 [.., out, in / 32]; no global scale.
-Tensor WeightLoader::dequantise_mxfp4(const std::string& full_name, const Shape& shape) {
-  const std::string packed_name = full_name + "_packed", scale_name = full_name + "_scale";
-  const std::string what = ckpt_.file_of(packed_name) + ": tensor '" + packed_name + "'";
-  STRATA_CHECK(!quant_.listed_not_converted(full_name), what, " is MXFP4, but its module is listed in ",
-               quant_.origin, " quantization_config.ignore (expected '", full_name, "' in BF16)");
-  STRATA_CHECK((shape.size() == 2 || shape.size() == 3) && shape.back() % kMxfp4GroupSize == 0, what,
-               ": an MXFP4 weight must be a matrix [out, in] or fused experts [E, out, in] with in a multiple of ",
-               kMxfp4GroupSize, ", expected ", shape_str(shape));
-  Shape packed_shape = shape, scale_shape = shape;
-  packed_shape.back() /= 2;
-  scale_shape.back() /= kMxfp4GroupSize;
-  const TensorInfo& p = stored(packed_name, packed_shape, false);
-  STRATA_CHECK(p.dtype == DType::kU8 || p.dtype == DType::kI8, what, ": MXFP4 codes must be U8 (or I8), got ",
-               dtype_name(p.dtype));
-  STRATA_CHECK(ckpt_.has(scale_name), what, " is MXFP4 but has no '", scale_name, "'");
-  const TensorInfo& s = stored(scale_name, scale_shape, false);
-  STRATA_CHECK(s.dtype == DType::kU8 || s.dtype == DType::kUE8M0, ckpt_.file_of(scale_name), ": tensor '",
-               scale_name, "': scale of '", packed_name, "' must be U8 or F8_E8M0 exponents, got ", dtype_name(s.dtype));
-  const Tensor w = ckpt_.get(packed_name), scale = ckpt_.get(scale_name);
-  const int64_t experts = shape.size() == 3 ? shape[0] : 1, rows = shape[shape.size() - 2], cols = shape.back();
-  return stack_experts(shape, [&](int64_t e) {
-    return dequant_mxfp4(expert_slab(w, e, rows, cols / 2, DType::kU8),
-                         expert_slab(scale, e, rows, cols / kMxfp4GroupSize, DType::kU8),
-                         experts == 1 ? what : cat(what, " expert ", e));
-  });
 }
 
 Tensor WeightLoader::raw(const std::string& full_name, const Shape& shape) {
@@ -550,6 +474,8 @@ WeightLoader::RoutedExperts WeightLoader::get_routed_experts(const std::string& 
       inter.begin % quant_.block_cols == 0 && keep_experts_fp8(p, gate_up_shape, experts, inter, r)) {
     return r;
   }
+  const bool fp4 = quant_.method == WeightQuant::Method::kNvfp4 || quant_.method == WeightQuant::Method::kMxfp4;
+  if ((keep_fp4_experts_ || dummy()) && fp4 && keep_experts_fp4(p, gate_up_shape, experts, inter, r)) return r;
   if (dummy() || has(p + "experts.gate_up_proj")) {
     r.gate_up = get_expert_slices(p + "experts.gate_up_proj", gate_up_shape, experts,
                                   {{inter.begin, inter.count}, {full_inter + inter.begin, inter.count}}, {0, h});

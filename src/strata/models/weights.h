@@ -57,6 +57,15 @@ class WeightLoader {
   // Whether get_slices_fp8 keeps an FP8 block-scale checkpoint's dense projections FP8 (codes and
   // per-row scales, as the experts above): on CUDA, whose linear ops read them so.
   void keep_fp8_dense(bool keep) { keep_fp8_dense_ = keep; }
+  // Whether get_routed_experts keeps the routed experts of an NVFP4 or MXFP4 checkpoint as they
+  // are stored (Tensor::with_scale: F4_E2M1 codes, the scale bytes as stored, per row; NVFP4's
+  // weight_scale_2 as an F32 a row, so that gate and up may differ) instead of dequantising them.
+  // Kept when the hidden size and the rank's intermediate columns start and end on 32 columns
+  // (whole 16-byte rows of codes a group pair), else dequantised as before. Dummy loads of such a
+  // config make random codes and scales on the host (on the CPU, unless kept, as their floats: the
+  // same model either way). Experts are per expert in these formats (X.weight is the name ModelOpt
+  // and compressed-tensors quantise), never fused.
+  void keep_fp4_experts(bool keep) { keep_fp4_experts_ = keep; }
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   Device device() const { return device_; }
@@ -188,8 +197,40 @@ class WeightLoader {
   // Random F8_E4M3 codes of a dummy FP8 load, with one scale for all: values uniform in about
   // +-0.0346, as random() gives.
   Tensor random_fp8(const std::string& full_name, const Shape& shape);
+  // An NVFP4 or MXFP4 weight `full_name` ("X.weight") of logical shape [.., out, in] (a matrix, or
+  // fused experts [E, out, in]), its tensors' names, dtypes and shapes checked (and the module not
+  // listed as not converted) and marked read, as CPU views: codes U8 [.., out, in / 2] (NVFP4:
+  // X.weight; MXFP4: X.weight_packed), scale bytes [.., out, in / group] (F8_E4M3; UE8M0 or U8),
+  // and NVFP4's global F32 (one value, or one an expert; X.input_scale checked, unused). The values
+  // are not checked here (io/quant.h's dequantisers do; kept_fp4 by check_fp4_scales).
+  struct Fp4Stored {
+    Tensor codes, scale, global;
+    int group = 0;
+    bool nvfp4 = true;
+    std::string codes_name, scale_name, global_name;
+  };
+  Fp4Stored fp4_stored(const std::string& full_name, const Shape& shape);
   Tensor dequantise_nvfp4(const std::string& full_name, const Shape& shape);
   Tensor dequantise_mxfp4(const std::string& full_name, const Shape& shape);
+  // Kept FP4 experts (keep_fp4_experts): each part is rows [row0, + rows) of the stored weight
+  // `name` (an expert's matrix, "X.weight") of logical shape `full`, its columns `cols` (on
+  // 32-column boundaries). The parts stack by rows into experts_out experts; every scale of the
+  // parts' tensors checked (NaN, negative, a global not finite and positive), the first bad one
+  // named by tensor, row and group.
+  struct Fp4Part {
+    std::string name;
+    Shape full;
+    int64_t row0 = 0, rows = 0;
+  };
+  Tensor kept_fp4(const std::vector<Fp4Part>& parts, int64_t experts_out, Range cols);
+  void check_fp4_scales(const Fp4Stored& st);
+  // get_routed_experts' FP4 path, as keep_experts_fp8.
+  bool keep_experts_fp4(const std::string& p, const Shape& gate_up_shape, Range experts, Range inter,
+                        RoutedExperts& r);
+  // Random kept FP4 weights of a dummy NVFP4 / MXFP4 load, made on the host and seeded by the
+  // name: uniform code bytes; NVFP4 scale bytes uniform in [0x70, 0x7e] (128 .. 448) with the global
+  // kRandomRange / (6 x 448), MXFP4 exponents 118 or 119: values within random()'s +-0.0346.
+  Tensor random_fp4(const std::string& full_name, const Shape& shape);
   // A new tensor of `shape` in the device's compute dtype (assemble_as: `dtype`) holding the
   // blocks' elements.
   Tensor assemble(const Shape& shape, const std::vector<CopyBlock>& blocks);
@@ -200,7 +241,7 @@ class WeightLoader {
   Device device_;
   std::set<std::string> used_;
   WeightQuant quant_;                          // quantization_config
-  bool keep_fp8_experts_ = false, keep_fp8_dense_ = false;
+  bool keep_fp8_experts_ = false, keep_fp8_dense_ = false, keep_fp4_experts_ = false;
   std::map<std::string, Tensor> dequantised_;  // quantised weights as F32, until finish()
   size_t bytes_ = 0;
   LoadProgress progress_;
