@@ -7,18 +7,11 @@
 #include <cstdint>
 
 #include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/expert_matrix.cuh"
 
 namespace strata::ops::cuda {
 
 constexpr int kFp8Group = 128;
-
-// An expert stack [E, R, C] as the MoE kernels read it: bf16 values (scale null), or F8_E4M3
-// codes with `groups` = ceil(C / kFp8Group) scales a row.
-struct ExpertMatrix {
-  const void* w = nullptr;
-  const float* scale = nullptr;
-  int64_t groups = 0;
-};
 
 // One code as a float (exact).
 __device__ __forceinline__ float e4m3_value(uint8_t code) {

@@ -7,9 +7,12 @@
 //    on the device (no host sync, so CUDA graphs can capture it); two grouped GEMMs on bf16
 //    tensor cores over the experts' tiles (gate_up with SiLU-mul in its epilogue, then down);
 //    and the weighted un-permute.
+// Routed experts are bf16, or kept compressed (ExpertMatrix's WeightFormat): FP8 (fp8_weights.cuh),
+// NVFP4 or MXFP4 (fp4_weights.cuh; W4A16, the mma.sync tiles at every size above the GEMVs').
 #include <algorithm>
 
 #include "strata/ops/cuda/common.cuh"
+#include "strata/ops/cuda/fp4_weights.cuh"
 #include "strata/ops/cuda/fp8_weights.cuh"
 #include "strata/ops/cuda/profile.h"
 #include "strata/ops/cuda/cuda_ops.h"
@@ -171,11 +174,17 @@ struct RouteArgs {
 // At most 64 registers (4 blocks of 8 warps per SM): a batch-1 step's 4096 warps are all resident
 // at once, each with half its gate and up rows (2 x 2 KB) in flight per pass.
 constexpr int kGateUpWarps = 8, kGateUpUnroll = 4;
+// FP4: a lane's vector is 32 codes, so a 2048 row (1 KB) is two vectors a lane for gate and two
+// for up: 4 KB a warp in flight, as bf16's and FP8's unroll keeps.
+constexpr int kGateUpFp4Unroll = 2;
 
 // kRoutePer > 0: the pair's expert comes from route_token<kRoutePer> over route's logits.
-// kFp8: gate_up holds F8_E4M3 codes with per-row scales (fp8_weights.cuh); a lane's 16-byte
-// vector is then 16 codes of one 128-column group, their dot with x taken in f32 and scaled once.
-template <int kRoutePer, bool kFp8>
+// kFormat kFp8: gate_up holds F8_E4M3 codes with per-row scales (fp8_weights.cuh); a lane's
+// 16-byte vector is then 16 codes of one 128-column group, their dot with x taken in f32 and
+// scaled once. kNvfp4 / kMxfp4: e2m1 codes with per-row scale bytes (fp4_weights.cuh); a lane's
+// vector is 32 codes (two NVFP4 groups, one MXFP4 group), each group's dot (exact codes, f32)
+// times its scale, and NVFP4's row global multiplies the row's sum once.
+template <int kRoutePer, WeightFormat kFormat>
 __global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(const bf16* x, ExpertMatrix gate_up,
                                                                         const int32_t* ids, RouteArgs route,
                                                                         int top_k, int64_t h_dim, int64_t inter,
@@ -196,7 +205,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(cons
   }
   const bf16* xr = x + int64_t(pair / top_k) * h_dim;
   float g = 0.f, u = 0.f;
-  if constexpr (kFp8) {
+  if constexpr (kFormat == WeightFormat::kFp8) {
     const int64_t gate_row = e * 2 * inter + i;
     const auto* wg = static_cast<const uint8_t*>(gate_up.w) + gate_row * h_dim;
     const uint8_t* wu = wg + inter * h_dim;
@@ -221,6 +230,37 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(cons
         u = fmaf(__ldg(su + k / kFp8Group), part[1], u);
       }
     }
+  } else if constexpr (is_fp4(kFormat)) {
+    // Rows of h_dim / 2 bytes (h_dim a multiple of 32: 16-byte aligned vectors).
+    const int64_t gate_row = e * 2 * inter + i, row_bytes = h_dim / 2;
+    const auto* wg = static_cast<const uint8_t*>(gate_up.w) + gate_row * row_bytes;
+    const uint8_t* wu = wg + inter * row_bytes;
+    const uint8_t* const scales[2] = {gate_up.fp4_scale + gate_row * gate_up.groups,
+                                      gate_up.fp4_scale + (gate_row + inter) * gate_up.groups};
+    float gate_global = 1.f, up_global = 1.f;
+    if constexpr (kFormat == WeightFormat::kNvfp4) {
+      gate_global = __ldg(gate_up.global + gate_row);
+      up_global = __ldg(gate_up.global + gate_row + inter);
+    }
+    float acc[2] = {0.f, 0.f};
+    for (int64_t k0 = int64_t(lane) * 32; k0 < h_dim; k0 += 1024 * kGateUpFp4Unroll) {
+      uint4 gv[kGateUpFp4Unroll], uv[kGateUpFp4Unroll];
+#pragma unroll
+      for (int j = 0; j < kGateUpFp4Unroll; ++j) {
+        const int64_t k = k0 + j * 1024;
+        const bool in = k < h_dim;
+        gv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wg + k / 2)) : make_uint4(0, 0, 0, 0);
+        uv[j] = in ? __ldg(reinterpret_cast<const uint4*>(wu + k / 2)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kGateUpFp4Unroll; ++j) {
+        const int64_t k = k0 + j * 1024;
+        if (k >= h_dim) break;
+        fp4_dot32<kFormat, 2>({gv[j], uv[j]}, xr, scales, k, acc);
+      }
+    }
+    g = warp_sum(acc[0]) * gate_global;
+    u = warp_sum(acc[1]) * up_global;
   } else {
     const bf16* wg = static_cast<const bf16*>(gate_up.w) + (e * 2 * inter + i) * h_dim;
     const bf16* wu = wg + inter * h_dim;
@@ -249,8 +289,10 @@ __global__ void __launch_bounds__(kGateUpWarps * 32, 4) gate_up_gemv_kernel(cons
       }
     }
   }
-  g = warp_sum(g);
-  u = warp_sum(u);
+  if constexpr (!is_fp4(kFormat)) {
+    g = warp_sum(g);
+    u = warp_sum(u);
+  }
   if (lane == 0) act[int64_t(pair) * inter + i] = f2bf(swiglu_f(g, u, limit));
 }
 
@@ -268,8 +310,11 @@ struct SharedArgs {
   int64_t inter;
 };
 
-// kFp8: down holds F8_E4M3 codes with per-row scales; a lane's vector is 16 codes of one group.
-template <bool kFp8>
+// kFormat kFp8: down holds F8_E4M3 codes with per-row scales; a lane's vector is 16 codes of one
+// group. kNvfp4 / kMxfp4: e2m1 codes with per-row scale bytes; a lane's vector is 8 bytes, 16
+// codes (inter 512: 256 bytes a row, one pass with all kDownExperts rows in flight), their dot
+// times the group's scale and, NVFP4, the row's global folded into the expert's routing weight.
+template <WeightFormat kFormat>
 __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, ExpertMatrix down, const int32_t* ids,
                                                            const float* weights, int top_k, int64_t h_dim,
                                                            int64_t inter, SharedArgs shared, bf16* out) {
@@ -302,7 +347,7 @@ __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, Expe
     s_gate = sigmoid_f(ldf(shared.gate, shared.gate32, t));
   }
   float total = 0.f;
-  if constexpr (kFp8) {
+  if constexpr (kFormat == WeightFormat::kFp8) {
     for (int j0 = 0; j0 < top_k; j0 += kDownExperts) {
       const uint8_t* wr[kDownExperts];
       const float* sr[kDownExperts];
@@ -332,8 +377,42 @@ __global__ void __launch_bounds__(256) down_combine_kernel(const bf16* act, Expe
         }
       }
     }
+  } else if constexpr (is_fp4(kFormat)) {
+    // Rows of inter / 2 bytes (inter a multiple of 32: 8-byte aligned vectors).
+    for (int j0 = 0; j0 < top_k; j0 += kDownExperts) {
+      const uint8_t* wr[kDownExperts];
+      const uint8_t* sr[kDownExperts];
+      const bf16* ar[kDownExperts];
+      float wt[kDownExperts];
+#pragma unroll
+      for (int jj = 0; jj < kDownExperts; ++jj) {
+        const int pair = t * top_k + min(j0 + jj, top_k - 1);
+        const int64_t row = int64_t(ids[pair]) * h_dim + h;
+        wr[jj] = static_cast<const uint8_t*>(down.w) + row * (inter / 2);
+        sr[jj] = down.fp4_scale + row * down.groups;
+        ar[jj] = act + int64_t(pair) * inter;
+        const float global = kFormat == WeightFormat::kNvfp4 ? __ldg(down.global + row) : 1.f;
+        wt[jj] = j0 + jj < top_k ? weights[pair] * global : 0.f;
+      }
+      for (int64_t k0 = int64_t(lane) * 16; k0 < inter; k0 += 512) {
+        uint2 wv[kDownExperts];
+#pragma unroll
+        for (int jj = 0; jj < kDownExperts; ++jj) {
+          wv[jj] = j0 + jj < top_k ? __ldg(reinterpret_cast<const uint2*>(wr[jj] + k0 / 2)) : make_uint2(0, 0);
+        }
+#pragma unroll
+        for (int jj = 0; jj < kDownExperts; ++jj) {
+          if (j0 + jj >= top_k) break;
+          const float scale = fp4_scale_value<kFormat>(__ldg(sr[jj] + k0 / fp4_group<kFormat>()));
+          const uint32_t words[1][2] = {{wv[jj].x, wv[jj].y}};
+          float part[1];
+          e2m1x16_dots<1>(words, ar[jj] + k0, part);
+          total = fmaf(wt[jj], part[0] * scale, total);
+        }
+      }
+    }
   }
-  for (int j0 = 0; !kFp8 && j0 < top_k; j0 += kDownExperts) {
+  for (int j0 = 0; kFormat == WeightFormat::kBf16 && j0 < top_k; j0 += kDownExperts) {
     const bf16* wr[kDownExperts];
     const bf16* ar[kDownExperts];
     float wt[kDownExperts];
@@ -575,19 +654,56 @@ Tensor shared_expert_output(const Tensor& shared_gate_up, const Tensor& shared_d
   return y;
 }
 
-// An expert stack as the kernels read it: bf16, or (fp8) F8_E4M3 codes with per-row scales per
-// kFp8Group columns; gate_up and down are both one or the other.
-ExpertMatrix expert_matrix(const Tensor& w, bool fp8, const char* op, const char* what) {
-  if (!fp8) {
-    expect_dtype(w, DType::kBF16, op, what);
-    return {w.raw(), nullptr, 0};
+// The format of a stack of experts: that of its codes (FP4 by its scales' dtype), else bf16.
+WeightFormat expert_format(const Tensor& w) {
+  if (w.dtype() == DType::kF8E4M3) return WeightFormat::kFp8;
+  if (w.dtype() == DType::kF4E2M1) {
+    return w.scaled() && w.scale().dtype() == DType::kUE8M0 ? WeightFormat::kMxfp4 : WeightFormat::kNvfp4;
   }
-  expect_dtype(w, DType::kF8E4M3, op, what);
-  STRATA_CHECK(w.scaled() && w.scale_group() == kFp8Group && w.ndim() == 3, op, ": ", what,
-               " must be F8_E4M3 experts scaled per ", kFp8Group, " columns (with the other stack), got ", w.describe());
+  return WeightFormat::kBf16;
+}
+
+// An expert stack as the kernels read it, in `format` (gate_up's: down must match): bf16; F8_E4M3
+// codes with per-row F32 scales per kFp8Group columns; NVFP4 (F4_E2M1 codes, F8_E4M3 scale bytes
+// per 16 columns, an F32 global a row); MXFP4 (F4_E2M1 codes, UE8M0 scale bytes per 32 columns).
+ExpertMatrix expert_matrix(const Tensor& w, WeightFormat format, const char* op, const char* what) {
+  ExpertMatrix m;
+  m.w = w.raw();
+  m.format = format;
+  if (format == WeightFormat::kBf16) {
+    expect_dtype(w, DType::kBF16, op, what);
+    return m;
+  }
+  if (format == WeightFormat::kFp8) {
+    expect_dtype(w, DType::kF8E4M3, op, what);
+    STRATA_CHECK(w.scaled() && w.scale_group() == kFp8Group && w.ndim() == 3, op, ": ", what,
+                 " must be F8_E4M3 experts scaled per ", kFp8Group, " columns (with the other stack), got ",
+                 w.describe());
+    const Tensor scale = w.scale();
+    expect_dtype(scale, DType::kF32, op, what);
+    m.scale = scale.data<float>();
+    m.groups = scale.dim(-1);
+    return m;
+  }
+  expect_cuda(w, op, what);
+  const bool nvfp4 = format == WeightFormat::kNvfp4;
+  const int group = nvfp4 ? kNvfp4Group : kMxfp4Group;
+  const DType scale_dtype = nvfp4 ? DType::kF8E4M3 : DType::kUE8M0;
+  STRATA_CHECK(w.dtype() == DType::kF4E2M1 && w.scaled() && w.scale_group() == group && w.ndim() == 3 &&
+                   w.scale().dtype() == scale_dtype && w.global_scale().defined() == nvfp4,
+               op, ": ", what, " must be ", nvfp4 ? "NVFP4" : "MXFP4", " experts as gate_up's (F4_E2M1 scaled per ",
+               group, " columns by ", dtype_name(scale_dtype), nvfp4 ? " with an F32 global a row" : "", "), got ",
+               w.describe());
   const Tensor scale = w.scale();
-  expect_dtype(scale, DType::kF32, op, what);
-  return {w.raw(), scale.data<float>(), scale.dim(-1)};
+  expect_dtype(scale, scale_dtype, op, what);
+  m.fp4_scale = static_cast<const uint8_t*>(scale.raw());
+  m.groups = scale.dim(-1);
+  if (nvfp4) {
+    const Tensor global = w.global_scale();
+    expect_dtype(global, DType::kF32, op, what);
+    m.global = global.data<float>();
+  }
+  return m;
 }
 
 // moe_experts; with `shared` (its down non-null; shared_gate_up and shared_down its tensors),
@@ -599,8 +715,10 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                  const Tensor& shared_down, const RouteArgs& route, const Tensor& out, float limit = INFINITY) {
   const char* op = "moe_experts";
   expect_dtype(x, DType::kBF16, op, "x");
-  const bool fp8 = gate_up.scaled();
-  const ExpertMatrix gu_m = expert_matrix(gate_up, fp8, op, "gate_up"), dn_m = expert_matrix(down, fp8, op, "down");
+  const WeightFormat format = expert_format(gate_up);
+  const bool fp8 = format == WeightFormat::kFp8, fp4 = is_fp4(format);
+  const ExpertMatrix gu_m = expert_matrix(gate_up, format, op, "gate_up"),
+                     dn_m = expert_matrix(down, format, op, "down");
   expect_dtype(ids, DType::kI32, op, "ids");
   expect_dtype(weights, DType::kF32, op, "weights");
   expect_dtype(out, DType::kBF16, op, "out");
@@ -613,6 +731,10 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                " sizes must be multiples of 8 on CUDA");
   STRATA_CHECK(!fp8 || (h % 16 == 0 && inter % 16 == 0), "moe_experts: FP8 experts need hidden (", h,
                ") and intermediate (", inter, ") sizes that are multiples of 16 on CUDA");
+  // FP4: the kernels read a row's codes in 16-byte vectors of 32 (8 bytes in the down GEMV) and
+  // NVFP4 scale bytes in pairs.
+  STRATA_CHECK(!fp4 || (h % 32 == 0 && inter % 32 == 0), "moe_experts: FP4 experts need hidden (", h,
+               ") and intermediate (", inter, ") sizes that are multiples of 32 on CUDA");
   if (!t) return;
   const auto* xp = static_cast<const bf16*>(x.raw());
   const int64_t pairs = t * k;
@@ -626,21 +748,24 @@ void run_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
     auto gate_up_gemv = [&](auto kernel) {
       launch_pdl(kernel, grid, kGateUpWarps * 32, 0, xp, gu_m, given, route, int(k), h, inter, limit, ap);
     };
-    if (!route.logits) {
-      fp8 ? gate_up_gemv(gate_up_gemv_kernel<0, true>) : gate_up_gemv(gate_up_gemv_kernel<0, false>);
-    } else if (route.experts <= 128) {
-      fp8 ? gate_up_gemv(gate_up_gemv_kernel<4, true>) : gate_up_gemv(gate_up_gemv_kernel<4, false>);
-    } else {
-      fp8 ? gate_up_gemv(gate_up_gemv_kernel<8, true>) : gate_up_gemv(gate_up_gemv_kernel<8, false>);
-    }
-    check_launch("moe_gate_up_gemv");
-    launch_pdl(fp8 ? down_combine_kernel<true> : down_combine_kernel<false>, dim3(unsigned(t), blocks_for(h, 8)), 256,
-               0, static_cast<const bf16*>(act.raw()), dn_m, ids.data<int32_t>(), weights.data<float>(), int(k), h,
-               inter, shared, static_cast<bf16*>(out.raw()));
-    check_launch("moe_down_combine");
+    visit_format(format, [&](auto format_c) {
+      constexpr WeightFormat kFormat = decltype(format_c)::value;
+      if (!route.logits) {
+        gate_up_gemv(gate_up_gemv_kernel<0, kFormat>);
+      } else if (route.experts <= 128) {
+        gate_up_gemv(gate_up_gemv_kernel<4, kFormat>);
+      } else {
+        gate_up_gemv(gate_up_gemv_kernel<8, kFormat>);
+      }
+      check_launch("moe_gate_up_gemv");
+      launch_pdl(down_combine_kernel<kFormat>, dim3(unsigned(t), blocks_for(h, 8)), 256, 0,
+                 static_cast<const bf16*>(act.raw()), dn_m, ids.data<int32_t>(), weights.data<float>(), int(k), h,
+                 inter, shared, static_cast<bf16*>(out.raw()));
+      check_launch("moe_down_combine");
+    });
     return;
   }
-  const MoeTiling tiling = moe_tiling(pairs, ne);
+  const MoeTiling tiling = moe_tiling(pairs, ne, format);
   const int bm = tiling.rows;
   const int64_t max_tiles = (pairs + bm - 1) / bm + ne;
   const int64_t chunks = (pairs + kSortChunk - 1) / kSortChunk;
