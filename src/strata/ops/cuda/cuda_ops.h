@@ -41,6 +41,10 @@ void add_rms_norm_linear(const Tensor& h, const Tensor& y, const Tensor& norm_w,
 void add_sigmoid_gated(const Tensor& y, const Tensor& x, const Tensor& gate);
 void silu_mul(const Tensor& gate_up, const Tensor& out);
 void quantize_fp8_rows(const Tensor& x, const Tensor& q);  // fp8_rows.cu
+// Scaled F4_E2M1 weights (NVFP4 or MXFP4, Tensor::with_scale; rows of a multiple of 16 codes) to
+// bf16 element by element: RNE of to_f32()'s values, bit for bit (dequant_fp4.cu). CUDA only: the
+// fallback for FP4 weights that no kernel reads compressed.
+void dequant_fp4_to_bf16(const Tensor& w, const Tensor& out);
 void rms_norm(const Tensor& x, const Tensor& w, float eps, bool zero_centered, const Tensor& out);
 void add_rms_norm(const Tensor& h, const Tensor& y, const Tensor& w, float eps, bool zero_centered,
                   const Tensor& out);
