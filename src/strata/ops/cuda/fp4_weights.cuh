@@ -8,13 +8,12 @@
 
 #include <cstdint>
 
+#include "strata/io/quant.h"  // kNvfp4Group, kMxfp4Group
 #include "strata/ops/cuda/common.cuh"
 #include "strata/ops/cuda/expert_matrix.cuh"
 #include "strata/ops/cuda/fp8_weights.cuh"
 
 namespace strata::ops::cuda {
-
-constexpr int kNvfp4Group = 16, kMxfp4Group = 32;
 
 template <WeightFormat F>
 constexpr int fp4_group() {
