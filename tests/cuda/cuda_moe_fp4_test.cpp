@@ -219,8 +219,10 @@ TEST(CudaMoeFp4, RefusesWhatItCannotRead) {
                         {"moe_experts", "down", "NVFP4", "BF16"});
 }
 
-// dequant_fp4_to_bf16 of w against the CPU's to_f32() rounded to bf16 (RNE), bit for bit.
+// dequant_fp4_to_bf16 of w against the CPU's to_f32() rounded to bf16 (RNE), bit for bit. (A
+// CUDA-only op: without CUDA the tests calling this skip before it.)
 void expect_dequantised(const Tensor& w, const std::string& at) {
+#if defined(STRATA_WITH_CUDA)
   const Tensor f = w.to_f32();
   std::vector<uint16_t> want(size_t(f.numel()));
   for (int64_t i = 0; i < f.numel(); ++i) want[size_t(i)] = f32_to_bf16(f.data<float>()[i]);
@@ -232,6 +234,9 @@ void expect_dequantised(const Tensor& w, const std::string& at) {
     if (got.data<uint16_t>()[i] != want[size_t(i)] && bad++ == 0) first = i;
   }
   EXPECT_EQ(bad, 0) << at << ": first at element " << first << " (of rows of " << w.dim(-1) << ")";
+#else
+  ADD_FAILURE() << at << ": dequant_fp4_to_bf16 needs CUDA";
+#endif
 }
 
 // Row r holds the 16 codes 0..15 (twice for MXFP4's 32) under scale byte scale_bytes[r].
