@@ -237,22 +237,28 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden,
                          ::testing::Values("qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny",
                                            "qwen3_5_moe_fp8_tiny"));
 
-// The FP8 block-scale fixture's routed experts stay FP8 on the GPU (codes and per-row scales:
-// 1 + 4/128 bytes a weight), so the model holds fewer bytes than it would with bf16 experts;
-// the logits and greedy tests above run on those codes. Its other weights are dequantised to
-// bf16: half the CPU's F32 bytes, but for the vectors (norms, gates), F32 on both and a few KB
-// here. The bound leaves 0.8 of a byte a weight for the experts' saving (FP8: about 0.96).
-TEST(CudaGoldenFp8, RoutedExpertsStayFp8OnTheGpu) {
-  STRATA_REQUIRE_GPU();
-  const std::string dir = fixture_dir("qwen3_5_moe_fp8_tiny");
+// A quantised fixture's model bytes on the GPU against the CPU's: the routed experts stay
+// compressed there, so the GPU holds less than half the CPU's F32 bytes by at least `saving` bytes
+// an expert weight. (The other weights are dequantised to bf16: half the CPU's bytes, but for the
+// vectors, norms and gates, F32 on both and a few KB here.)
+void expect_experts_stay_compressed(const std::string& fixture, double saving) {
+  const std::string dir = fixture_dir(fixture);
   auto cpu = load_model(dir);
   auto gpu = load_model(dir, Device::kCuda);
   const nlohmann::json c = read_json_file(dir + "/config.json");
   const double experts = double(c["num_experts"].get<int64_t>()) * 3 * c["moe_intermediate_size"].get<int64_t>() *
                          c["hidden_size"].get<int64_t>() * c["num_hidden_layers"].get<int64_t>();
   const double cpu_bytes = double(cpu->info().weight_bytes), gpu_bytes = double(gpu->info().weight_bytes);
-  std::printf("  fp8 fixture: %.0f expert weights; CPU holds %.0f bytes, GPU %.0f\n", experts, cpu_bytes, gpu_bytes);
-  EXPECT_LE(gpu_bytes, cpu_bytes / 2 - 0.8 * experts);
+  std::printf("  %s: %.0f expert weights; CPU holds %.0f bytes, GPU %.0f\n", fixture.c_str(), experts, cpu_bytes,
+              gpu_bytes);
+  EXPECT_LE(gpu_bytes, cpu_bytes / 2 - saving * experts);
+}
+
+// FP8 experts: codes and per-row scales, 1 + 4/128 bytes a weight; the bound leaves 0.8 of a
+// byte a weight for the saving (about 0.96). The logits and greedy tests above run on those codes.
+TEST(CudaGoldenFp8, RoutedExpertsStayFp8OnTheGpu) {
+  STRATA_REQUIRE_GPU();
+  expect_experts_stay_compressed("qwen3_5_moe_fp8_tiny", 0.8);
 }
 
 // ---- Qwen4-Exp (the n-gram tables stay in host memory) ----

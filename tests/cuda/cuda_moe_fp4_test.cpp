@@ -88,17 +88,6 @@ Experts make_experts(Fp4 f, Globals globals, int64_t e, int64_t h, int64_t inter
   return x;
 }
 
-// max |got - ref| / max |ref|.
-double scaled_err(const Tensor& got, const Tensor& ref) {
-  double m = 0, scale = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    scale = std::max(scale, double(std::fabs(ref.data<float>()[i])));
-    const double d = std::fabs(double(got.data<float>()[i]) - ref.data<float>()[i]);
-    m = std::max(m, std::isnan(d) ? INFINITY : d);
-  }
-  return m / scale;
-}
-
 // bf16 activations and output (the kernels keep the weights exact, f32 sums): a few roundings of 2^-9.
 constexpr double kTol = 1e-2;
 

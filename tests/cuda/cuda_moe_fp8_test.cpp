@@ -39,17 +39,6 @@ double rms_err(const Tensor& got, const Tensor& ref) {
   return std::sqrt(d2 / std::max(r2, 1e-30));
 }
 
-// max |got - ref| / max |ref| (no floor: these outputs are small).
-double scaled_err(const Tensor& got, const Tensor& ref) {
-  double m = 0, scale = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    scale = std::max(scale, double(std::fabs(ref.data<float>()[i])));
-    const double d = std::fabs(double(got.data<float>()[i]) - ref.data<float>()[i]);
-    m = std::max(m, std::isnan(d) ? INFINITY : d);
-  }
-  return m / scale;
-}
-
 // bf16 activations and output (the GEMVs keep the weights exact): a few roundings of 2^-9.
 constexpr double kTol = 1e-2;
 // The W8A8 tiles against the unquantised CPU op: e4m3 keeps 4 significant bits of each activation

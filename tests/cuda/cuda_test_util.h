@@ -85,6 +85,17 @@ inline double rel_err(const Tensor& got, const Tensor& ref) {
   return m / scale;
 }
 
+// max |got - ref| / max |ref| (no floor: for outputs much smaller than 1; NaN counts as infinite).
+inline double scaled_err(const Tensor& got, const Tensor& ref) {
+  double m = 0, scale = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    scale = std::max(scale, double(std::fabs(ref.data<float>()[i])));
+    const double d = std::fabs(double(got.data<float>()[i]) - ref.data<float>()[i]);
+    m = std::max(m, std::isnan(d) ? INFINITY : d);
+  }
+  return m / scale;
+}
+
 // bf16 activations: a handful of roundings of 2^-8 relative each.
 constexpr double kBf16Tol = 2e-2;
 
