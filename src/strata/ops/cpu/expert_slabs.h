@@ -1,7 +1,7 @@
 // The routed experts' weights as the CPU's MoE ops read them: one expert's float32 [rows, cols]
-// slab at a time. Float experts are read in place; block-scaled FP8 experts (Tensor::with_scale,
-// an FP8 checkpoint's experts kept compressed) are dequantised once a call, only the experts the
-// call's ids choose.
+// slab at a time. Float experts are read in place; block-scaled experts (Tensor::with_scale: an
+// FP8, NVFP4 or MXFP4 checkpoint's experts kept compressed) are dequantised once a call (to_f32),
+// only the experts the call's ids choose.
 #pragma once
 
 #include <map>
@@ -12,7 +12,7 @@ namespace strata::ops {
 
 class ExpertSlabs {
  public:
-  // w: [E, rows, cols], F32 or scaled F8_E4M3 on the CPU; ids: I32 expert ids, local expert
+  // w: [E, rows, cols], F32, or scaled F8_E4M3 or F4_E2M1, on the CPU; ids: I32 expert ids, local expert
   // e = id - first (ids outside [first, first + E) are another rank's, skipped).
   ExpertSlabs(const Tensor& w, const Tensor& ids, int64_t first, const char* op, const char* what)
       : w_(w), slab_(w.ndim() == 3 ? w.dim(1) * w.dim(2) : 0) {
