@@ -17,10 +17,12 @@
 
 #include "expect_error.h"
 #include "strata/core/error.h"
+#include "strata/engine/single_sequence.h"
 #include "strata/io/checkpoint.h"
 #include "strata/io/quant_config.h"
 #include "strata/io/quantise_checkpoint.h"
 #include "strata/io/safetensors.h"
+#include "strata/models/model.h"
 #include "strata/models/weights.h"
 #include "strata/ops/ops.h"
 
@@ -221,6 +223,23 @@ TEST_P(Fp4Experts, DummyLoadMakesKeptCodes) {
   ASSERT_FALSE(floats.gate_up.scaled());
   expect_bitwise_equal(floats.gate_up, f, "dummy gate_up");
   expect_bitwise_equal(floats.down, r.down.to_f32(), "dummy down");
+}
+
+// The whole model of such a config loads dummy on the CPU (its experts the floats of random FP4
+// codes) and runs: finite logits, a full forward of one load bit-equal to a stepwise one of another
+// (as tests/unit/dummy_load_test.cpp asks of every family).
+TEST_P(Fp4Experts, DummyModelRuns) {
+  const fs::path out = dir_ / (std::string(GetParam()) + "_dummy_model");
+  fs::create_directories(out);
+  fs::copy_file(folder() + "/config.json", out / "config.json", fs::copy_options::overwrite_existing);
+  const LoadOptions dummy{Device::kCpu, LoadFormat::kDummy, {}};
+  auto a = load_model(out.string(), dummy);
+  auto b = load_model(out.string(), dummy);
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7};
+  const Tensor la = sequence_logits(*a, ids, "full"), lb = sequence_logits(*b, ids, "stepwise");
+  ASSERT_EQ(la.shape(), (Shape{5, a->info().vocab_size}));
+  for (int64_t i = 0; i < la.numel(); ++i) ASSERT_TRUE(std::isfinite(la.data<float>()[i])) << i;
+  EXPECT_EQ(std::memcmp(la.raw(), lb.raw(), la.nbytes()), 0) << "the seeded weights or the modes differ";
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, Fp4Experts, ::testing::Values("nvfp4", "mxfp4"),
