@@ -79,11 +79,8 @@ Tensor dequant_mxfp4(const Tensor& packed, const Tensor& scale, const std::strin
   const Shape want{n, k / kMxfp4Group};
   STRATA_CHECK(scale.shape() == want, name, ": MXFP4 scale for ", k, "-element rows must be ",
                shape_str(want), ", got ", scale.describe());
+  check_fp4_scales(scale, false, name);
   const uint8_t* sb = scale.data<uint8_t>();
-  for (int64_t i = 0; i < scale.numel(); ++i) {
-    STRATA_CHECK(sb[i] != 0xff, name, ": MXFP4 scale ", i / want[1], ",", i % want[1],
-                 " is NaN (0xff)");
-  }
   return unpack_fp4(packed, n, k, [&](int64_t r, int64_t c, uint8_t code) {
     return mxfp4_value(code, sb[r * want[1] + c / kMxfp4Group]);
   });
@@ -102,17 +99,28 @@ Tensor dequant_nvfp4(const Tensor& packed, const Tensor& scale, float global, co
   const Shape want{n, k / kNvfp4Group};
   STRATA_CHECK(scale.shape() == want, name, ": NVFP4 block scale for ", k, "-element rows must be ",
                shape_str(want), ", got ", scale.describe());
-  STRATA_CHECK(std::isfinite(global) && global > 0, name, ": NVFP4 global scale (weight_scale_2) ", global,
-               " is not finite and positive");
+  check_nvfp4_global(global, name);
+  check_fp4_scales(scale, true, name);
   const uint8_t* sb = scale.data<uint8_t>();
-  for (int64_t i = 0; i < scale.numel(); ++i) {
-    const bool nan = (sb[i] & 0x7f) == 0x7f, negative = (sb[i] & 0x80) && (sb[i] & 0x7f);  // -0 is a zero block
-    STRATA_CHECK(!nan && !negative, name, ": NVFP4 block scale ", i / want[1], ",", i % want[1], " is ",
-                 nan ? "NaN" : "negative", " (code 0x", std::hex, int(sb[i]), ")");
-  }
   return unpack_fp4(packed, n, k, [&](int64_t r, int64_t c, uint8_t code) {
     return nvfp4_value(code, sb[r * want[1] + c / kNvfp4Group], global);
   });
+}
+
+void check_fp4_scales(const Tensor& scale, bool nvfp4, const std::string& name) {
+  const int64_t groups = scale.ndim() ? scale.dim(-1) : 1;
+  const auto* b = static_cast<const uint8_t*>(scale.raw());
+  for (int64_t i = 0; i < scale.numel(); ++i) {
+    const bool nan = nvfp4 ? (b[i] & 0x7f) == 0x7f : b[i] == 0xff;
+    const bool negative = nvfp4 && (b[i] & 0x80) && (b[i] & 0x7f);  // -0 is a zero block
+    STRATA_CHECK(!nan && !negative, name, ": ", nvfp4 ? "NVFP4 block" : "MXFP4", " scale at row ", i / groups,
+                 ", group ", i % groups, " is ", nan ? "NaN" : "negative", " (code 0x", std::hex, int(b[i]), ")");
+  }
+}
+
+void check_nvfp4_global(float global, const std::string& name) {
+  STRATA_CHECK(std::isfinite(global) && global > 0, name, ": NVFP4 global scale (weight_scale_2) ", global,
+               " is not finite and positive");
 }
 
 }  // namespace strata

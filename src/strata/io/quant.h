@@ -34,4 +34,11 @@ Tensor dequant_mxfp4(const Tensor& packed, const Tensor& scale, const std::strin
 // scale (-0 is a zero block), or a global scale that is not finite and positive, is an error.
 Tensor dequant_nvfp4(const Tensor& packed, const Tensor& scale, float global, const std::string& name);
 
+// The scale checks of the two FP4 dequantisers above, for a loader that keeps the codes too: of
+// `scale` bytes [..., groups] (NVFP4: F8_E4M3, neither NaN nor negative, -0 being a zero block;
+// MXFP4: UE8M0 or U8, not the NaN 0xff), the first bad one an Error naming `name`, its row and
+// group; NVFP4's global (weight_scale_2) finite and positive.
+void check_fp4_scales(const Tensor& scale, bool nvfp4, const std::string& name);
+void check_nvfp4_global(float global, const std::string& name);
+
 }  // namespace strata
