@@ -17,6 +17,9 @@ namespace strata::weight_blocks {
 // standard deviation of a uniform distribution).
 inline constexpr float kRandomRange = 0.0346f;
 
+// The seed of a dummy weight: FNV-1a of its name, stable across runs.
+uint64_t name_seed(const std::string& name);
+
 // The blocks of a stored [E, R, C] tensor ([R, C]: one expert) at `src`: experts
 // [expert_begin, + expert_count), of each the row ranges `rows`, of each row the columns `cols`.
 std::vector<CopyBlock> expert_blocks(const char* src, DType dtype, const Shape& shape, int64_t expert_begin,

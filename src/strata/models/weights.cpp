@@ -31,6 +31,12 @@ std::unique_ptr<BlockWriter> make_writer(Device device) {
 
 namespace weight_blocks {
 
+uint64_t name_seed(const std::string& name) {
+  uint64_t seed = 1469598103934665603ull;
+  for (unsigned char c : name) seed = (seed ^ c) * 1099511628211ull;
+  return seed;
+}
+
 std::vector<CopyBlock> expert_blocks(const char* src, DType dtype, const Shape& shape, int64_t expert_begin,
                                      int64_t expert_count, const std::vector<std::pair<int64_t, int64_t>>& rows,
                                      std::pair<int64_t, int64_t> cols, const std::string& what) {
@@ -80,6 +86,7 @@ using weight_blocks::expert_blocks;
 using weight_blocks::expert_slab;
 using weight_blocks::stack_experts;
 using weight_blocks::kRandomRange;
+using weight_blocks::name_seed;
 
 WeightLoader::WeightLoader(const Checkpoint& ckpt, std::string prefix, Device device, bool report_progress)
     : ckpt_(ckpt), prefix_(std::move(prefix)), device_(device),
@@ -224,8 +231,7 @@ Tensor WeightLoader::kept_fp8(const std::vector<Fp8Part>& parts, int64_t experts
     blocks.insert(blocks.end(), b.begin(), b.end());
   }
   Tensor codes = assemble_as({experts_out, rows_out, cols.count}, DType::kF8E4M3, blocks);
-  Tensor scale_dev = assemble_as(scale.shape(), DType::kF32, {dense_block(scale.raw(), DType::kF32, scale.numel())});
-  return codes.with_scale(scale_dev, int(bc));
+  return codes.with_scale(upload(scale), int(bc));
 }
 
 Tensor WeightLoader::random_fp8(const std::string& full_name, const Shape& shape) {
@@ -236,8 +242,7 @@ Tensor WeightLoader::random_fp8(const std::string& full_name, const Shape& shape
   scale_shape.push_back((shape.back() + kFp8Block - 1) / kFp8Block);
   Tensor scale = Tensor::empty(scale_shape, DType::kF32);
   std::fill(scale.data<float>(), scale.data<float>() + scale.numel(), kRandomRange / 448.f);
-  return codes.with_scale(assemble_as(scale_shape, DType::kF32, {dense_block(scale.raw(), DType::kF32, scale.numel())}),
-                          kFp8Block);
+  return codes.with_scale(upload(scale), kFp8Block);
 }
 
 Tensor WeightLoader::raw(const std::string& full_name, const Shape& shape) {
@@ -280,12 +285,14 @@ Tensor WeightLoader::to_device(const Tensor& cpu_f32) {
   return assemble(cpu_f32.shape(), {dense_block(cpu_f32.raw(), cpu_f32.dtype(), cpu_f32.numel())});
 }
 
+Tensor WeightLoader::upload(const Tensor& host) {
+  return assemble_as(host.shape(), host.dtype(), {dense_block(host.raw(), host.dtype(), host.numel())});
+}
+
 Tensor WeightLoader::random_on(const std::string& full_name, const Shape& shape, DType dtype, Device device,
                                float range) {
-  uint64_t seed = 1469598103934665603ull;  // FNV-1a of the name: stable across runs
-  for (unsigned char c : full_name) seed = (seed ^ c) * 1099511628211ull;
   Tensor t = Tensor::empty(shape, dtype, device);
-  ops::fill_random_uniform(t, seed, range);
+  ops::fill_random_uniform(t, name_seed(full_name), range);
   return t;
 }
 
@@ -412,24 +419,29 @@ Tensor slice_experts(const Tensor& stored, int64_t expert_begin, int64_t expert_
   return out;
 }
 
+bool WeightLoader::random_experts(const std::string& p, int64_t h, Range experts, Range inter, bool keep,
+                                  Tensor (WeightLoader::*random_kept)(const std::string&, const Shape&),
+                                  RoutedExperts& r) {
+  const std::string fused_gu = prefix_ + p + "experts.gate_up_proj";
+  if (quant_.listed_not_converted(fused_gu) || (!keep && device_ != Device::kCpu)) return false;
+  r.gate_up = (this->*random_kept)(fused_gu, {experts.count, 2 * inter.count, h});
+  r.down = (this->*random_kept)(prefix_ + p + "experts.down_proj", {experts.count, h, inter.count});
+  if (!keep) {
+    for (Tensor* t : {&r.gate_up, &r.down}) {
+      const Tensor global = t->global_scale();
+      bytes_ -= t->nbytes() + t->scale().nbytes() + (global.defined() ? global.nbytes() : 0);
+      *t = t->to_f32();
+      bytes_ += t->nbytes();
+    }
+  }
+  return true;
+}
+
 bool WeightLoader::keep_experts_fp8(const std::string& p, const Shape& gate_up_shape, Range experts, Range inter,
                                     RoutedExperts& r) {
   const int64_t e = gate_up_shape.at(0), full_inter = gate_up_shape.at(1) / 2, h = gate_up_shape.at(2);
+  if (dummy()) return random_experts(p, h, experts, inter, keep_fp8_experts_, &WeightLoader::random_fp8, r);
   const std::string fused_gu = prefix_ + p + "experts.gate_up_proj", fused_down = prefix_ + p + "experts.down_proj";
-  if (dummy()) {
-    // Random codes; on the CPU, unless kept, their dequantised floats: the same weights either way.
-    if (quant_.listed_not_converted(fused_gu) || (!keep_fp8_experts_ && device_ != Device::kCpu)) return false;
-    r.gate_up = random_fp8(fused_gu, {experts.count, 2 * inter.count, h});
-    r.down = random_fp8(fused_down, {experts.count, h, inter.count});
-    if (!keep_fp8_experts_) {
-      for (Tensor* t : {&r.gate_up, &r.down}) {
-        bytes_ -= t->nbytes() + t->scale().nbytes();
-        *t = t->to_f32();
-        bytes_ += t->nbytes();
-      }
-    }
-    return true;
-  }
   std::vector<Fp8Part> gate_up, down;
   if (ckpt_.has(fused_gu)) {
     if (!quantised(fused_gu) || !quantised(fused_down)) return false;

@@ -231,6 +231,14 @@ class WeightLoader {
   // name: uniform code bytes; NVFP4 scale bytes uniform in [0x70, 0x7e] (128 .. 448) with the global
   // kRandomRange / (6 x 448), MXFP4 exponents 118 or 119: values within random()'s +-0.0346.
   Tensor random_fp4(const std::string& full_name, const Shape& shape);
+  // get_routed_experts' dummy kept experts (keep_experts_fp8 / _fp4): gate_up and down of the
+  // rank's experts as `random_kept` makes them, seeded by the fused names; on the CPU, unless
+  // `keep`, their floats (the same weights either way). False when not made: listed as not
+  // converted, or not kept on a GPU.
+  bool random_experts(const std::string& p, int64_t h, Range experts, Range inter, bool keep,
+                      Tensor (WeightLoader::*random_kept)(const std::string&, const Shape&), RoutedExperts& r);
+  // A host tensor copied to the device as it is (a kept weight's scales).
+  Tensor upload(const Tensor& host);
   // A new tensor of `shape` in the device's compute dtype (assemble_as: `dtype`) holding the
   // blocks' elements.
   Tensor assemble(const Shape& shape, const std::vector<CopyBlock>& blocks);

@@ -17,6 +17,7 @@ namespace strata {
 using weight_blocks::expert_blocks;
 using weight_blocks::expert_slab;
 using weight_blocks::kRandomRange;
+using weight_blocks::name_seed;
 using weight_blocks::stack_experts;
 
 namespace {
@@ -115,19 +116,9 @@ Tensor WeightLoader::dequantise_mxfp4(const std::string& full_name, const Shape&
 }
 
 void WeightLoader::check_fp4_scales(const Fp4Stored& st) {
-  const std::string where = ckpt_.file_of(st.scale_name) + ": tensor '" + st.scale_name + "'";
-  const int64_t groups = st.scale.dim(-1);
-  const auto* b = static_cast<const uint8_t*>(st.scale.raw());
-  for (int64_t i = 0; i < st.scale.numel(); ++i) {
-    const bool nan = st.nvfp4 ? (b[i] & 0x7f) == 0x7f : b[i] == 0xff;
-    const bool negative = st.nvfp4 && (b[i] & 0x80) && (b[i] & 0x7f);  // -0 is a zero block
-    STRATA_CHECK(!nan && !negative, where, ": ", st.nvfp4 ? "NVFP4 block" : "MXFP4", " scale at row ", i / groups,
-                 ", group ", i % groups, " is ", nan ? "NaN" : "negative", " (code 0x", std::hex, int(b[i]), ")");
-  }
+  strata::check_fp4_scales(st.scale, st.nvfp4, ckpt_.file_of(st.scale_name) + ": tensor '" + st.scale_name + "'");
   for (int64_t i = 0; st.global.defined() && i < st.global.numel(); ++i) {
-    const float g = st.global.data<float>()[i];
-    STRATA_CHECK(std::isfinite(g) && g > 0, ckpt_.file_of(st.global_name), ": tensor '", st.global_name,
-                 "': NVFP4 global scale ", g, " is not finite and positive");
+    check_nvfp4_global(st.global.data<float>()[i], ckpt_.file_of(st.global_name) + ": tensor '" + st.global_name + "'");
   }
 }
 
@@ -164,10 +155,7 @@ Tensor WeightLoader::kept_fp4(const std::vector<Fp4Part>& parts, int64_t experts
   }
   const Tensor codes = assemble_as({experts_out, rows_out, cols.count / 2}, DType::kU8, blocks)
                            .view_as({experts_out, rows_out, cols.count}, DType::kF4E2M1);
-  auto upload = [&](const Tensor& host) {
-    return assemble_as(host.shape(), host.dtype(), {dense_block(host.raw(), host.dtype(), host.numel())});
-  };
-  return nvfp4 ? codes.with_scale(upload(scale), int(group), upload(global)) : codes.with_scale(upload(scale), int(group));
+  return codes.with_scale(upload(scale), int(group), nvfp4 ? upload(global) : Tensor());
 }
 
 Tensor WeightLoader::random_fp4(const std::string& full_name, const Shape& shape) {
@@ -175,11 +163,6 @@ Tensor WeightLoader::random_fp4(const std::string& full_name, const Shape& shape
   const int64_t group = nvfp4 ? kNvfp4Group : kMxfp4GroupSize;
   STRATA_CHECK(shape.size() >= 2 && shape.back() % kFp4KeptColumns == 0, full_name, ": random FP4 weights ",
                shape_str(shape), " need rows of a multiple of ", kFp4KeptColumns);
-  auto seed_of = [](const std::string& name) {
-    uint64_t seed = 1469598103934665603ull;  // FNV-1a, as random_on
-    for (unsigned char c : name) seed = (seed ^ c) * 1099511628211ull;
-    return seed;
-  };
   // Byte i of `t`: `lo` + floor(n * (u + 1) / 2), u = random_uniform_value in [-1, 1) (exact).
   auto fill = [](Tensor& t, uint64_t seed, int lo, int n) {
     auto* b = static_cast<uint8_t*>(t.raw());
@@ -195,38 +178,23 @@ Tensor WeightLoader::random_fp4(const std::string& full_name, const Shape& shape
   packed.back() /= 2;
   scale_shape.back() /= group;
   Tensor codes = Tensor::empty(packed, DType::kU8);
-  fill(codes, seed_of(full_name), 0, 256);
+  fill(codes, name_seed(full_name), 0, 256);
   Tensor scale = Tensor::empty(scale_shape, nvfp4 ? DType::kF8E4M3 : DType::kUE8M0);
-  fill(scale, seed_of(full_name + "_scale"), nvfp4 ? 0x70 : 118, nvfp4 ? 15 : 2);
-  auto upload = [&](const Tensor& host) {
-    return assemble_as(host.shape(), host.dtype(), {dense_block(host.raw(), host.dtype(), host.numel())});
-  };
-  const Tensor kept = upload(codes).view_as(shape, DType::kF4E2M1);
-  if (!nvfp4) return kept.with_scale(upload(scale), int(group));
-  Tensor global = Tensor::empty(Shape(shape.begin(), shape.end() - 1), DType::kF32);
-  std::fill(global.data<float>(), global.data<float>() + global.numel(), kRandomRange / (6.f * 448.f));
-  return kept.with_scale(upload(scale), int(group), upload(global));
+  fill(scale, name_seed(full_name + "_scale"), nvfp4 ? 0x70 : 118, nvfp4 ? 15 : 2);
+  Tensor global;
+  if (nvfp4) {
+    global = Tensor::empty(Shape(shape.begin(), shape.end() - 1), DType::kF32);
+    std::fill(global.data<float>(), global.data<float>() + global.numel(), kRandomRange / (6.f * 448.f));
+  }
+  return upload(codes).view_as(shape, DType::kF4E2M1).with_scale(upload(scale), int(group),
+                                                                   nvfp4 ? upload(global) : Tensor());
 }
 
 bool WeightLoader::keep_experts_fp4(const std::string& p, const Shape& gate_up_shape, Range experts, Range inter,
                                     RoutedExperts& r) {
   const int64_t e = gate_up_shape.at(0), full_inter = gate_up_shape.at(1) / 2, h = gate_up_shape.at(2);
   if (h % kFp4KeptColumns || inter.begin % kFp4KeptColumns || inter.count % kFp4KeptColumns) return false;
-  const std::string fused_gu = prefix_ + p + "experts.gate_up_proj", fused_down = prefix_ + p + "experts.down_proj";
-  if (dummy()) {
-    // Random codes; on the CPU, unless kept, their dequantised floats: the same weights either way.
-    if (quant_.listed_not_converted(fused_gu) || (!keep_fp4_experts_ && device_ != Device::kCpu)) return false;
-    r.gate_up = random_fp4(fused_gu, {experts.count, 2 * inter.count, h});
-    r.down = random_fp4(fused_down, {experts.count, h, inter.count});
-    if (!keep_fp4_experts_) {
-      for (Tensor* t : {&r.gate_up, &r.down}) {
-        bytes_ -= t->nbytes() + t->scale().nbytes() + (t->global_scale().defined() ? t->global_scale().nbytes() : 0);
-        *t = t->to_f32();
-        bytes_ += t->nbytes();
-      }
-    }
-    return true;
-  }
+  if (dummy()) return random_experts(p, h, experts, inter, keep_fp4_experts_, &WeightLoader::random_fp4, r);
   auto name = [&](int64_t j, const char* proj) { return cat(prefix_, p, "experts.", j, ".", proj, ".weight"); };
   for (int64_t j = 0; j < e; ++j) {
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
