@@ -16,6 +16,7 @@
 #include <random>
 
 #include "expect_error.h"
+#include "expect_bitwise_equal.h"
 #include "strata/core/error.h"
 #include "strata/engine/single_sequence.h"
 #include "strata/io/checkpoint.h"
@@ -33,13 +34,6 @@ namespace {
 
 const std::string kSource = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/qwen3_5_moe_tiny";
 constexpr int64_t kExperts = 8, kInter = 32, kHidden = 64;
-
-void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  ASSERT_EQ(a.dtype(), DType::kF32) << what;
-  ASSERT_EQ(b.dtype(), DType::kF32) << what;
-  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
-}
 
 // The fixture quantised once per format into a temporary folder.
 class Fp4Experts : public ::testing::TestWithParam<const char*> {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_bitwise_equal.h"
 #include "strata/core/error.h"
 #include "strata/core/tensor.h"
 #include "strata/io/quant.h"
@@ -18,13 +19,6 @@
 
 namespace strata {
 namespace {
-
-void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.dtype(), DType::kF32) << what;
-  ASSERT_EQ(b.dtype(), DType::kF32) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
-}
 
 Tensor bytes_tensor(Shape shape, DType dtype, const std::vector<uint8_t>& bytes) {
   Tensor t = Tensor::empty(std::move(shape), dtype);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "expect_bitwise_equal.h"
 #include "strata/core/error.h"
 #include "strata/io/checkpoint.h"
 #include "strata/io/quant_config.h"
@@ -26,13 +27,6 @@ namespace {
 
 const std::string kFixture = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/qwen3_5_moe_fp8_tiny";
 constexpr int64_t kExperts = 2, kInter = 192, kHidden = 256;
-
-void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  ASSERT_EQ(a.dtype(), DType::kF32) << what;
-  ASSERT_EQ(b.dtype(), DType::kF32) << what;
-  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
-}
 
 // Layer 0's routed experts of the fixture, dequantised at load (keep false) or kept.
 WeightLoader::RoutedExperts load_experts(const Checkpoint& ckpt, bool keep, WeightLoader::Range experts,
