@@ -52,6 +52,13 @@ constexpr double kRmsTolerance = 0.12, kMedianTolerance = 0.1, kMaxTolerance = 3
 // (two roundings of the activations apart: HF's f32, CUDA's bf16). Bounds: the larger of each plus 10%.
 constexpr double kFp8W8A8MaxTolerance = 3.23, kFp8W8A8RmsTolerance = 0.218, kFp8W8A8MedianTolerance = 0.271;
 
+// The NVFP4 and MXFP4 fixtures (qwen3_5_moe_{nv,mx}fp4_tiny, tools/fixtures/make_fixtures_qwen3_5_nvfp4.py):
+// their routed experts stay FP4 on the GPU and multiply bf16 activations (W4A16: no activation
+// quantisation, unlike FP8's W8A8 modes), their other FP4 weights are dequantised to bf16 at load,
+// so in every mode they take the bf16 Qwen fixtures' bounds above. Measured (H100, session 38), in
+// std of the reference: NVFP4 full max 0.11, rms 0.013, median 0.033; stepwise 1.74, 0.064, 0.036;
+// MXFP4 full 0.15, 0.012, 0.030; stepwise 1.60, 0.062, 0.029.
+
 // DeepSeek-V4's fixtures in the same unit (H100, session 26, the first run of its CUDA forward
 // against HF): rms <= 0.3 of the Qwen bound and median per-position max <= 0.42 of it, in every
 // mode, but the largest error of deepseek_v4_topk_all is 9.155 = 3.01 std (deepseek_v4_tiny 2.9,
@@ -235,7 +242,8 @@ TEST_P(CudaGolden, DummyWeightsLoadOnBothDevices) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden,
                          ::testing::Values("qwen3_next_tiny", "qwen3_5_tiny", "qwen3_5_moe_tiny",
-                                           "qwen3_5_moe_fp8_tiny"));
+                                           "qwen3_5_moe_fp8_tiny", "qwen3_5_moe_nvfp4_tiny",
+                                           "qwen3_5_moe_mxfp4_tiny"));
 
 // A quantised fixture's model bytes on the GPU against the CPU's: the routed experts stay
 // compressed there, so the GPU holds less than half the CPU's F32 bytes by at least `saving` bytes
@@ -259,6 +267,19 @@ void expect_experts_stay_compressed(const std::string& fixture, double saving) {
 TEST(CudaGoldenFp8, RoutedExpertsStayFp8OnTheGpu) {
   STRATA_REQUIRE_GPU();
   expect_experts_stay_compressed("qwen3_5_moe_fp8_tiny", 0.8);
+}
+
+// NVFP4 experts: codes, e4m3 scales and the global expanded to one F32 a row, 0.5 + 1/16 + 4/K
+// bytes a weight (about 0.58 here); the bound leaves 1.2 of a byte a weight (about 1.42).
+TEST(CudaGoldenNvfp4, RoutedExpertsStayFp4OnTheGpu) {
+  STRATA_REQUIRE_GPU();
+  expect_experts_stay_compressed("qwen3_5_moe_nvfp4_tiny", 1.2);
+}
+
+// MXFP4 experts: codes and ue8m0 scales, 0.5 + 1/32 bytes a weight; the same bound.
+TEST(CudaGoldenMxfp4, RoutedExpertsStayFp4OnTheGpu) {
+  STRATA_REQUIRE_GPU();
+  expect_experts_stay_compressed("qwen3_5_moe_mxfp4_tiny", 1.2);
 }
 
 // ---- Qwen4-Exp (the n-gram tables stay in host memory) ----

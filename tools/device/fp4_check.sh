@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU call of step S5 of docs/plans/fp4_kernels.md (NVFP4 / MXFP4 experts kept compressed):
 # makes the NVFP4 golden fixture (tools/fixtures/make_fixtures_qwen3_5_nvfp4.py, its bytes checked
-# against `strata quantize --format nvfp4` of the same source) and puts it in tests/fixtures; runs
+# against `strata quantize --format nvfp4` of the same source) and puts it in tests/fixtures, and
+# the MXFP4 one the same way at the same time (both on the CPU); runs
 # the FP4 MoE op tests, the MoE and FP8 tests and the CUDA goldens (the new fixture among them);
 # then `bench --roofline` bf16 / NVFP4 / MXFP4 in one run (the 35B-A3B shape, 40 layers on an
 # H200, 20 on an H100) and the engine at batch 1, bf16 against NVFP4. Only if the FP4 op tests
-# pass does it time FP4. Everything lands in $OUT/logs.tgz (the fixture in o/fx_nvfp4).
-# Here first: `git apply docs/plans/fp4_s5.patch` (the loader switch, the roofline's bytes a format,
-# the dummy configs, the fixture in the golden tests), tools/device/pack.sh, tools/device/slim_tree.sh
+# pass does it time FP4. Everything lands in $OUT/logs.tgz (the fixtures in o/fx_nvfp4, o/fx_mxfp4).
+# Here first: tools/device/pack.sh, tools/device/slim_tree.sh
 # (and remove models/default/weights.tar.xz and models/default/reference for room); then, with the
 # `device` tool carrying .dev/devbin.tar.xz: bash tools/device/fp4_check.sh
 set -uo pipefail
@@ -29,17 +29,24 @@ for f in ["", "_fp8", "_nvfp4", "_mxfp4"]:
     c["num_hidden_layers"] = n; c["layer_types"] = c["layer_types"][:n]
     os.makedirs(f"/tmp/m{f}", exist_ok=True); json.dump(c, open(f"/tmp/m{f}/config.json", "w"), indent=1)
 PY
-echo "layers $L; == nvfp4 fixture ($SECONDS s)"
-timeout 150 python3 tools/fixtures/make_fixtures_qwen3_5_nvfp4.py $O/fx_nvfp4 --bf16-source /tmp/nvsrc > $O/fx.log 2>&1; echo "rc $?"; tail -4 $O/fx.log
-if [ -f $O/fx_nvfp4/model.safetensors ]; then
-  timeout 30 $bin/strata quantize --model /tmp/nvsrc --out /tmp/nvq --format nvfp4 > $O/fxq.log 2>&1
-  timeout 60 python3 tools/fixtures/make_fixtures_qwen3_5_nvfp4.py $O/fx_nvfp4 --check-against /tmp/nvq >> $O/fxq.log 2>&1; echo "check rc $?"; tail -3 $O/fxq.log
-  rm -rf tests/fixtures/qwen3_5_moe_nvfp4_tiny && cp -r $O/fx_nvfp4 tests/fixtures/qwen3_5_moe_nvfp4_tiny
-  python3 -c "import json; r=json.load(open('$O/fx_nvfp4/reference.json')); print({k: r[k] for k in r if k in ('nvfp4_matrices','router_min_gap','logits_std')}, 'margin', min(r['greedy_margins']))"
-fi
+fixture() {  # fixture FORMAT: make it, check its bytes against strata quantize's, put it in tests/fixtures
+  local f=$1 mk=tools/fixtures/make_fixtures_qwen3_5_nvfp4.py
+  timeout 200 python3 $mk $O/fx_$f --format $f --bf16-source /tmp/src_$f > $O/fx_$f.log 2>&1; echo "$f fixture rc $?"
+  tail -3 $O/fx_$f.log
+  [ -f $O/fx_$f/model.safetensors ] || return
+  timeout 30 $bin/strata quantize --model /tmp/src_$f --out /tmp/q_$f --format $f > $O/fxq_$f.log 2>&1
+  timeout 60 python3 $mk $O/fx_$f --format $f --check-against /tmp/q_$f >> $O/fxq_$f.log 2>&1; echo "$f check rc $?"
+  tail -2 $O/fxq_$f.log
+  rm -rf tests/fixtures/qwen3_5_moe_${f}_tiny && cp -r $O/fx_$f tests/fixtures/qwen3_5_moe_${f}_tiny
+  python3 -c "import json; r=json.load(open('$O/fx_$f/reference.json')); print({k: r[k] for k in r if k in ('${f}_matrices','router_min_gap','logits_std','seed')}, 'margin', min(r['greedy_margins']))"
+}
+echo "layers $L; == fixtures ($SECONDS s)"
+fixture mxfp4 > $O/mxfp4_fixture.txt 2>&1 &
+fixture nvfp4
+wait; cat $O/mxfp4_fixture.txt
 snap
 echo "== tests ($SECONDS s)"
-timeout 170 $bin/strata_cuda_tests --gtest_filter='CudaMoeFp4.*:CudaMixer.Moe*:CudaMoeFp8.*:Fixtures/CudaGolden.*:CudaGoldenFp8*:CudaGoldenNvfp4*' > $O/tests.log 2>&1; echo "rc $?"
+timeout 300 $bin/strata_cuda_tests --gtest_filter='CudaMoeFp4.*:CudaMixer.Moe*:CudaMoeFp8.*:Fixtures/CudaGolden.*:CudaGoldenFp8*:CudaGoldenNvfp4*:CudaGoldenMxfp4*' > $O/tests.log 2>&1; echo "rc $?"
 grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure|Which is|Expected|mismatch|nvfp4" $O/tests.log | head -40; snap
 fp4ok=1; grep -q "FAILED  \] CudaMoeFp4" $O/tests.log && fp4ok=0
 r() {  # r NAME MODEL FLAGS...

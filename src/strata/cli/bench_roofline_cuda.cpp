@@ -40,10 +40,14 @@ struct Dims {
   int64_t vocab, hidden, heads, kv_heads, head_dim, hk, hv, dk, dv, conv_kernel;
   int64_t experts, top_k, moe_inter, shared_inter, inter;
   int64_t n_linear = 0, n_full = 0, n_moe = 0, n_dense = 0;
-  // Bytes a routed expert's or an attention or GDN projection's weight takes on the GPU: 2
-  // (bf16), or an FP8 block-scale checkpoint's code and its share of a per-row F32 scale per 128
-  // columns (they stay FP8; GDN's in_proj_b/a rows, the routers and the shared experts stay bf16).
+  // Bytes an attention or GDN projection's weight takes on the GPU: 2 (bf16), or an FP8
+  // block-scale checkpoint's code and its share of a per-row F32 scale per 128 columns (they stay
+  // FP8; GDN's in_proj_b/a rows, the routers and the shared experts stay bf16).
   double fp8_bytes = 2;
+  // Bytes a routed expert's weight takes: as the projections, or of an NVFP4 checkpoint half a
+  // byte, an e4m3 scale per 16 and an F32 global a row (3 I H weights in 2I rows of H and H rows of
+  // I), of an MXFP4 one half a byte and a ue8m0 scale per 32 (its dense projections stay bf16).
+  double expert_bytes = 2;
 };
 
 Dims read_dims(const std::string& dir) {
@@ -76,7 +80,11 @@ Dims read_dims(const std::string& dir) {
   }
   for (const std::string& t : types) (t == "full_attention" ? d.n_full : d.n_linear) += 1;
   (d.experts > 0 ? d.n_moe : d.n_dense) = layers;
-  if (parse_weight_quant(root, path).method == WeightQuant::Method::kFp8Block) d.fp8_bytes = 1 + 4.0 / 128;
+  const WeightQuant::Method method = parse_weight_quant(root, path).method;
+  if (method == WeightQuant::Method::kFp8Block) d.fp8_bytes = d.expert_bytes = 1 + 4.0 / 128;
+  const double i = double(d.moe_inter), h = double(d.hidden);
+  if (method == WeightQuant::Method::kNvfp4 && i > 0) d.expert_bytes = 0.5 + 1.0 / 16 + 4 * (2 * i + h) / (3 * i * h);
+  if (method == WeightQuant::Method::kMxfp4) d.expert_bytes = 0.5 + 1.0 / 32;
   return d;
 }
 
@@ -113,7 +121,7 @@ Cost forward_cost(const Dims& d, int64_t seqs, int64_t tokens, int64_t ctx, int6
   c.weight_bytes += d.n_linear * (d.fp8_bytes * (gdn_params - gdn_ba) + bf * (gdn_ba + conv_dim * d.conv_kernel));
   c.weight_bytes += d.fp8_bytes * d.n_full * attn_params;
   c.weight_bytes += bf * (d.n_moe * moe_dense + d.n_dense * mlp_params);
-  c.weight_bytes += d.fp8_bytes * d.n_moe * active_experts(d, t) * expert_params;
+  c.weight_bytes += d.expert_bytes * d.n_moe * active_experts(d, t) * expert_params;
   c.weight_bytes += bf * (double(d.vocab) * h + t * h);  // LM head, embedding rows
   c.flops += 2 * t * (d.n_linear * gdn_params + d.n_full * attn_params);
   c.flops += 2 * t * (d.n_moe * (moe_dense + double(d.top_k) * expert_params) + d.n_dense * mlp_params);

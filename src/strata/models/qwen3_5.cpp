@@ -199,10 +199,12 @@ class Qwen35Model final : public Model {
     WeightLoader w(ckpt, WeightLoader::detect_prefix(ckpt), device, par_.rank == 0);
     // FP8 block-scale checkpoints: on CUDA the routed experts and the dense projections of the
     // attention and GDN layers stay FP8 (the MoE and linear kernels read codes and per-row scales),
-    // everything else is dequantised at load, as are NVFP4 ones (issue 19).
+    // everything else is dequantised at load; of NVFP4 and MXFP4 checkpoints the routed experts stay
+    // FP4 (issue 19).
     w.accept_quant(weight_quant_of(ckpt));
     w.keep_fp8_experts(device == Device::kCuda);
     w.keep_fp8_dense(device == Device::kCuda);
+    w.keep_fp4_experts(device == Device::kCuda);
     load(w);
     w.finish();
     auto unused = w.unused({"model.visual.", "mtp.", "model.mtp.", "visual."});
@@ -433,6 +435,7 @@ class Qwen35Model final : public Model {
     w.accept_quant(weight_quant_of(ckpt));
     w.keep_fp8_experts(device_ == Device::kCuda);
     w.keep_fp8_dense(device_ == Device::kCuda);
+    w.keep_fp4_experts(device_ == Device::kCuda);
     const int64_t hsz = full_.hidden;
     mtp_.fc_embed = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, 0, hsz}});
     mtp_.fc_hidden = w.get_slices({{"fc.weight", {hsz, 2 * hsz}, 1, hsz, hsz}});
