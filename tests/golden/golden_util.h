@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "strata/core/tensor.h"
+#include "strata/engine/single_sequence.h"
 #include "strata/io/config.h"
 #include "strata/io/npy.h"
 
@@ -52,6 +53,21 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
     m = std::max(m, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
   }
   return m;
+}
+
+// The first n greedy ids after `prompt` (arg max, the lower id on a tie), one token at a time
+// through SingleSequence: what HF's greedy_ids record.
+inline std::vector<int32_t> greedy_ids(Model& model, const std::vector<int32_t>& prompt, size_t n) {
+  SingleSequence seq(model, int64_t(prompt.size() + n));
+  Tensor logits = seq.append(prompt, false);
+  std::vector<int32_t> got;
+  const int64_t vocab = model.info().vocab_size;
+  while (got.size() < n) {
+    const float* l = logits.data<float>();
+    got.push_back(int32_t(std::max_element(l, l + vocab) - l));
+    logits = seq.append({got.back()}, false);
+  }
+  return got;
 }
 
 }  // namespace strata::testing

@@ -4,13 +4,11 @@
 // (compressed-tensors' layout), both by tools/fixtures/make_fixtures_qwen3_5_nvfp4.py: on the CPU
 // every weight is dequantised at load, so the bound is the bf16 fixtures' exact one. Each skips while its fixture folder is absent (it is made on the GPU machine
 // and committed after).
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "golden_util.h"
-#include "strata/engine/single_sequence.h"
 #include "strata/models/model.h"
 
 namespace strata::testing {
@@ -40,16 +38,7 @@ void expect_logits_match_hf(const std::string& name) {
 void expect_greedy_ids_match_hf(const std::string& name) {
   Fixture f = load_fixture(name);
   auto model = load_model(f.dir);
-  SingleSequence seq(*model, int64_t(f.prompt.size() + f.greedy.size()));
-  Tensor logits = seq.append(f.prompt, false);
-  std::vector<int32_t> got;
-  const int64_t vocab = model->info().vocab_size;
-  while (got.size() < f.greedy.size()) {
-    const float* l = logits.data<float>();
-    got.push_back(int32_t(std::max_element(l, l + vocab) - l));
-    logits = seq.append({got.back()}, false);
-  }
-  EXPECT_EQ(got, f.greedy);
+  EXPECT_EQ(greedy_ids(*model, f.prompt, f.greedy.size()), f.greedy);
 }
 
 TEST(Qwen35Fp8Golden, LogitsMatchHfInEveryMode) {
